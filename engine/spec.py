@@ -1,0 +1,285 @@
+"""Dataset specs: which column of a raw file plays which role.
+
+A spec is a TOML file. It maps the columns of a raw CSV or Parquet file to roles
+(:class:`ColumnRole`): the entity key a history belongs to (one or several columns),
+the timestamp (one column, or parts such as Year/Month/Day/Time), the amount, the
+model's input fields (categorical, numeric, multi-valued), the optional label, and
+columns that are carried along for display or evaluation but are never model input.
+
+Built-in specs live in ``engine/specs/*.toml`` (``tabformer``, ``handbook``, ``banksim``).
+``load_spec("tabformer")`` loads a built-in one, ``load_spec("path/to/my.toml")`` a file.
+
+Example (abridged ``tabformer.toml``)::
+
+    name = "tabformer"
+    [entity]
+    columns = ["User", "Card"]
+    [timestamp]
+    parts = { year = "Year", month = "Month", day = "Day", time = "Time" }
+    [amount]
+    column = "Amount"
+    [label]
+    column = "Is Fraud?"
+    positive = ["Yes"]
+    negative = ["No"]
+    [[fields]]
+    name = "merchant"
+    column = "Merchant Name"
+    kind = "categorical"
+    hashed_buckets = 4096
+"""
+
+from __future__ import annotations
+
+import enum
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SPEC_DIR = Path(__file__).parent / "specs"
+
+
+class ColumnRole(str, enum.Enum):
+    """The role a raw column plays. Every column of a file has exactly one role."""
+
+    ENTITY = "entity"  #: part of the key a history belongs to (card, customer)
+    TIMESTAMP = "timestamp"  #: the time of the transaction (or a part of it)
+    AMOUNT = "amount"  #: signed amount in the file's currency; negative = refund
+    CATEGORICAL = "categorical"  #: model input, one category per row (MCC, merchant)
+    NUMERIC = "numeric"  #: model input, one real number per row
+    MULTI_VALUED = "multi_valued"  #: model input, a set of categories per row ("Errors?")
+    LABEL = "label"  #: known fraud label (never model input)
+    ID = "id"  #: transaction id (never model input)
+    PASSTHROUGH = "passthrough"  #: kept for display/evaluation, never model input
+    IGNORED = "ignored"  #: not read at all
+
+
+class FieldKind(str, enum.Enum):
+    """Semantic type of a model input field (cf. pytorch-frame's ``stype``)."""
+
+    CATEGORICAL = "categorical"
+    NUMERIC = "numeric"
+    MULTI_VALUED = "multi_valued"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EntitySpec(_Strict):
+    """Columns whose joined values form the entity id (joined with ``separator``)."""
+
+    columns: list[str] = Field(min_length=1)
+    separator: str = ":"
+
+
+class TimestampSpec(_Strict):
+    """How to build one timestamp per row.
+
+    Exactly one of:
+      * ``column``: a datetime column (text parsed with ``format`` if given, else ISO 8601),
+        or a numeric column counted in ``unit`` (``"s"``, ``"h"``, ``"D"``) from ``origin``;
+      * ``parts``: a mapping with keys ``year``, ``month``, ``day`` and optional ``time``
+        (text ``"HH:MM"`` or ``"HH:MM:SS"``), ``hour``, ``minute``.
+    Timestamps are naive and taken as UTC.
+    """
+
+    column: str | None = None
+    format: str | None = None
+    unit: Literal["s", "h", "D"] | None = None
+    origin: str | None = None
+    parts: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "TimestampSpec":
+        if (self.column is None) == (self.parts is None):
+            raise ValueError("timestamp: give exactly one of 'column' or 'parts'")
+        if self.parts is not None:
+            missing = {"year", "month", "day"} - set(self.parts)
+            if missing:
+                raise ValueError(f"timestamp.parts: missing keys {sorted(missing)}")
+            unknown = set(self.parts) - {"year", "month", "day", "time", "hour", "minute"}
+            if unknown:
+                raise ValueError(f"timestamp.parts: unknown keys {sorted(unknown)}")
+        if self.unit is not None and self.origin is None:
+            raise ValueError("timestamp: 'unit' needs an 'origin' date")
+        return self
+
+    def columns(self) -> list[str]:
+        return [self.column] if self.column else list(self.parts.values())  # type: ignore[union-attr]
+
+
+class AmountSpec(_Strict):
+    """The amount column. Text such as ``"$-25.00"`` or ``"1,234.50"`` is parsed; the
+    currency symbols in ``strip`` are removed first. Negative amounts are refunds."""
+
+    column: str
+    currency: str = "USD"
+    strip: str = "$€£ ,"
+
+
+class LabelSpec(_Strict):
+    """Known fraud label. Values in ``positive`` map to 1, in ``negative`` to 0; an empty
+    cell is "unknown" (kept, scored, not used for training). Any other value is rejected."""
+
+    column: str
+    positive: list[str] = ["1", "Yes", "yes", "True", "true", "fraud"]
+    negative: list[str] = ["0", "No", "no", "False", "false", "legit"]
+
+
+class FieldSpec(_Strict):
+    """One model input field.
+
+    * ``name``: canonical name used everywhere downstream (explanations, figures).
+    * ``column``: the raw column it is read from.
+    * ``kind``: categorical, numeric or multi_valued.
+    * ``hashed_buckets``: for high-cardinality categoricals (merchant, terminal): values
+      are hashed into this many buckets instead of a vocabulary.
+    * ``max_vocab``: vocabulary size cap for plain categoricals (most frequent in training).
+    * ``separator``: the list separator of a multi-valued cell (TabFormer ``"Errors?"``: ``","``).
+    * ``missing``: what an empty cell means (categorical/multi-valued: a category name).
+    * ``normalize``: for categoricals, ``"zip5"`` turns ``"91750.0"`` into ``"91750"``.
+    """
+
+    name: str
+    column: str
+    kind: FieldKind
+    hashed_buckets: int | None = Field(default=None, ge=2)
+    max_vocab: int = Field(default=256, ge=2)
+    separator: str = ","
+    missing: str = "<empty>"
+    normalize: Literal["zip5", "strip", "none"] = "strip"
+    description: str = ""
+
+
+class DatasetSpec(_Strict):
+    """Column roles of one raw dataset. See the module docstring for the TOML form."""
+
+    name: str
+    description: str = ""
+    format: Literal["csv", "parquet", "auto"] = "auto"
+    entity: EntitySpec
+    timestamp: TimestampSpec
+    amount: AmountSpec
+    label: LabelSpec | None = None
+    id: str | None = None
+    fields: list[FieldSpec] = []
+    passthrough: list[str] = []
+    ignored: list[str] = []
+
+    @model_validator(mode="after")
+    def _unique(self) -> "DatasetSpec":
+        names = [f.name for f in self.fields]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"fields: duplicate names {sorted(dup)}")
+        reserved = {"row_number", "transaction_id", "entity_id", "timestamp", "amount", "label"}
+        clash = reserved & set(names)
+        if clash:
+            raise ValueError(f"fields: names {sorted(clash)} are reserved")
+        return self
+
+    # ---- role lookup -------------------------------------------------------------
+    def roles(self) -> dict[str, ColumnRole]:
+        """Raw column name -> role, for every column the spec names."""
+        out: dict[str, ColumnRole] = {}
+        for c in self.entity.columns:
+            out[c] = ColumnRole.ENTITY
+        for c in self.timestamp.columns():
+            out[c] = ColumnRole.TIMESTAMP
+        out[self.amount.column] = ColumnRole.AMOUNT
+        if self.label:
+            out[self.label.column] = ColumnRole.LABEL
+        if self.id:
+            out[self.id] = ColumnRole.ID
+        for f in self.fields:
+            out[f.column] = ColumnRole(f.kind.value)
+        for c in self.passthrough:
+            out[c] = ColumnRole.PASSTHROUGH
+        for c in self.ignored:
+            out[c] = ColumnRole.IGNORED
+        return out
+
+    def required_columns(self) -> list[str]:
+        """Raw columns that must exist in the file (everything but ignored ones)."""
+        return [c for c, r in self.roles().items() if r is not ColumnRole.IGNORED]
+
+    def fields_of(self, kind: FieldKind) -> list[FieldSpec]:
+        return [f for f in self.fields if f.kind is kind]
+
+    def to_toml(self) -> str:
+        """Serialise back to TOML (used by ``fraudlens inspect`` and checkpoints)."""
+        return _dump_toml(self.model_dump(mode="json", exclude_none=True))
+
+
+def builtin_specs() -> list[str]:
+    """Names of the built-in specs shipped in ``engine/specs``."""
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def load_spec(name_or_path: str | Path) -> DatasetSpec:
+    """Load a built-in spec by name or a TOML spec file by path.
+
+    Raises:
+        FileNotFoundError: neither a built-in name nor an existing file.
+        ValueError: the TOML is malformed or does not validate (message names the file).
+    """
+    p = Path(name_or_path)
+    if not p.suffix and (SPEC_DIR / f"{name_or_path}.toml").exists():
+        p = SPEC_DIR / f"{name_or_path}.toml"
+    if not p.exists():
+        raise FileNotFoundError(
+            f"spec {str(name_or_path)!r}: not a built-in spec ({', '.join(builtin_specs())}) "
+            "and no such file"
+        )
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{p}: invalid TOML: {e}") from e
+    return spec_from_dict(data, source=str(p))
+
+
+def spec_from_dict(data: dict, source: str = "<dict>") -> DatasetSpec:
+    """Validate a spec from a plain dict (as parsed from TOML or stored in a checkpoint)."""
+    try:
+        return DatasetSpec.model_validate(data)
+    except Exception as e:  # pydantic.ValidationError -> one readable message
+        raise ValueError(f"{source}: invalid dataset spec: {e}") from e
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v)} to TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
+
+
+def _dump_toml(d: dict) -> str:
+    lines: list[str] = []
+    tables, arrays = {}, {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            tables[k] = v
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            arrays[k] = v
+        else:
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for k, v in tables.items():
+        lines += ["", f"[{k}]"] + [f"{_toml_key(kk)} = {_toml_value(vv)}" for kk, vv in v.items()]
+    for k, items in arrays.items():
+        for it in items:
+            lines += ["", f"[[{k}]]"] + [f"{_toml_key(kk)} = {_toml_value(vv)}" for kk, vv in it.items()]
+    return "\n".join(lines) + "\n"
