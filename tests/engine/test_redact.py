@@ -1,0 +1,190 @@
+"""Tests for engine.redact: card masking, pseudonyms, CSV injection, markup escaping."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine import redact
+from engine.redact import (
+    escape_markup,
+    mask_card_number,
+    neutralise_csv_cell,
+    neutralise_csv_frame,
+    pseudonymise,
+)
+
+# ----------------------------------------------------------------------------------------------
+# mask_card_number
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4111111111111111", "411111******1111"),
+        ("4111 1111 1111 1111", "4111 11** **** 1111"),
+        ("4111-1111-1111-1111", "4111-11**-****-1111"),
+        ("378282246310005", "378282*****0005"),  # 15-digit Amex
+        ("601111111111111111", "601111********1111"),  # 18 digits
+        ("6011111111111111117", "601111*********1117"),  # 19 digits
+        ("123456789012", "123456**9012"),  # 12 digits: the shortest masked run
+        ("card 4111111111111111 used at 12:00", "card 411111******1111 used at 12:00"),
+        ("a=4111111111111111,b=5500005555555559",
+         "a=411111******1111,b=550000******5559"),
+        ("id:4111111111111111x", "id:411111******1111x"),
+    ],
+)
+def test_masks_card_like_digit_runs(text, expected):
+    assert mask_card_number(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "12345678901",  # 11 digits: too short
+        "amount 1234.56 on 2024-01-31",
+        "12345678901234567890",  # 20 digits: longer than any card number
+        "",
+        "no digits at all",
+    ],
+)
+def test_leaves_non_card_text_alone(text):
+    assert mask_card_number(text) == text
+
+
+def test_masking_never_shows_more_than_ten_digits():
+    for n in range(12, 20):
+        number = "".join(str((7 * i + 3) % 10) for i in range(n))
+        masked = mask_card_number(number)
+        assert len(masked) == n
+        assert masked[:6] == number[:6] and masked[-4:] == number[-4:]
+        assert set(masked[6:-4]) == {"*"}
+        assert sum(c.isdigit() for c in masked) == 10
+
+
+def test_mask_handles_ints_and_non_text():
+    assert mask_card_number(4111111111111111) == "411111******1111"
+    assert mask_card_number(None) is None
+    assert math.isnan(mask_card_number(float("nan")))
+    assert mask_card_number(True) is True
+    assert mask_card_number(12.5) == 12.5
+
+
+# ----------------------------------------------------------------------------------------------
+# pseudonymise
+
+
+def test_pseudonym_is_stable_keyed_and_short():
+    a = pseudonymise("card:4111", "salt-1")
+    assert a == pseudonymise("card:4111", "salt-1") == pseudonymise("card:4111", b"salt-1")
+    assert len(a) == 16 and all(c in "0123456789abcdef" for c in a)
+    # known value: HMAC-SHA256(key="salt-1", msg="card:4111"), first 16 hex digits
+    import hashlib
+    import hmac
+
+    assert a == hmac.new(b"salt-1", b"card:4111", hashlib.sha256).hexdigest()[:16]
+    assert pseudonymise("card:4111", "salt-2") != a  # different salt, different pseudonym
+    assert pseudonymise("card:4112", "salt-1") != a  # different entity
+    assert pseudonymise(12, "s") == pseudonymise("12", "s")
+    assert len(pseudonymise("x", "s", length=32)) == 32
+    ids = [f"0:{i}" for i in range(2000)]
+    assert len({pseudonymise(e, "s") for e in ids}) == len(ids)  # no collisions here
+
+
+@pytest.mark.parametrize("salt", ["", b"", None])
+def test_pseudonym_needs_a_salt(salt):
+    with pytest.raises(ValueError, match="salt"):
+        pseudonymise("x", salt)
+
+
+@pytest.mark.parametrize("length", [0, 7, 65])
+def test_pseudonym_length_bounds(length):
+    with pytest.raises(ValueError, match="length"):
+        pseudonymise("x", "s", length=length)
+
+
+# ----------------------------------------------------------------------------------------------
+# neutralise_csv_cell
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["=1+2", "+1", "-2+3", "@SUM(A1)", "\t=cmd", "\r=cmd", "=HYPERLINK(\"http://x\",\"y\")",
+     "-12.50"],
+)
+def test_formula_like_strings_get_a_leading_quote(value):
+    assert neutralise_csv_cell(value) == "'" + value
+
+
+@pytest.mark.parametrize("value", ["hello", "12.50", "a=b", "'already", "", " =x"])
+def test_harmless_strings_unchanged(value):
+    assert neutralise_csv_cell(value) == value
+
+
+def test_numbers_stay_numbers():
+    out = neutralise_csv_cell(-12.5)
+    assert out == -12.5 and isinstance(out, float)
+    assert neutralise_csv_cell(-3) == -3 and isinstance(neutralise_csv_cell(-3), int)
+    np_val = np.float64(-7.25)
+    assert neutralise_csv_cell(np_val) is np_val
+    assert neutralise_csv_cell(None) is None
+    assert math.isnan(neutralise_csv_cell(float("nan")))
+    ts = pd.Timestamp("2024-01-01")
+    assert neutralise_csv_cell(ts) is ts
+
+
+def test_neutralised_frame_round_trips_through_csv():
+    df = pd.DataFrame(
+        {
+            "merchant": ["=cmd|' /C calc'!A0", "Shop, \"Best\"", "@evil", None],
+            "amount": [-12.5, 3.0, -0.01, 7.0],
+            "=col": ["a", "b", "c", "d"],
+        }
+    )
+    out = neutralise_csv_frame(df)
+    assert df["merchant"].iloc[0] == "=cmd|' /C calc'!A0"  # input untouched
+    assert out["merchant"].tolist()[:3] == ["'=cmd|' /C calc'!A0", "Shop, \"Best\"", "'@evil"]
+    assert pd.isna(out["merchant"].iloc[3])
+    assert out["amount"].dtype == "float64" and out["amount"].tolist() == [-12.5, 3.0, -0.01, 7.0]
+    assert list(out.columns) == ["merchant", "amount", "'=col"]
+    rows = list(csv.reader(io.StringIO(out.to_csv(index=False))))
+    assert rows[1][0] == "'=cmd|' /C calc'!A0" and rows[2][0] == 'Shop, "Best"'
+    assert rows[1][1] == "-12.5"  # the number is written as a number, not quoted text
+    assert not any(cell.startswith(redact.CSV_FORMULA_TRIGGERS) for row in rows for cell in row
+                   if not _is_number(cell))
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def test_docstrings_cite_owasp():
+    assert redact.OWASP_CSV_INJECTION_URL in neutralise_csv_cell.__doc__
+    assert redact.OWASP_XSS_PREVENTION_URL.split("/")[-1] in escape_markup.__doc__.replace(
+        "\n", ""
+    ).replace(" ", "")
+
+
+# ----------------------------------------------------------------------------------------------
+# escape_markup
+
+
+def test_escape_markup():
+    assert escape_markup('<script>alert("x")</script>') == (
+        "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    )
+    assert escape_markup("Tom & Jerry's") == "Tom &amp; Jerry&#x27;s"
+    assert escape_markup("a\x00b\x1bc\td\ne") == "abc\td\ne"
+    assert escape_markup(None) == ""
+    assert escape_markup(-12.5) == "-12.5"
+    # idempotence is NOT expected: escaping twice double-escapes (escape once, at output)
+    assert escape_markup("&amp;") == "&amp;amp;"
