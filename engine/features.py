@@ -1,0 +1,224 @@
+"""Feature statistics fitted once on the training period, stored with the model.
+
+:class:`FeatureEncoder` turns the canonical transaction frame (see :mod:`engine.io`) into
+per-row arrays for the model, and maps encoded values back to raw values for display.
+
+Fields (``F`` of them, in this order) — each becomes one ``D``-vector in the row encoder, so
+attributions can be reported per (transaction, field):
+
+* ``amount``: sign (refund / zero / purchase) + log-magnitude quantile bin + standardised
+  ``log1p(|amount|)``.
+* ``time_since_prev``: seconds since the entity's previous (present) transaction, computed
+  inside the model from timestamps so that removing a transaction re-computes it.
+* ``hour`` and ``weekday`` of the timestamp (UTC).
+* every categorical field of the spec: a vocabulary of the most frequent training values
+  (index 0 = unseen, 1 = missing) or, with ``hashed_buckets``, a stable hash bucket
+  (blake2b, so buckets do not change between processes).
+* every numeric field: standardised with training mean/std (missing -> 0 + a missing flag bin).
+* every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .spec import DatasetSpec, FieldKind
+
+N_AMOUNT_BINS = 16
+#: Boundaries (seconds) of the time-since-previous-transaction bins used by the model.
+TIME_GAP_BOUNDARIES_S = [
+    60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 4 * 86400,
+    7 * 86400, 14 * 86400, 30 * 86400, 90 * 86400,
+]
+UNSEEN, MISSING = 0, 1
+
+
+@dataclass
+class EncodedFrame:
+    """Per-row model inputs aligned with the rows of a canonical frame (``N`` rows).
+
+    Attributes:
+        cat: ``[N, Fc]`` int64 category indices, column ``j`` indexes ``cat_cardinalities[j]``.
+        num: ``[N, Fn]`` float32 standardised numeric values.
+        multi: ``[N, Vm]`` float32 multi-hot of all multi-valued fields, concatenated.
+        time_s: ``[N]`` float64 seconds since 1970-01-01 UTC.
+    """
+
+    cat: np.ndarray
+    num: np.ndarray
+    multi: np.ndarray
+    time_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+
+class FeatureEncoder:
+    """Feature statistics (vocabularies, quantiles, means) fitted on training rows only.
+
+    ``state_dict()`` / ``from_state_dict()`` give a JSON-serialisable form stored in the checkpoint.
+    """
+
+    def __init__(self, spec: DatasetSpec, state: dict[str, Any]):
+        self.spec = spec
+        self.state = state
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, spec: DatasetSpec) -> "FeatureEncoder":
+        """Fit statistics on ``frame`` (the training period only, to avoid leakage).
+
+        Raises:
+            ValueError: ``frame`` is empty or lacks a field column named in ``spec``.
+        """
+        if len(frame) == 0:
+            raise ValueError("cannot fit feature statistics on an empty frame")
+        for f in spec.fields:
+            if f.name not in frame.columns:
+                raise ValueError(f"frame lacks field column {f.name!r} (from spec column {f.column!r})")
+        logabs = np.log1p(np.abs(frame["amount"].to_numpy(np.float64)))
+        qs = np.quantile(logabs, np.linspace(0, 1, N_AMOUNT_BINS + 1)[1:-1]).tolist()
+        state: dict[str, Any] = {
+            "amount_log_mean": float(logabs.mean()),
+            "amount_log_std": float(logabs.std() + 1e-6),
+            "amount_bin_edges": qs,
+            "categorical": {},
+            "numeric": {},
+            "multi_valued": {},
+        }
+        for f in spec.fields_of(FieldKind.CATEGORICAL):
+            if f.hashed_buckets:
+                state["categorical"][f.name] = {"hashed_buckets": f.hashed_buckets}
+            else:
+                vc = frame[f.name].astype(str).value_counts()
+                vocab = [v for v in vc.index[: f.max_vocab] if v != f.missing]
+                state["categorical"][f.name] = {"vocab": [str(v) for v in vocab]}
+        for f in spec.fields_of(FieldKind.NUMERIC):
+            x = frame[f.name].to_numpy(np.float64)
+            state["numeric"][f.name] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6)}
+        for f in spec.fields_of(FieldKind.MULTI_VALUED):
+            vals = frame[f.name].astype(str).str.split("|").explode()
+            vc = vals[vals != ""].value_counts()
+            state["multi_valued"][f.name] = {"vocab": [str(v) for v in vc.index[: f.max_vocab]]}
+        return cls(spec, state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+    @classmethod
+    def from_state_dict(cls, spec: DatasetSpec, state: dict[str, Any]) -> "FeatureEncoder":
+        return cls(spec, state)
+
+    # ------------------------------------------------------------------ layout
+    def cat_columns(self) -> list[tuple[str, str, int]]:
+        """``[(column name, field name, cardinality)]`` of the ``cat`` array, in order."""
+        cols = [
+            ("amount_sign", "amount", 3),
+            ("amount_bin", "amount", N_AMOUNT_BINS),
+            ("hour", "hour", 24),
+            ("weekday", "weekday", 7),
+        ]
+        for name, st in self.state["categorical"].items():
+            card = st["hashed_buckets"] + 2 if "hashed_buckets" in st else len(st["vocab"]) + 2
+            cols.append((name, name, card))
+        for name in self.state["numeric"]:
+            cols.append((f"{name}_missing", name, 2))
+        return cols
+
+    def num_columns(self) -> list[tuple[str, str]]:
+        """``[(column name, field name)]`` of the ``num`` array, in order."""
+        return [("amount_log", "amount")] + [(n, n) for n in self.state["numeric"]]
+
+    def multi_slots(self) -> list[tuple[str, int]]:
+        """``[(field name, width)]`` of the multi-hot blocks in ``multi`` (vocab + 1 "other")."""
+        return [(n, len(st["vocab"]) + 1) for n, st in self.state["multi_valued"].items()]
+
+    def field_names(self) -> list[str]:
+        """The ``F`` field names, in the order of the field axis of every ``[.., F, ..]`` tensor."""
+        names = ["amount", "time_since_prev", "hour", "weekday"]
+        names += list(self.state["categorical"]) + list(self.state["numeric"]) + list(self.state["multi_valued"])
+        return names
+
+    # ------------------------------------------------------------------ transform
+    def transform(self, frame: pd.DataFrame) -> EncodedFrame:
+        """Encode a canonical frame (any period) with the fitted statistics. Vectorised."""
+        n = len(frame)
+        amount = frame["amount"].to_numpy(np.float64)
+        logabs = np.log1p(np.abs(amount))
+        ts = pd.to_datetime(frame["timestamp"])
+        cat_cols: list[np.ndarray] = [
+            (np.sign(amount) + 1).astype(np.int64),
+            np.searchsorted(np.asarray(self.state["amount_bin_edges"]), logabs, side="right").astype(np.int64),
+            ts.dt.hour.to_numpy(np.int64),
+            ts.dt.weekday.to_numpy(np.int64),
+        ]
+        num_cols: list[np.ndarray] = [
+            ((logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]).astype(np.float32)
+        ]
+        fspec = {f.name: f for f in self.spec.fields}
+        for name, st in self.state["categorical"].items():
+            vals = frame[name].astype(str).to_numpy()
+            missing = vals == fspec[name].missing
+            if "hashed_buckets" in st:
+                idx = stable_hash(vals, st["hashed_buckets"]) + 2
+            else:
+                lut = {v: i + 2 for i, v in enumerate(st["vocab"])}
+                idx = pd.Series(vals).map(lut).fillna(UNSEEN).to_numpy(np.int64)
+            idx[missing] = MISSING
+            cat_cols.append(idx.astype(np.int64))
+        miss_cols = []
+        for name, st in self.state["numeric"].items():
+            x = frame[name].to_numpy(np.float64)
+            miss = np.isnan(x)
+            num_cols.append(np.where(miss, 0.0, (x - st["mean"]) / st["std"]).astype(np.float32))
+            miss_cols.append(miss.astype(np.int64))
+        cat_cols += miss_cols
+        multi_blocks = []
+        for name, st in self.state["multi_valued"].items():
+            lut = {v: i for i, v in enumerate(st["vocab"])}
+            width = len(st["vocab"]) + 1
+            block = np.zeros((n, width), np.float32)
+            s = frame[name].astype(str).reset_index(drop=True)
+            nonempty = s[s != ""]
+            if len(nonempty):
+                ex = nonempty.str.split("|").explode()
+                pos = ex.map(lut).fillna(width - 1).to_numpy(np.int64)
+                block[ex.index.to_numpy(), pos] = 1.0
+            multi_blocks.append(block)
+        return EncodedFrame(
+            cat=np.stack(cat_cols, axis=1) if cat_cols else np.zeros((n, 0), np.int64),
+            num=np.stack(num_cols, axis=1),
+            multi=np.concatenate(multi_blocks, axis=1) if multi_blocks else np.zeros((n, 0), np.float32),
+            time_s=_to_seconds(ts),
+        )
+
+    # ------------------------------------------------------------------ display
+    def describe_value(self, field: str, row: pd.Series) -> str:
+        """Raw value of ``field`` for one canonical-frame row, as text for display."""
+        if field == "amount":
+            return f"{row['amount']:.2f} {self.spec.amount.currency}"
+        if field in ("hour", "weekday", "time_since_prev"):
+            ts = pd.Timestamp(row["timestamp"])
+            return {"hour": f"{ts.hour:02d}h", "weekday": ts.day_name()[:3], "time_since_prev": str(ts)}[field]
+        return str(row.get(field, ""))
+
+
+def _to_seconds(ts: pd.Series) -> np.ndarray:
+    """Datetime series (any unit) -> float64 seconds since the epoch."""
+    return ts.dt.as_unit("ns").astype("int64").to_numpy().astype(np.float64) / 1e9
+
+
+def stable_hash(values: np.ndarray, buckets: int) -> np.ndarray:
+    """Stable (process-independent) hash of text values into ``[0, buckets)``; blake2b, 8 bytes."""
+    uniq, inv = np.unique(values.astype(str), return_inverse=True)
+    h = np.fromiter(
+        (int.from_bytes(hashlib.blake2b(u.encode(), digest_size=8).digest(), "little") % buckets for u in uniq),
+        dtype=np.int64,
+        count=len(uniq),
+    )
+    return h[inv]

@@ -1,0 +1,364 @@
+"""The fraudlens sequence model: a field-aware row encoder and a causal transformer over an
+entity's transaction history. One forward pass gives a fraud logit for every transaction,
+each computed from that transaction and its past only.
+
+Dimensions: ``B`` batch (histories), ``T`` transactions, ``F`` fields, ``D`` width, ``H`` heads,
+``L`` layers. Scores are logits here; ``sigmoid`` gives probabilities.
+
+Design notes
+------------
+* **Presence mask instead of positions.** There are no absolute position embeddings. A
+  transaction that is not ``present`` (padding, or removed by an explainer) is invisible:
+  no query attends to it, and the *time since previous transaction* field is computed inside
+  the model from the previous *present* transaction. So masking a transaction out gives exactly
+  the score of the history with that transaction deleted (tested).
+* **Time-decay attention bias.** Each head adds ``-slope_h * log1p(gap_minutes)`` to the
+  attention logit between query ``i`` and key ``j`` (``gap`` = time between them), an ALiBi-style
+  recency bias (Press et al., 2022, "Train Short, Test Long", arXiv:2108.12409) measured in
+  time rather than positions; ``slope_h >= 0`` is learned per head.
+* **Explicit attention.** Attention is computed by hand (not ``nn.TransformerEncoder``, whose
+  fast path returns no weights), so every layer's ``[B, H, T, T]`` weights are available as an
+  opt-in output (``output_attentions=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+import torch.nn.functional as Fnn
+from torch import nn
+
+from .features import TIME_GAP_BOUNDARIES_S
+
+
+@dataclass
+class ModelConfig:
+    """Every hyper-parameter the model is built from (stored in the checkpoint).
+
+    Attributes:
+        cat_cardinalities: cardinality of each column of ``TransactionBatch.cat`` (``Fc`` entries).
+        cat_field_index: field index (into ``field_names``) of each ``cat`` column.
+        num_field_index: field index of each ``num`` column (``Fn`` entries).
+        multi_slots: ``[(field index, width)]`` of the multi-hot blocks of ``multi``.
+        field_names: the ``F`` field names; ``time_since_prev`` must be one of them.
+        d_model: width ``D`` of every per-field and per-transaction vector.
+        n_heads: attention heads ``H`` (``D`` must be divisible by ``H``).
+        n_layers: transformer blocks ``L``.
+        d_ff: hidden width of each block's feed-forward layer.
+        dropout: dropout probability in training (0 in eval).
+        context_length: ``T`` of a scoring window (transactions).
+        min_history: in windowed scoring, every transaction after the first window is scored with
+            at least this many earlier transactions in its window (stride = T - min_history).
+    """
+
+    cat_cardinalities: list[int]
+    cat_field_index: list[int]
+    num_field_index: list[int]
+    multi_slots: list[tuple[int, int]]
+    field_names: list[str]
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128
+    dropout: float = 0.1
+    context_length: int = 128
+    min_history: int = 64
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model: expected a multiple of n_heads={self.n_heads}, got {self.d_model}")
+        if len(self.cat_cardinalities) != len(self.cat_field_index):
+            raise ValueError(
+                f"cat_field_index: expected {len(self.cat_cardinalities)} entries, got {len(self.cat_field_index)}"
+            )
+        if "time_since_prev" not in self.field_names:
+            raise ValueError("field_names: expected a 'time_since_prev' field")
+        if not 0 <= self.min_history < self.context_length:
+            raise ValueError(
+                f"min_history: expected 0 <= min_history < context_length={self.context_length}, got {self.min_history}"
+            )
+        self.multi_slots = [tuple(x) for x in self.multi_slots]  # JSON gives lists
+
+    @property
+    def n_fields(self) -> int:
+        return len(self.field_names)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class TransactionBatch:
+    """Model input for ``B`` histories of ``T`` transactions (validated on construction).
+
+    Attributes:
+        cat: ``[B, T, Fc]`` int64 category indices.
+        num: ``[B, T, Fn]`` float32 standardised numbers.
+        multi: ``[B, T, Vm]`` float32 multi-hot blocks.
+        time_s: ``[B, T]`` float64 seconds (any fixed origin; only differences are used).
+        present: ``[B, T]`` bool; ``False`` = padding or removed transaction.
+        prev_time_s: ``[B]`` float64 time of the transaction just before the window, NaN if none.
+    """
+
+    cat: torch.Tensor
+    num: torch.Tensor
+    multi: torch.Tensor
+    time_s: torch.Tensor
+    present: torch.Tensor
+    prev_time_s: torch.Tensor
+
+    def __post_init__(self) -> None:
+        B, T = self.present.shape
+        checks = [
+            ("cat", self.cat, torch.int64, (B, T)),
+            ("num", self.num, torch.float32, (B, T)),
+            ("multi", self.multi, torch.float32, (B, T)),
+            ("time_s", self.time_s, torch.float64, (B, T)),
+            ("present", self.present, torch.bool, (B, T)),
+            ("prev_time_s", self.prev_time_s, torch.float64, (B,)),
+        ]
+        for name, t, dtype, lead in checks:
+            if t.dtype != dtype:
+                raise ValueError(f"TransactionBatch.{name}: expected dtype {dtype}, got {t.dtype}")
+            if tuple(t.shape[: len(lead)]) != lead:
+                raise ValueError(f"TransactionBatch.{name}: expected leading shape {lead}, got {tuple(t.shape)}")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.present.shape)  # type: ignore[return-value]
+
+    def index(self, idx) -> "TransactionBatch":
+        """Select histories along ``B`` (``idx``: int tensor, slice or list)."""
+        return TransactionBatch(
+            self.cat[idx], self.num[idx], self.multi[idx], self.time_s[idx], self.present[idx], self.prev_time_s[idx]
+        )
+
+    def with_present(self, present: torch.Tensor) -> "TransactionBatch":
+        """Same batch with another presence mask ``[B, T]`` bool (the removal rule of explainers)."""
+        return TransactionBatch(self.cat, self.num, self.multi, self.time_s, present, self.prev_time_s)
+
+    def repeat(self, n: int) -> "TransactionBatch":
+        """``[1, T, ..]`` -> ``[n, T, ..]`` (for coalitions / perturbations of one history)."""
+        if self.shape[0] != 1:
+            raise ValueError(f"repeat: expected B=1, got B={self.shape[0]}")
+        return TransactionBatch(
+            self.cat.expand(n, -1, -1), self.num.expand(n, -1, -1), self.multi.expand(n, -1, -1),
+            self.time_s.expand(n, -1), self.present.expand(n, -1).clone(), self.prev_time_s.expand(n),
+        )
+
+
+@dataclass
+class ScoreOutput:
+    """Output of :meth:`FraudTransformer.forward`.
+
+    Attributes:
+        logits: ``[B, T]`` float32 fraud logit of every transaction (meaningless where not present).
+        attentions: ``None`` unless ``output_attentions=True``; then a tuple of ``L`` tensors
+            ``[B, H, T, T]`` float32 (query, key), each row summing to 1 over allowed keys.
+        field_embeddings: ``[B, T, F, D]`` per-field input embeddings (the inputs IG attributes to).
+    """
+
+    logits: torch.Tensor
+    attentions: tuple[torch.Tensor, ...] | None = None
+    field_embeddings: torch.Tensor | None = None
+
+
+def time_since_previous(time_s: torch.Tensor, present: torch.Tensor, prev_time_s: torch.Tensor):
+    """Seconds since the previous *present* transaction of the same history.
+
+    Args:
+        time_s: ``[B, T]`` float64 seconds. present: ``[B, T]`` bool. prev_time_s: ``[B]`` float64 (NaN = none).
+    Returns:
+        ``(gap_s [B, T] float64, has_prev [B, T] bool)``; gap is 0 where ``has_prev`` is False.
+    """
+    B, T = time_s.shape
+    pos = torch.arange(T, device=time_s.device).expand(B, T)
+    last = torch.where(present, pos, torch.full_like(pos, -1)).cummax(dim=1).values  # [B, T]
+    prev_idx = torch.cat([torch.full((B, 1), -1, device=time_s.device, dtype=last.dtype), last[:, :-1]], dim=1)
+    prev_t = torch.gather(time_s, 1, prev_idx.clamp(min=0))
+    outside = prev_time_s.unsqueeze(1).expand(B, T)
+    prev_t = torch.where(prev_idx >= 0, prev_t, outside)
+    has_prev = ~torch.isnan(prev_t)
+    gap = torch.where(has_prev, (time_s - prev_t).clamp(min=0), torch.zeros_like(time_s))
+    return gap, has_prev
+
+
+class RowEncoder(nn.Module):
+    """Per-field embeddings of each transaction: ``TransactionBatch -> [B, T, F, D]``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        D, F = cfg.d_model, cfg.n_fields
+        self.cfg = cfg
+        offsets = [0]
+        for c in cfg.cat_cardinalities[:-1]:
+            offsets.append(offsets[-1] + c)
+        self.register_buffer("cat_offsets", torch.tensor(offsets, dtype=torch.int64), persistent=False)
+        self.cat_emb = nn.Embedding(max(1, sum(cfg.cat_cardinalities)), D)
+        self.num_w = nn.Parameter(torch.randn(len(cfg.num_field_index), D) * 0.1)
+        self.num_b = nn.Parameter(torch.zeros(len(cfg.num_field_index), D))
+        self.multi_proj = nn.ModuleList([nn.Linear(w, D, bias=False) for _, w in cfg.multi_slots])
+        self.time_field = cfg.field_names.index("time_since_prev")
+        self.gap_bins = nn.Embedding(len(TIME_GAP_BOUNDARIES_S) + 2, D)  # + "no previous"
+        self.gap_lin = nn.Linear(1, D)
+        self.register_buffer(
+            "gap_edges", torch.tensor(TIME_GAP_BOUNDARIES_S, dtype=torch.float64), persistent=False
+        )
+        # component -> field assignment matrix [C, F]; components: cat cols, num cols, multi blocks
+        comp_field = list(cfg.cat_field_index) + list(cfg.num_field_index) + [f for f, _ in cfg.multi_slots]
+        self.register_buffer("comp_field", torch.tensor(comp_field, dtype=torch.int64), persistent=False)
+        self.field_bias = nn.Parameter(torch.zeros(F, D))
+
+    def forward(self, batch: TransactionBatch) -> torch.Tensor:
+        B, T = batch.shape
+        parts = []
+        if batch.cat.shape[-1]:
+            parts.append(self.cat_emb(batch.cat + self.cat_offsets))  # [B, T, Fc] -> [B, T, Fc, D]
+        parts.append(batch.num.unsqueeze(-1) * self.num_w + self.num_b)  # [B, T, Fn] -> [B, T, Fn, D]
+        start = 0
+        for (_, w), proj in zip(self.cfg.multi_slots, self.multi_proj):
+            block = batch.multi[..., start : start + w]  # [B, T, w]
+            parts.append(proj(block).unsqueeze(2))  # [B, T, 1, D]
+            start += w
+        comps = torch.cat(parts, dim=2)  # [B, T, C, D]
+        fields_ = comps.new_zeros(B, T, self.cfg.n_fields, comps.shape[-1])
+        fields_ = fields_.index_add(2, self.comp_field, comps)  # [B, T, C, D] -> [B, T, F, D]
+        gap, has_prev = time_since_previous(batch.time_s, batch.present, batch.prev_time_s)
+        gap_bin = torch.bucketize(gap, self.gap_edges)  # [B, T]
+        gap_bin = torch.where(has_prev, gap_bin, torch.full_like(gap_bin, len(TIME_GAP_BOUNDARIES_S) + 1))
+        log_gap = torch.log1p(gap / 60.0).float().unsqueeze(-1) / 5.0  # [B, T, 1], ~unit scale
+        t_emb = self.gap_bins(gap_bin) + self.gap_lin(log_gap) * has_prev.unsqueeze(-1)  # [B, T, D]
+        onehot = Fnn.one_hot(torch.tensor(self.time_field), self.cfg.n_fields).to(fields_.dtype)  # [F]
+        fields_ = fields_ + t_emb.unsqueeze(2) * onehot.view(1, 1, -1, 1)
+        return fields_ + self.field_bias  # [B, T, F, D]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with a time-decay bias, computed explicitly."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.h, self.dh = cfg.n_heads, cfg.d_model // cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        # slope_h = softplus(raw): heads start from no decay to strong decay
+        self.slope_raw = nn.Parameter(torch.linspace(-4.0, 1.0, cfg.n_heads))
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor, log_gap: torch.Tensor, need_weights: bool = False):
+        """x: ``[B, T, D]``; allowed: ``[B, 1, T, T]`` bool; log_gap: ``[B, 1, T, T]`` float32.
+
+        Returns ``(y [B, T, D], weights [B, H, T, T] or None)``. Without ``need_weights`` the
+        fused ``scaled_dot_product_attention`` kernel computes the same function (tested equal).
+        """
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        q = q.view(B, T, self.h, self.dh).transpose(1, 2)  # [B, T, D] -> [B, H, T, dh]
+        k = k.view(B, T, self.h, self.dh).transpose(1, 2)
+        v = v.view(B, T, self.h, self.dh).transpose(1, 2)
+        bias = (-Fnn.softplus(self.slope_raw).view(1, -1, 1, 1) * log_gap).masked_fill(~allowed, float("-inf"))
+        if need_weights:
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh) + bias  # [B, H, T, T]
+            w = torch.softmax(scores, dim=-1)  # rows sum to 1 over allowed keys
+            y = w @ v  # [B, H, T, dh]
+        else:
+            w = None
+            y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [B, H, T, dh]
+        y = y.transpose(1, 2).reshape(B, T, D)  # [B, H, T, dh] -> [B, T, D]
+        return self.out(y), w
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: attention then feed-forward, both residual."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model), nn.Dropout(cfg.dropout)
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, allowed, log_gap, need_weights: bool = False):
+        a, w = self.attn(self.ln1(x), allowed, log_gap, need_weights)
+        x = x + self.drop(a)
+        x = x + self.ff(self.ln2(x))
+        return x, w
+
+
+class FraudTransformer(nn.Module):
+    """Row encoder + causal transformer + logit head. See the module docstring.
+
+    ``forward(batch)`` scores every transaction of every history in one pass.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.rows = RowEncoder(cfg)
+        self.ln_in = nn.LayerNorm(cfg.d_model)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
+        self.ln_out = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, 1)
+
+    def embed(self, batch: TransactionBatch) -> torch.Tensor:
+        """Per-field input embeddings ``[B, T, F, D]`` float32 (what IG attributes to)."""
+        return self.rows(batch)
+
+    def forward(self, batch: TransactionBatch, output_attentions: bool = False) -> ScoreOutput:
+        """Score every transaction. Returns logits ``[B, T]`` (+ attentions ``L x [B, H, T, T]``)."""
+        fe = self.embed(batch)
+        logits, att = self.forward_from_embeddings(fe, batch, output_attentions=output_attentions)
+        return ScoreOutput(logits=logits, attentions=att, field_embeddings=fe)
+
+    def forward_from_embeddings(
+        self, field_embeddings: torch.Tensor, batch: TransactionBatch, output_attentions: bool = False
+    ):
+        """Run the transformer from per-field embeddings.
+
+        Args:
+            field_embeddings: ``[B, T, F, D]`` float32 (``B`` may be a multiple of ``batch``'s ``B``,
+                e.g. IG steps; the batch's masks and times are then repeated).
+            batch: supplies ``present`` and ``time_s``.
+        Returns:
+            ``(logits [B, T] float32, attentions tuple of L x [B, H, T, T] or None)``.
+        """
+        B, T = field_embeddings.shape[:2]
+        present, time_s = batch.present, batch.time_s
+        if present.shape[0] != B:
+            if B % present.shape[0]:
+                raise ValueError(f"field_embeddings: expected batch a multiple of {present.shape[0]}, got {B}")
+            r = B // present.shape[0]
+            present, time_s = present.repeat_interleave(r, 0), time_s.repeat_interleave(r, 0)
+        x = self.ln_in(field_embeddings.sum(dim=2))  # [B, T, F, D] -> [B, T, D]
+        allowed, log_gap = self.attention_mask(present, time_s)
+        atts = []
+        for blk in self.blocks:
+            x, w = blk(x, allowed, log_gap, output_attentions)
+            if output_attentions:
+                atts.append(w)
+        logits = self.head(self.ln_out(x)).squeeze(-1)  # [B, T, D] -> [B, T]
+        return logits, (tuple(atts) if output_attentions else None)
+
+    @staticmethod
+    def attention_mask(present: torch.Tensor, time_s: torch.Tensor):
+        """``allowed [B, 1, T, T]`` bool (key j <= query i, key present; a query always sees
+        itself so padded rows stay finite) and ``log_gap [B, 1, T, T]`` float32 = log1p(minutes
+        between query and key)."""
+        B, T = present.shape
+        causal = torch.ones(T, T, dtype=torch.bool, device=present.device).tril()
+        eye = torch.eye(T, dtype=torch.bool, device=present.device)
+        allowed = (causal & present.unsqueeze(1)) | eye  # [B, T(q), T(k)]
+        gap_min = (time_s.unsqueeze(2) - time_s.unsqueeze(1)).clamp(min=0) / 60.0  # [B, T, T] float64
+        return allowed.unsqueeze(1), torch.log1p(gap_min).float().unsqueeze(1)
+
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
