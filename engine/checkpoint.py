@@ -99,7 +99,7 @@ def save_checkpoint(bundle: ModelBundle, out_dir: str | Path) -> str:
     }
     sha = _digest((out / WEIGHTS).read_bytes(), meta)
     meta["sha256"] = sha
-    (out / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    (out / META).write_text(json.dumps(meta, indent=1))  # key order matters: field order
     bundle.sha256, bundle.path = sha, out
     return sha
 

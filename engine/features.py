@@ -155,7 +155,7 @@ class FeatureEncoder:
             (np.sign(amount) + 1).astype(np.int64),
             np.searchsorted(np.asarray(self.state["amount_bin_edges"]), logabs, side="right").astype(np.int64),
             ts.dt.hour.to_numpy(np.int64),
-            ts.dt.weekday.to_numpy(np.int64),
+            ts.dt.day_of_week.to_numpy(np.int64),
         ]
         num_cols: list[np.ndarray] = [
             ((logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]).astype(np.float32)
@@ -168,7 +168,7 @@ class FeatureEncoder:
                 idx = stable_hash(vals, st["hashed_buckets"]) + 2
             else:
                 lut = {v: i + 2 for i, v in enumerate(st["vocab"])}
-                idx = pd.Series(vals).map(lut).fillna(UNSEEN).to_numpy(np.int64)
+                idx = pd.Series(vals).map(lut).fillna(UNSEEN).to_numpy(np.int64, copy=True)
             idx[missing] = MISSING
             cat_cols.append(idx.astype(np.int64))
         miss_cols = []

@@ -1,0 +1,185 @@
+"""Tiny-config tester for the FraudTransformer: causality, padding, attention, removal rule."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from engine.checkpoint import ModelBundle, build_model, load_checkpoint, save_checkpoint
+from engine.context import build_context
+from engine.features import FeatureEncoder
+from engine.model import TransactionBatch
+from engine.scoring import score_frame
+from engine.sequences import build_windows, make_batch
+from engine.spec import DatasetSpec
+
+
+def tiny_spec() -> DatasetSpec:
+    return DatasetSpec.model_validate(
+        {
+            "name": "tiny",
+            "entity": {"columns": ["card"]},
+            "timestamp": {"column": "ts"},
+            "amount": {"column": "amt"},
+            "label": {"column": "y"},
+            "fields": [
+                {"name": "merchant", "column": "m", "kind": "categorical", "hashed_buckets": 64},
+                {"name": "mcc", "column": "mcc", "kind": "categorical"},
+                {"name": "risk", "column": "r", "kind": "numeric"},
+                {"name": "errors", "column": "e", "kind": "multi_valued"},
+            ],
+        }
+    )
+
+
+def tiny_frame(n_entities=4, n=40, seed=0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    parts = []
+    for e in range(n_entities):
+        m = n + 7 * e
+        ts = pd.Timestamp("2024-01-01") + pd.to_timedelta(np.cumsum(rng.exponential(3600 * 5, m)), unit="s")
+        parts.append(
+            pd.DataFrame(
+                {
+                    "entity_id": f"c{e}",
+                    "timestamp": ts,
+                    "amount": np.round(rng.lognormal(3, 1, m) * rng.choice([1, -1], m, p=[0.95, 0.05]), 2),
+                    "merchant": rng.integers(0, 30, m).astype(str),
+                    "mcc": rng.choice(["5411", "5812", "5999"], m),
+                    "risk": rng.normal(size=m),
+                    "errors": rng.choice(["", "Bad PIN", "Bad PIN|Insufficient Balance"], m, p=[0.8, 0.1, 0.1]),
+                    "label": pd.array(rng.random(m) < 0.1, dtype="Int8"),
+                }
+            )
+        )
+    f = pd.concat(parts, ignore_index=True)
+    f.insert(0, "row_number", np.arange(1, len(f) + 1))
+    f.insert(1, "transaction_id", [f"t{i}" for i in range(len(f))])
+    return f.sort_values(["entity_id", "timestamp", "row_number"]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    spec = tiny_spec()
+    fr = tiny_frame()
+    enc = FeatureEncoder.fit(fr, spec)
+    model = build_model(enc, seed=3, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
+                        context_length=16, min_history=6)
+    # make the random init less trivial: large weights so every input matters
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    model.eval()
+    return ModelBundle(model=model, encoder=enc, spec=spec, meta={"thresholds": {"review": 0.5}})
+
+
+def _batch(bundle, fr, rows):
+    enc = bundle.encoder.transform(fr)
+    return make_batch(enc, np.asarray(rows)[None, :], np.array([0]))
+
+
+def test_batch_validates_shapes():
+    with pytest.raises(ValueError, match="expected dtype torch.float64, got torch.float32"):
+        TransactionBatch(
+            torch.zeros(1, 3, 2, dtype=torch.int64), torch.zeros(1, 3, 1), torch.zeros(1, 3, 0),
+            torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool), torch.zeros(1, dtype=torch.float64),
+        )
+
+
+def test_appending_or_changing_later_never_changes_earlier_scores(bundle):
+    fr = tiny_frame(1, 12)
+    b = _batch(bundle, fr, np.arange(12))
+    base = bundle.model(b).logits[0]
+    # change the last transaction's amount and merchant
+    fr2 = fr.copy()
+    fr2.loc[11, "amount"] = 9999.0
+    fr2.loc[11, "merchant"] = "new"
+    b2 = _batch(bundle, fr2, np.arange(12))
+    out2 = bundle.model(b2).logits[0]
+    torch.testing.assert_close(out2[:11], base[:11])
+    assert not torch.allclose(out2[11], base[11])
+    # appending: scores of the first 8 unchanged when scoring only 8
+    b8 = _batch(bundle, fr, np.arange(8))
+    torch.testing.assert_close(bundle.model(b8).logits[0], base[:8])
+
+
+def test_padding_never_changes_a_score(bundle):
+    fr = tiny_frame(1, 10)
+    b = _batch(bundle, fr, np.arange(10))
+    padded = _batch(bundle, fr, np.concatenate([np.arange(10), -np.ones(6, dtype=int)]))
+    torch.testing.assert_close(bundle.model(padded).logits[0, :10], bundle.model(b).logits[0])
+
+
+def test_attention_rows_sum_to_one_over_allowed_positions(bundle):
+    fr = tiny_frame(1, 10)
+    b = _batch(bundle, fr, np.concatenate([np.arange(10), -np.ones(3, dtype=int)]))
+    present = b.present.clone()
+    present[0, 4] = False  # a removed transaction
+    b = b.with_present(present)
+    out = bundle.model(b, output_attentions=True)
+    assert len(out.attentions) == bundle.config.n_layers
+    for w in out.attentions:
+        assert w.shape == (1, bundle.config.n_heads, 13, 13)
+        torch.testing.assert_close(w.sum(-1), torch.ones(1, bundle.config.n_heads, 13))
+        # no weight on future keys or on removed/padded keys (for real queries)
+        assert torch.all(torch.triu(w[0], diagonal=1) == 0)
+        assert torch.all(w[0, :, 5:10, 4] == 0)
+        assert torch.all(w[0, :, :10, 10:] == 0)
+
+
+def test_fused_attention_equals_explicit(bundle):
+    fr = tiny_frame(1, 14)
+    b = _batch(bundle, fr, np.arange(14))
+    torch.testing.assert_close(
+        bundle.model(b, output_attentions=True).logits, bundle.model(b).logits, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_removing_by_mask_equals_deleting_the_row(bundle):
+    fr = tiny_frame(1, 12)
+    b = _batch(bundle, fr, np.arange(12))
+    present = b.present.clone()
+    present[0, 5] = False
+    masked = bundle.model(b.with_present(present)).logits[0]
+    deleted_fr = fr.drop(index=5).reset_index(drop=True)
+    deleted = bundle.model(_batch(bundle, deleted_fr, np.arange(11))).logits[0]
+    torch.testing.assert_close(masked[[i for i in range(12) if i != 5]], deleted, rtol=1e-5, atol=1e-5)
+
+
+def test_windows_cover_every_row_once_and_respect_min_history():
+    ents = np.repeat(["a", "b", "c"], [3, 40, 16])
+    win = build_windows(ents, 16, 6)
+    scored = np.zeros(len(ents), int)
+    for w in range(win.n_windows):
+        for pos in range(win.scored_from[w], win.length[w]):
+            scored[win.rows[w, pos]] += 1
+    assert (scored == 1).all()
+    assert (win.rows[win.row_window, win.row_pos] == np.arange(len(ents))).all()
+    # every row after the first window has >= min_history earlier rows in its window
+    starts = {"a": 0, "b": 3, "c": 43}
+    for r in range(len(ents)):
+        if r - starts[ents[r]] >= 16:
+            assert win.row_pos[r] >= 6
+
+
+def test_whole_file_scores_equal_per_query_context(bundle):
+    fr = tiny_frame(3, 40)
+    s = score_frame(bundle, fr)
+    assert s["probability"].between(0, 1).all() and len(s) == len(fr)
+    for tid in ["t0", "t17", "t39", fr["transaction_id"].iloc[-1]]:
+        ctx = build_context(bundle, fr, tid)
+        assert ctx.transaction_ids[-1] == tid
+        want = float(s.loc[s.transaction_id == tid, "logit"].iloc[0])
+        assert ctx.score_logit() == pytest.approx(want, abs=1e-4)
+
+
+def test_checkpoint_roundtrip_and_tamper_detection(bundle, tmp_path):
+    sha = save_checkpoint(bundle, tmp_path / "ck")
+    loaded = load_checkpoint(tmp_path / "ck")
+    assert loaded.sha256 == sha and len(sha) == 64
+    fr = tiny_frame(2, 20)
+    np.testing.assert_allclose(score_frame(loaded, fr)["logit"], score_frame(bundle, fr)["logit"], rtol=1e-6)
+    meta = (tmp_path / "ck" / "checkpoint.json").read_text().replace('"review": 0.5', '"review": 0.1')
+    (tmp_path / "ck" / "checkpoint.json").write_text(meta)
+    with pytest.raises(ValueError, match="sha256 mismatch"):
+        load_checkpoint(tmp_path / "ck")
