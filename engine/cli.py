@@ -1,0 +1,261 @@
+"""The ``fraudlens`` command line (typer). Every command prints the row accounting it did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="fraudlens: explainable sequence models for fraud investigation")
+console = Console()
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
+
+
+def _fail(msg: str) -> None:
+    console.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(2)
+
+
+def _read(data: Path, spec_name: str, max_rows: int | None = None):
+    from .io import read_transactions
+    from .spec import load_spec
+
+    try:
+        spec = load_spec(spec_name)
+        res = read_transactions(data, spec, max_rows=max_rows)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    console.print(res.summary())
+    return spec, res
+
+
+def _reject_report(res, rejected_out: Path | None) -> None:
+    if len(res.rejected):
+        console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
+        console.print(res.rejected.head(5).to_string(index=False))
+        if rejected_out:
+            res.write_rejected(rejected_out)
+            console.print(f"rejected rows written to {rejected_out}")
+
+
+@app.command()
+def inspect(
+    file: Path = typer.Argument(..., exists=True, help="CSV or Parquet file to look at"),
+    out: Optional[Path] = typer.Option(None, help="where to write the guessed spec (default: FILE.spec.toml)"),
+    name: Optional[str] = typer.Option(None, help="name of the spec"),
+):
+    """Guess a dataset spec (column roles) for an unknown file and write it for you to edit."""
+    from .inspect import guess_spec, write_spec
+
+    spec = guess_spec(file, name=name)
+    out = out or file.with_suffix(".spec.toml")
+    write_spec(spec, out)
+    t = Table("column", "role")
+    for col, role in spec.roles().items():
+        t.add_row(col, role.value)
+    console.print(t)
+    console.print(f"spec written to {out}: check the roles, then use --spec {out}")
+
+
+@app.command()
+def simulate(
+    customers: int = typer.Option(200, min=1, help="number of customers (each has 1-3 cards)"),
+    seed: int = typer.Option(7, help="random seed (same seed -> same file)"),
+    out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
+):
+    """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes."""
+    from .simulate import main
+
+    console.print(main(customers, seed, str(out)))
+
+
+@app.command()
+def train(
+    data: Path = typer.Option(..., exists=True, help="training file (CSV or Parquet)"),
+    spec: str = typer.Option(..., help="built-in spec name or TOML path"),
+    out: Path = typer.Option(Path("runs/model"), help="checkpoint directory"),
+    epochs: int = typer.Option(8, min=1),
+    windows_per_epoch: int = typer.Option(6000, min=1, help="training windows sampled per epoch"),
+    context_length: int = typer.Option(128, min=4),
+    min_history: int = typer.Option(64, min=0),
+    d_model: int = typer.Option(64, min=8),
+    n_layers: int = typer.Option(2, min=1),
+    n_heads: int = typer.Option(4, min=1),
+    batch_size: int = typer.Option(64, min=1),
+    lr: float = typer.Option(2e-3),
+    train_end: Optional[str] = typer.Option(None, help="first day of validation (ISO date)"),
+    val_end: Optional[str] = typer.Option(None, help="first day of test (ISO date)"),
+    max_minutes: float = typer.Option(12.0, help="training time budget (best epoch kept)"),
+    max_rows: Optional[int] = typer.Option(None, help="read only the first N rows (for quick tries)"),
+    seed: int = typer.Option(0),
+    name: Optional[str] = typer.Option(None, help="model name (default: out directory name)"),
+    progress: bool = typer.Option(True, help="show progress bars"),
+):
+    """Train the sequence transformer with a time split; print and save test metrics."""
+    from .checkpoint import file_sha256, save_checkpoint
+    from .train import TrainConfig, train as train_fn
+
+    t0 = time.perf_counter()
+    sp, res = _read(data, spec, max_rows)
+    _reject_report(res, out / "rejected.csv")
+    cfg = TrainConfig(
+        epochs=epochs, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
+        d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
+        val_end=val_end, max_minutes=max_minutes, seed=seed,
+    )
+    try:
+        bundle, report = train_fn(res.frame, sp, cfg, log=console.print, progress=progress)
+    except ValueError as e:
+        _fail(str(e))
+    bundle.meta.update(
+        name=name or out.name,
+        training_data={"path": str(data), "sha256": file_sha256(data), "rows_read": res.rows_read,
+                       "rows_used": len(res.frame), "rows_rejected": len(res.rejected), "max_rows": max_rows},
+    )
+    wall = time.perf_counter() - t0
+    bundle.meta["command_wall_s"] = wall
+    sha = save_checkpoint(bundle, out)
+    t = Table("period", "transactions", "frauds", "AUC ROC", "average precision", "threshold", "precision", "recall")
+    for period in ("validation", "test"):
+        m = report[period]
+        t.add_row(period, f"{m['n']:,}", f"{m['n_fraud']:,}", f"{m.get('auc_roc', float('nan')):.4f}",
+                  f"{m.get('average_precision', float('nan')):.4f}", f"{m['threshold']:.4f}",
+                  f"{m['precision']:.4f}", f"{m['recall']:.4f}")
+    console.print(t)
+    (out / "metrics.json").write_text(json.dumps({"test": report["test"], "validation": report["validation"],
+                                                  "thresholds": report["thresholds"], "wall_s": wall}, indent=1))
+    console.print(f"checkpoint {out} sha256 {sha[:12]}…  wall time {wall / 60:.1f} min")
+
+
+@app.command()
+def score(
+    data: Path = typer.Option(..., exists=True, help="file to score"),
+    spec: Optional[str] = typer.Option(None, help="spec name or path (default: the model's spec)"),
+    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet or .csv (one row per input row)"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
+    rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
+):
+    """Score every transaction; write scored and rejected rows; print the row accounting."""
+    from .checkpoint import load_checkpoint
+    from .scoring import score_frame, ScoreRun, write_scores
+
+    try:
+        bundle = load_checkpoint(model)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    t0 = time.perf_counter()
+    sp, res = _read(data, spec or str(_spec_path(bundle)))
+    scores = score_frame(bundle, res.frame)
+    run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
+    write_scores(run, out)
+    _reject_report(res, rejected)
+    flagged = int((scores["probability"] >= bundle.threshold).sum())
+    console.print(run.accounting())
+    console.print(f"{flagged:,} transactions at or above the review threshold {bundle.threshold:.3f}; "
+                  f"written to {out} ({run.seconds:.1f} s, model {bundle.short_sha})")
+
+
+def _spec_path(bundle) -> Path:
+    """The model's own spec as a temporary TOML file (so --spec can be omitted)."""
+    import tempfile
+
+    p = Path(tempfile.gettempdir()) / f"fraudlens-spec-{bundle.short_sha}.toml"
+    p.write_text(bundle.spec.to_toml())
+    return p
+
+
+@app.command()
+def explain(
+    data: Path = typer.Option(..., exists=True),
+    spec: Optional[str] = typer.Option(None, help="spec name or path (default: the model's spec)"),
+    entity: str = typer.Option(..., help="entity id, e.g. '0:0' for TabFormer user 0 card 0"),
+    row: Optional[int] = typer.Option(None, help="row number of the query in the file (as in rejections)"),
+    position: Optional[int] = typer.Option(None, help="or: the query's position in the entity's timeline (0-based, -1 = last)"),
+    out: Path = typer.Option(Path("explanation.json")),
+    model: Optional[Path] = typer.Option(None),
+    methods: str = typer.Option("attention,attention_rollout,integrated_gradients,shap,occlusion"),
+    ig_steps: int = typer.Option(50, min=2),
+    seed: int = typer.Option(0),
+):
+    """Explain one scored transaction with every method; write one JSON file."""
+    from .checkpoint import load_checkpoint
+    from .explain import explain_transaction
+
+    try:
+        bundle = load_checkpoint(model)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    sp, res = _read(data, spec or str(_spec_path(bundle)))
+    fr = res.frame
+    ent = fr[fr["entity_id"] == entity]
+    if ent.empty:
+        some = ", ".join(fr["entity_id"].drop_duplicates().head(5))
+        _fail(f"entity {entity!r} not in {data} (entities look like: {some})")
+    if (row is None) == (position is None):
+        _fail("give exactly one of --row or --position")
+    if row is not None:
+        hit = ent[ent["row_number"] == row]
+        if hit.empty:
+            _fail(f"row {row} of {data} is not a transaction of entity {entity!r} (or was rejected)")
+    else:
+        try:
+            hit = ent.iloc[[position]]
+        except IndexError:
+            _fail(f"entity {entity!r} has {len(ent)} transactions; position {position} is out of range")
+    tid = str(hit["transaction_id"].iloc[0])
+    t0 = time.perf_counter()
+    expls = explain_transaction(bundle, fr, tid, methods=tuple(m.strip() for m in methods.split(",")),
+                                ig_steps=ig_steps, seed=seed)
+    doc = {
+        "schema": "fraudlens-explanation/1",
+        "model": {"name": bundle.meta.get("name"), "sha256": bundle.sha256},
+        "data": str(data),
+        "entity_id": entity,
+        "query": {"transaction_id": tid, "row_number": int(hit["row_number"].iloc[0])},
+        "explanations": {k: v.to_dict() for k, v in expls.items()},
+    }
+    out.write_text(json.dumps(doc, indent=1))
+    first = next(iter(expls.values()))
+    console.print(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
+                  f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context")
+    for k, e in expls.items():
+        top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]
+        extra = f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else ""
+        console.print(f"  {k:20s} top earlier: " + ", ".join(f"{t} {v:+.3f}" for t, v in top) + extra)
+    console.print(f"written to {out} ({time.perf_counter() - t0:.2f} s)")
+
+
+@app.command()
+def dashboard(
+    data: Optional[Path] = typer.Option(None, help="open this file (default: bundled demo)"),
+    spec: Optional[str] = typer.Option(None, help="spec of --data"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model)"),
+    port: int = typer.Option(8501),
+    headless: bool = typer.Option(True, help="do not try to open a browser"),
+):
+    """Open the Streamlit dashboard."""
+    env = dict(os.environ)
+    if data:
+        env["FRAUDLENS_DATA"] = str(data.resolve())
+    if spec:
+        env["FRAUDLENS_SPEC"] = spec if not Path(spec).exists() else str(Path(spec).resolve())
+    if model:
+        env["FRAUDLENS_MODEL"] = str(model.resolve())
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
+           "--server.fileWatcherType", "none", "--server.port", str(port),
+           "--server.headless", "true" if headless else "false", "--browser.gatherUsageStats", "false"]
+    console.print(f"fraudlens dashboard on http://localhost:{port}")
+    raise typer.Exit(subprocess.call(cmd, env=env, cwd=ROOT))
+
+
+if __name__ == "__main__":
+    app()
