@@ -32,6 +32,7 @@ Example (abridged ``tabformer.toml``)::
 from __future__ import annotations
 
 import enum
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -62,6 +63,9 @@ class FieldKind(str, enum.Enum):
     CATEGORICAL = "categorical"
     NUMERIC = "numeric"
     MULTI_VALUED = "multi_valued"
+
+
+_FIELD_ROLES = {ColumnRole.CATEGORICAL, ColumnRole.NUMERIC, ColumnRole.MULTI_VALUED}
 
 
 class _Strict(BaseModel):
@@ -128,6 +132,15 @@ class LabelSpec(_Strict):
     positive: list[str] = ["1", "Yes", "yes", "True", "true", "fraud"]
     negative: list[str] = ["0", "No", "no", "False", "false", "legit"]
 
+    @model_validator(mode="after")
+    def _disjoint(self) -> "LabelSpec":
+        both = set(self.positive) & set(self.negative)
+        if both:
+            raise ValueError(f"label: values {sorted(both)} are both positive and negative")
+        if "" in self.positive or "" in self.negative:
+            raise ValueError("label: the empty value means 'unknown'; it cannot be positive or negative")
+        return self
+
 
 class FieldSpec(_Strict):
     """One model input field.
@@ -139,7 +152,8 @@ class FieldSpec(_Strict):
       are hashed into this many buckets instead of a vocabulary.
     * ``max_vocab``: vocabulary size cap for plain categoricals (most frequent in training).
     * ``separator``: the list separator of a multi-valued cell (TabFormer ``"Errors?"``: ``","``).
-    * ``missing``: what an empty cell means (categorical/multi-valued: a category name).
+    * ``missing``: what an empty cell means for a categorical (a category name). An empty
+      multi-valued cell is the empty set (``""`` in the canonical frame); ``missing`` is unused there.
     * ``normalize``: for categoricals, ``"zip5"`` turns ``"91750.0"`` into ``"91750"``.
     """
 
@@ -179,28 +193,44 @@ class DatasetSpec(_Strict):
         clash = reserved & set(names)
         if clash:
             raise ValueError(f"fields: names {sorted(clash)} are reserved")
+        clash = (reserved | set(names)) & set(self.passthrough)
+        if clash:
+            raise ValueError(
+                f"passthrough: columns {sorted(clash)} would clash with canonical or field names in the frame"
+            )
+        # every column has exactly one role (several fields may read the same column)
+        seen: dict[str, str] = {}
+        conflicts: list[str] = []
+        for col, role in self._role_pairs():
+            group = "field" if role in _FIELD_ROLES else role.value
+            if col in seen and seen[col] != group:
+                conflicts.append(f"{col!r} is both {seen[col]} and {group}")
+            seen.setdefault(col, group)
+        if conflicts:
+            raise ValueError("a column can have only one role: " + "; ".join(conflicts))
         return self
+
+    def _role_pairs(self):
+        for c in self.entity.columns:
+            yield c, ColumnRole.ENTITY
+        for c in self.timestamp.columns():
+            yield c, ColumnRole.TIMESTAMP
+        yield self.amount.column, ColumnRole.AMOUNT
+        if self.label:
+            yield self.label.column, ColumnRole.LABEL
+        if self.id:
+            yield self.id, ColumnRole.ID
+        for f in self.fields:
+            yield f.column, ColumnRole(f.kind.value)
+        for c in self.passthrough:
+            yield c, ColumnRole.PASSTHROUGH
+        for c in self.ignored:
+            yield c, ColumnRole.IGNORED
 
     # ---- role lookup -------------------------------------------------------------
     def roles(self) -> dict[str, ColumnRole]:
         """Raw column name -> role, for every column the spec names."""
-        out: dict[str, ColumnRole] = {}
-        for c in self.entity.columns:
-            out[c] = ColumnRole.ENTITY
-        for c in self.timestamp.columns():
-            out[c] = ColumnRole.TIMESTAMP
-        out[self.amount.column] = ColumnRole.AMOUNT
-        if self.label:
-            out[self.label.column] = ColumnRole.LABEL
-        if self.id:
-            out[self.id] = ColumnRole.ID
-        for f in self.fields:
-            out[f.column] = ColumnRole(f.kind.value)
-        for c in self.passthrough:
-            out[c] = ColumnRole.PASSTHROUGH
-        for c in self.ignored:
-            out[c] = ColumnRole.IGNORED
-        return out
+        return dict(self._role_pairs())
 
     def required_columns(self) -> list[str]:
         """Raw columns that must exist in the file (everything but ignored ones)."""
@@ -249,13 +279,28 @@ def spec_from_dict(data: dict, source: str = "<dict>") -> DatasetSpec:
         raise ValueError(f"{source}: invalid dataset spec: {e}") from e
 
 
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+
+
+def _toml_char(ch: str) -> str:
+    if ch in _TOML_ESCAPES:
+        return _TOML_ESCAPES[ch]
+    return f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (int, float)):
+    if isinstance(v, int):
+        return repr(v)
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if v in (float("inf"), float("-inf")):
+            return "inf" if v > 0 else "-inf"
         return repr(v)
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_toml_char(ch) for ch in v) + '"'
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
@@ -264,7 +309,7 @@ def _toml_value(v) -> str:
 
 
 def _toml_key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
 
 
 def _dump_toml(d: dict) -> str:

@@ -1,0 +1,376 @@
+"""Guess a dataset spec from a raw file (``fraudlens inspect``).
+
+:func:`guess_spec` reads the first rows of a CSV or Parquet file and guesses each column's
+role (:class:`engine.spec.ColumnRole`) from its name and values:
+
+* label: a fraud/label/target-named column whose values are one binary pair (0/1, Yes/No,
+  true/false, Y/N, fraud/legit); other fraud-named columns (scenario, episode) become
+  passthrough, since they would leak the answer into the model;
+* timestamp: Year/Month/Day(/Time/Hour/Minute) parts, else a datetime column (Parquet
+  timestamp, ISO 8601 or a common day-first/month-first text format), else a numeric time
+  counter (``step``, ``seconds``, unix time) with a guessed unit and origin;
+* entity: customer/card/user/account/client/member-named columns (all of them, in file order);
+* id: a transaction-id-named column whose sampled values are all distinct;
+* amount: an amount/amt/value/price/total-named column, or one with currency symbols;
+* other columns: zip/postal codes -> categorical ``zip5``; cells with a comma-separated list of
+  values that also occur alone -> multi_valued; integer codes and text -> categorical
+  (hashed when more than 100 distinct values); other numbers -> numeric. Other time-like
+  columns (``TX_TIME_DAYS``) and unnamed index columns are ignored.
+
+The guess is a starting point: :func:`write_spec` writes it as TOML with a header telling the
+user to check it. What the guess was unsure about is listed in ``spec.description``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .io import _numbers, _text, read_raw
+from .spec import DatasetSpec, spec_from_dict
+
+__all__ = ["guess_spec", "write_spec", "SAMPLE_ROWS"]
+
+SAMPLE_ROWS = 5000
+_LOW_CARDINALITY = 100
+
+_LABEL_TOKENS = {"fraud", "fraudulent", "label", "target", "class", "isfraud", "chargeback"}
+_LEAK_TOKENS = {"fraud", "fraudulent", "scenario", "chargeback", "label", "target"}
+_ENTITY_TOKENS = {"customer", "cust", "client", "user", "card", "account", "acct", "cardholder",
+                  "member", "holder", "pan", "ccnum", "cc"}
+_ENTITY_BLOCKERS = {"type", "kind", "brand", "category", "present", "chip", "country", "state", "city",
+                    "zip", "age", "gender", "sex", "limit", "expires", "expiry", "expiration", "since",
+                    "open", "score", "dob", "birth", "pin", "cvv", "on", "error", "errors"}
+_ID_TOKENS = {"transaction", "trans", "tx", "txn", "trx", "trn"}
+_AMOUNT_TOKENS = {"amount", "amt", "value", "price", "total", "sum"}
+_TIME_TOKENS = {"time", "date", "datetime", "timestamp", "ts", "dt", "seconds", "secs", "days", "day",
+                "step", "hour", "hours", "minute", "minutes", "unix", "epoch"}
+_ZIP_TOKENS = {"zip", "zipcode", "postal", "postcode", "plz"}
+_CODE_TOKENS = {"id", "code", "mcc", "name", "number", "no", "num", "nr", "terminal", "merchant", "device",
+                "ip", "category", "type", "zip", "store", "shop", "branch", "atm"}
+_BINARY_PAIRS = [
+    ("1", "0"), ("1.0", "0.0"), ("Yes", "No"), ("yes", "no"), ("YES", "NO"), ("True", "False"),
+    ("true", "false"), ("TRUE", "FALSE"), ("Y", "N"), ("y", "n"), ("T", "F"), ("fraud", "legit"),
+]
+_DATE_FORMATS = ["%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M",
+                 "%d.%m.%Y %H:%M:%S", "%d.%m.%Y %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y%m%d%H%M%S"]
+
+
+def _tokens(name: str) -> list[str]:
+    """``"TX_FRAUD_SCENARIO"`` -> [tx, fraud, scenario]; ``"isFraud"`` -> [is, fraud]."""
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [t for t in re.split(r"[^A-Za-z0-9]+", s.lower()) if t]
+
+
+@dataclass
+class _Col:
+    name: str
+    tokens: set[str]
+    text: np.ndarray  # stripped cell text
+    nonempty: np.ndarray  # the non-empty texts
+    distinct: int
+    is_text: bool  # stored as text (CSV, or a Parquet string column)
+    is_datetime: bool
+    numeric_frac: float  # share of non-empty cells that are plain numbers
+    integral: bool  # all numeric cells are whole numbers
+    currency: bool  # some cells carry a currency symbol
+    values: np.ndarray  # parsed numbers (NaN where not a number)
+
+
+def _describe(name: str, s: pd.Series) -> _Col:
+    text = np.asarray([t.strip() for t in _text(s)], dtype=object)
+    nonempty = text[text != ""]
+    is_dt = pd.api.types.is_datetime64_any_dtype(s)
+    v, empty, _ = _numbers(s) if not is_dt else (np.full(len(s), np.nan), np.zeros(len(s), bool), None)
+    n_ne = max(1, len(nonempty))
+    num = np.isfinite(v) & ~empty
+    return _Col(
+        name=name,
+        tokens=set(_tokens(name)),
+        text=text,
+        nonempty=nonempty,
+        distinct=len(set(nonempty.tolist())),
+        is_text=pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s),
+        is_datetime=is_dt,
+        numeric_frac=float(num.sum()) / n_ne if len(nonempty) else 0.0,
+        integral=bool(num.any()) and bool(np.all(v[num] == np.floor(v[num]))),
+        currency=any(ch in t for t in nonempty[:2000].tolist() for ch in "$€£¥"),
+        values=v,
+    )
+
+
+def _binary_pair(c: _Col) -> tuple[str, str] | None:
+    seen = set(c.nonempty.tolist())
+    if not seen:
+        return None
+    for pos, neg in _BINARY_PAIRS:
+        if seen <= {pos, neg}:
+            return pos, neg
+    return None
+
+
+def _parses_as_datetime(c: _Col) -> tuple[bool, str | None]:
+    """(parses, format) for a text column: ISO 8601 (format None) or one of _DATE_FORMATS."""
+    vals = pd.Series(c.nonempty[:2000], dtype=object)
+    if not len(vals) or not vals.str.contains(r"[-/.:T ]", regex=True).all():
+        return False, None
+    if vals.str.fullmatch(r"[+-]?\d+(\.\d+)?").any():
+        return False, None
+    for fmt in [None, *_DATE_FORMATS]:
+        parsed = pd.to_datetime(vals, format=fmt or "ISO8601", errors="coerce", utc=True)
+        if parsed.notna().mean() >= 0.99:
+            return True, fmt
+    return False, None
+
+
+def _is_multi_valued(c: _Col, sep: str = ",") -> bool:
+    if not c.is_text or c.numeric_frac > 0.5:
+        return False
+    cells = set(c.nonempty.tolist())
+    multi = [t for t in cells if sep in t]
+    if not multi:
+        return False
+    singles = {t for t in cells if sep not in t}
+    items = {x.strip() for t in multi for x in t.split(sep)} - {""}
+    if any(all(x.strip() in singles for x in t.split(sep) if x.strip()) for t in multi):
+        return True
+    share = sum(1 for t in c.nonempty.tolist() if sep in t) / max(1, len(c.nonempty))
+    return len(items | singles) <= 32 and share >= 0.05
+
+
+def _buckets(distinct: int) -> int:
+    b = 1024
+    while b < 8 * distinct and b < 65536:
+        b *= 2
+    return b
+
+
+def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = SAMPLE_ROWS) -> DatasetSpec:
+    """Guess a :class:`DatasetSpec` from the column names and first ``sample_rows`` rows of a file.
+
+    Args:
+        path: a CSV or Parquet file.
+        name: the spec's name; default: the file name's stem, lowercased, ``[a-z0-9_]`` only.
+        sample_rows: how many leading rows to look at.
+
+    Returns:
+        A valid spec. Where no entity, timestamp or amount column could be found, the spec names
+        a placeholder column ``"<edit: ... column>"`` (reading then fails with a message naming
+        it) and ``description`` says what to edit.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is empty or has duplicate column names.
+    """
+    p = Path(path)
+    raw = read_raw(p, max_rows=sample_rows)
+    cols = {c: _describe(c, raw[c]) for c in raw.columns}
+    left = list(raw.columns)  # unassigned, file order
+    notes: list[str] = []
+
+    def take(c: str) -> None:
+        left.remove(c)
+
+    # label --------------------------------------------------------------------------------------
+    label = None
+    cands = []
+    for c in left:
+        d = cols[c]
+        pair = _binary_pair(d)
+        if pair and d.tokens & _LABEL_TOKENS:
+            both = len(set(d.nonempty.tolist())) == 2
+            named = bool(d.tokens & {"fraud", "fraudulent", "label", "isfraud"})
+            cands.append(((both, named, -len(d.tokens)), c, pair))
+    if cands:
+        cands.sort(key=lambda x: x[0], reverse=True)
+        _, c, (pos, neg) = cands[0]
+        label = {"column": c, "positive": [pos], "negative": [neg]}
+        take(c)
+        if not cands[0][0][0]:
+            notes.append(f"label {c!r}: only one value seen in the sample; check positive/negative")
+    else:
+        notes.append("no label column found (fine for scoring only)")
+
+    # timestamp ----------------------------------------------------------------------------------
+    timestamp = None
+    lower = {c.strip().lower(): c for c in left}
+    if all(k in lower for k in ("year", "month", "day")):
+        parts = {k: lower[k] for k in ("year", "month", "day")}
+        if "time" in lower and cols[lower["time"]].is_text and pd.Series(
+            cols[lower["time"]].nonempty[:2000], dtype=object
+        ).str.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?").all():
+            parts["time"] = lower["time"]
+        else:
+            for k in ("hour", "minute"):
+                if k in lower:
+                    parts[k] = lower[k]
+        timestamp = {"parts": parts}
+        for c in parts.values():
+            take(c)
+    if timestamp is None:
+        for c in left:
+            if cols[c].is_datetime:
+                timestamp = {"column": c}
+                break
+    if timestamp is None:
+        for c in left:
+            d = cols[c]
+            if d.is_text and len(d.nonempty):
+                ok, fmt = _parses_as_datetime(d)
+                if ok:
+                    timestamp = {"column": c, **({"format": fmt} if fmt else {})}
+                    if fmt and fmt.startswith(("%d/", "%m/")):
+                        notes.append(f"timestamp {c!r}: format {fmt!r} guessed; day/month order may be the other way")
+                    break
+    if timestamp is None:
+        for c in left:
+            d = cols[c]
+            if d.tokens & _TIME_TOKENS and d.numeric_frac >= 0.99:
+                vmax = np.nanmax(d.values) if np.isfinite(d.values).any() else 0
+                if vmax > 1e9 or d.tokens & {"unix", "epoch"}:
+                    timestamp = {"column": c, "unit": "s", "origin": "1970-01-01"}
+                    notes.append(f"timestamp {c!r}: read as unix seconds")
+                else:
+                    unit = "h" if d.tokens & {"hour", "hours"} else "s" if d.tokens & {"seconds", "secs"} else "D"
+                    timestamp = {"column": c, "unit": unit, "origin": "2000-01-01"}
+                    notes.append(
+                        f"timestamp {c!r}: a counter; unit {unit!r} and origin 2000-01-01 are guesses "
+                        "(only differences between timestamps are meaningful)"
+                    )
+                break
+    if timestamp is None:
+        timestamp = {"column": "<edit: timestamp column>"}
+        notes.append("no timestamp column found: edit [timestamp]")
+    elif "column" in timestamp:
+        take(timestamp["column"])
+
+    # entity -------------------------------------------------------------------------------------
+    ent = [c for c in left if cols[c].tokens & _ENTITY_TOKENS and not cols[c].tokens & _ENTITY_BLOCKERS
+           and not cols[c].tokens & _ID_TOKENS]
+    if not ent:
+        ent = ["<edit: entity column>"]
+        notes.append("no entity column (card, customer, account, ...) found: edit [entity]")
+    else:
+        for c in ent:
+            take(c)
+
+    # id -----------------------------------------------------------------------------------------
+    tx_id = None
+    for c in left:
+        d = cols[c]
+        named = (d.tokens & _ID_TOKENS and d.tokens & {"id", "no", "num", "number", "key", "ref"}) or (
+            c.strip().lower() in {"id", "trans_num", "transactionid", "txid"}
+        )
+        if named and len(d.nonempty) == len(d.text) and d.distinct == len(d.nonempty) > 0:
+            tx_id = c
+            take(c)
+            break
+
+    # amount -------------------------------------------------------------------------------------
+    amount = None
+    for pick in (lambda d: bool(d.tokens & _AMOUNT_TOKENS), lambda d: d.currency):
+        for c in left:
+            d = cols[c]
+            if pick(d) and (d.numeric_frac >= 0.99 or d.currency):
+                amount = c
+                break
+        if amount:
+            break
+    if amount is None:
+        amount = "<edit: amount column>"
+        notes.append("no amount column found: edit [amount]")
+    else:
+        take(amount)
+
+    # leftovers: leaks, redundant time columns, index columns -----------------------------------
+    passthrough, ignored = [], []
+    for c in list(left):
+        d = cols[c]
+        if d.tokens & _LEAK_TOKENS:
+            passthrough.append(c)
+            take(c)
+            notes.append(f"{c!r} looks like part of the answer (fraud/label): passthrough, never model input")
+        elif c.strip() == "" or c.startswith("Unnamed") or c.lower() in {"index", "level_0"}:
+            ignored.append(c)
+            take(c)
+        elif d.tokens & _TIME_TOKENS and not timestamp.get("column", "").startswith("<edit"):
+            ignored.append(c)
+            take(c)
+            notes.append(f"{c!r} looks like another form of the time: ignored")
+
+    # fields -------------------------------------------------------------------------------------
+    fields = []
+    used_names = {"row_number", "transaction_id", "entity_id", "timestamp", "amount", "label"}
+    for c in left:
+        d = cols[c]
+        fname = "_".join(_tokens(c)) or "field"
+        while fname in used_names:
+            fname += "_"
+        used_names.add(fname)
+        f: dict = {"name": fname, "column": c}
+        if d.tokens & _ZIP_TOKENS:
+            f.update(kind="categorical", normalize="zip5")
+            if d.distinct > _LOW_CARDINALITY:
+                f["hashed_buckets"] = _buckets(d.distinct)
+        elif _is_multi_valued(d):
+            f.update(kind="multi_valued", separator=",")
+        elif d.numeric_frac >= 0.99 and len(d.nonempty) and not (
+            d.integral and (d.tokens & _CODE_TOKENS or d.distinct <= 32)
+        ):
+            f.update(kind="numeric")
+        else:
+            f["kind"] = "categorical"
+            if d.distinct > _LOW_CARDINALITY:
+                f["hashed_buckets"] = _buckets(d.distinct)
+        fields.append(f)
+
+    data = {
+        "name": name or (re.sub(r"[^a-z0-9_]+", "_", p.name.split(".")[0].lower()).strip("_") or "dataset"),
+        "description": f"guessed by fraudlens inspect from {p.name} (first {len(raw):,} rows); "
+        + ("check: " + "; ".join(notes) if notes else "check every role"),
+        "entity": {"columns": ent},
+        "timestamp": timestamp,
+        "amount": {"column": amount},
+        "fields": fields,
+        "passthrough": passthrough,
+        "ignored": ignored,
+    }
+    if label:
+        data["label"] = label
+    if tx_id:
+        data["id"] = tx_id
+    return spec_from_dict(data, source=f"guess for {p}")
+
+
+def write_spec(spec: DatasetSpec, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``spec`` as TOML to ``path``, with a header comment telling the user to check it.
+
+    Returns the path. Raises ``FileExistsError`` if it exists and ``overwrite`` is False.
+    The file loads back with :func:`engine.spec.load_spec` to an equal spec.
+    """
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise FileExistsError(f"{p}: exists (pass overwrite=True to replace it)")
+    header = [
+        f"# fraudlens dataset spec {spec.name!r}.",
+        "# CHECK AND EDIT THIS FILE before training: the roles were guessed from column names and",
+        "# the first rows of the file, and may be wrong.",
+        "#   [entity]      columns whose values identify one history (card, customer)",
+        "#   [timestamp]   one datetime column, or parts (year/month/day/time)",
+        "#   [amount]      signed amount; negative = refund",
+        "#   [label]       known fraud label: never a model input",
+        "#   id            transaction id: never a model input",
+        "#   [[fields]]    model inputs: kind = categorical | numeric | multi_valued;",
+        "#                 hashed_buckets for high-cardinality ids (merchant, terminal)",
+        "#   passthrough   kept for display/evaluation, never a model input",
+        "#   ignored       not read",
+        "# Read it with:  load_spec('" + str(p) + "')",
+        "",
+    ]
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("\n".join(header) + spec.to_toml())
+    return p
