@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="fraudlens: explainable sequence models for fraud investigation")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
@@ -52,13 +52,19 @@ def inspect(
     file: Path = typer.Argument(..., exists=True, help="CSV or Parquet file to look at"),
     out: Optional[Path] = typer.Option(None, help="where to write the guessed spec (default: FILE.spec.toml)"),
     name: Optional[str] = typer.Option(None, help="name of the spec"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing spec file"),
 ):
     """Guess a dataset spec (column roles) for an unknown file and write it for you to edit."""
     from .inspect import guess_spec, write_spec
 
-    spec = guess_spec(file, name=name)
-    out = out or file.with_suffix(".spec.toml")
-    write_spec(spec, out)
+    try:
+        spec = guess_spec(file, name=name)
+        out = out or file.with_suffix(".spec.toml")
+        write_spec(spec, out, overwrite=force)
+    except FileExistsError:
+        _fail(f"{out} exists; edit it, choose another --out, or pass --force to overwrite it")
+    except ValueError as e:
+        _fail(str(e))
     t = Table("column", "role")
     for col, role in spec.roles().items():
         t.add_row(col, role.value)
