@@ -16,6 +16,8 @@ attributions can be reported per (transaction, field):
   (blake2b, so buckets do not change between processes).
 * every numeric field: standardised with training mean/std (missing -> 0 + a missing flag bin).
 * every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).
+* every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its ``count`` (log1p) and
+  ``fraud_rate`` columns standardised, all in one field (see :mod:`engine.aggregates`).
 """
 
 from __future__ import annotations
@@ -101,6 +103,14 @@ class FeatureEncoder:
         for f in spec.fields_of(FieldKind.NUMERIC):
             x = frame[f.name].to_numpy(np.float64)
             state["numeric"][f.name] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6)}
+        state["aggregates"] = {}
+        for a in spec.aggregates:
+            cols = {}
+            for c in a.columns():
+                x = frame[c].to_numpy(np.float64)
+                x = np.log1p(x) if "_count_" in c else x
+                cols[c] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6), "log": "_count_" in c}
+            state["aggregates"][a.name] = cols
         for f in spec.fields_of(FieldKind.MULTI_VALUED):
             vals = frame[f.name].astype(str).str.split("|").explode()
             vc = vals[vals != ""].value_counts()
@@ -132,7 +142,10 @@ class FeatureEncoder:
 
     def num_columns(self) -> list[tuple[str, str]]:
         """``[(column name, field name)]`` of the ``num`` array, in order."""
-        return [("amount_log", "amount")] + [(n, n) for n in self.state["numeric"]]
+        out = [("amount_log", "amount")] + [(n, n) for n in self.state["numeric"]]
+        for name, cols in self.state.get("aggregates", {}).items():
+            out += [(c, name) for c in cols]
+        return out
 
     def multi_slots(self) -> list[tuple[str, int]]:
         """``[(field name, width)]`` of the multi-hot blocks in ``multi`` (vocab + 1 "other")."""
@@ -142,7 +155,7 @@ class FeatureEncoder:
         """The ``F`` field names, in the order of the field axis of every ``[.., F, ..]`` tensor."""
         names = ["amount", "time_since_prev", "hour", "weekday"]
         names += list(self.state["categorical"]) + list(self.state["numeric"]) + list(self.state["multi_valued"])
-        return names
+        return names + list(self.state.get("aggregates", {}))
 
     # ------------------------------------------------------------------ transform
     def transform(self, frame: pd.DataFrame) -> EncodedFrame:
@@ -178,6 +191,11 @@ class FeatureEncoder:
             num_cols.append(np.where(miss, 0.0, (x - st["mean"]) / st["std"]).astype(np.float32))
             miss_cols.append(miss.astype(np.int64))
         cat_cols += miss_cols
+        for name, cols in self.state.get("aggregates", {}).items():
+            for c, st in cols.items():
+                x = frame[c].to_numpy(np.float64) if c in frame else np.full(n, np.nan)
+                x = np.log1p(x) if st["log"] else x
+                num_cols.append(np.nan_to_num((x - st["mean"]) / st["std"], nan=0.0).astype(np.float32))
         multi_blocks = []
         for name, st in self.state["multi_valued"].items():
             lut = {v: i for i, v in enumerate(st["vocab"])}

@@ -723,6 +723,10 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     for c in spec.passthrough:
         cols[c] = raw[c].iloc[order].reset_index(drop=True)
     frame = pd.DataFrame(cols, copy=False)
+    if spec.aggregates:  # delayed-label history features of other keys (engine.aggregates)
+        from .aggregates import add_aggregates
+
+        frame = add_aggregates(frame, spec)
 
     bad = np.flatnonzero(probs.bad)
     rej = pd.DataFrame(

@@ -168,6 +168,32 @@ class FieldSpec(_Strict):
     description: str = ""
 
 
+class DelayedAggregateSpec(_Strict):
+    """Per-row history features of *another* key (e.g. the terminal) with a label delay.
+
+    For a transaction at time ``t`` and each window ``w`` in ``windows_days``: over the earlier
+    transactions with the same ``key`` value whose time lies in ``[t - delay - w, t - delay)``,
+    ``count`` (how many) and ``fraud_rate`` (share with label 1; 0 when none). Labels become
+    known only ``delay_days`` after a transaction, so nothing from the future or from the delay
+    period is used — the "delayed terminal risk" of the Fraud Detection Handbook (Le Borgne et
+    al., chapter 3.4, "Baseline feature transformation"). Rows without a known label count in
+    ``count`` and not in ``fraud_rate``'s numerator. The result is one model field called
+    ``name`` made of ``2 * len(windows_days)`` numbers.
+
+    * ``key``: a field name of this spec (e.g. ``"terminal"``).
+    """
+
+    name: str
+    key: str
+    windows_days: list[int] = [1, 7, 30]
+    delay_days: int = Field(default=7, ge=0)
+    description: str = ""
+
+    def columns(self) -> list[str]:
+        """Names of the frame columns this aggregate adds (``count`` then ``fraud_rate`` per window)."""
+        return [f"{self.name}_{stat}_{w}d" for w in self.windows_days for stat in ("count", "fraud_rate")]
+
+
 class DatasetSpec(_Strict):
     """Column roles of one raw dataset. See the module docstring for the TOML form."""
 
@@ -182,6 +208,19 @@ class DatasetSpec(_Strict):
     fields: list[FieldSpec] = []
     passthrough: list[str] = []
     ignored: list[str] = []
+    aggregates: list[DelayedAggregateSpec] = []
+
+    @model_validator(mode="after")
+    def _aggregates_ok(self) -> "DatasetSpec":
+        names = {f.name for f in self.fields}
+        for a in self.aggregates:
+            if a.key not in names:
+                raise ValueError(f"aggregates.{a.name}: key {a.key!r} is not a field name ({sorted(names)})")
+            if a.name in names:
+                raise ValueError(f"aggregates.{a.name}: name clashes with a field")
+            if self.label is None:
+                raise ValueError(f"aggregates.{a.name}: delayed label aggregates need a [label]")
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> "DatasetSpec":
