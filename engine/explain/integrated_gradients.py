@@ -1,0 +1,185 @@
+"""Integrated Gradients on the per-field input embeddings of the context.
+
+Sundararajan, Taly & Yan (2017), "Axiomatic Attribution for Deep Networks", arXiv:1703.01365,
+computed with Captum's :class:`captum.attr.IntegratedGradients`.
+
+* **Input** ``x``: the per-field input embeddings ``[1, T, F, D]`` float32 of the context
+  (``FraudTransformer.embed``), i.e. what the transformer sees after the row encoder.
+* **Target**: the query's logit (last position) of
+  ``FraudTransformer.forward_from_embeddings(x, batch)``.
+* **Baseline** ``x'``: the zero embedding — every field of every context transaction (query
+  included) set to the zero vector ``[D]`` (this also zeroes the learned per-field bias; the
+  embeddings' sum is then 0 and the first LayerNorm outputs its bias). The presence mask and the
+  timestamps are unchanged, so the time-decay attention bias and causal mask are the same as
+  for ``x``; only the *content* of the transactions is taken away. ``f(x')`` is reported as
+  ``reference_logit``.
+* **Attribution** of embedding element ``(t, f, d)``: ``(x - x')_{tfd} * mean_alpha grad_{tfd}
+  f(x' + alpha (x - x'))`` with ``n_steps`` points of a quadrature rule. Summed over ``D`` ->
+  ``field_values [T, F]``, summed over ``F`` -> ``values [T]``. Units: **logit**; signed
+  (positive pushes the score towards fraud).
+* **Completeness**: ``sum(values) = f(x) - f(x')`` up to the quadrature error, reported by
+  Captum as ``convergence_delta = sum(attributions) - (f(x) - f(x'))`` (logit).
+
+Quadrature on a split path
+--------------------------
+The transformer's first operation is a LayerNorm of the sum of the field embeddings, which is
+scale-invariant: ``LN(alpha * s) ~= LN(s)`` once ``alpha * std(s) >> sqrt(eps)``. On the
+straight path from the zero baseline almost all of ``f``'s change therefore happens for
+``alpha < ~1e-2`` (measured on the tiny test model: ``f(0.01 x)`` is within 0.02 logit of
+``f(x)``). A plain 50-point rule over ``[0, 1]`` puts one or two points there and misses
+completeness by logits (measured: ~1.8 logit with 50 Gauss-Legendre points, ~1 logit with
+2000 trapezoid points). So the path is split at ``path_breakpoints`` (default the decades
+``1e-4, 1e-3, 1e-2, 1e-1``: 5 segments of 10 points for the default 50) and Captum integrates
+every segment ``[a_k x, a_{k+1} x]`` with its own ``ceil(n_steps / K)`` points, all segments in
+one batched call (segment ``k`` is one example with input ``a_{k+1} x`` and baseline
+``a_k x``). Because the segments tile the same straight line, the sum of their attributions
+*is* Integrated Gradients from the zero baseline (exactly, in the limit of steps), only with a
+quadrature that resolves the steep part; the reported delta is the sum of the segments'
+deltas (measured: ~6e-5 logit at 50 points). ``path_breakpoints=()`` gives Captum's plain
+single-segment rule.
+
+Gradients are taken with respect to the input embeddings only (``torch.autograd.grad``); the
+model's parameters, their ``requires_grad`` flags and ``.grad`` are left untouched, and Captum's
+``IntegratedGradients`` registers no hooks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from ..context import QueryContext
+from .base import Explanation
+from .removal import eval_mode
+
+UNITS = "logit"
+DEFAULT_BREAKPOINTS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
+METHODS = ("gausslegendre", "riemann_trapezoid", "riemann_middle", "riemann_left", "riemann_right")
+BASELINE = (
+    "zero embedding: every field of every context transaction (query included) set to the zero "
+    "vector in the per-field input-embedding space [T, F, D]; presence mask and timestamps "
+    "unchanged (same attention mask and time-decay bias)"
+)
+
+
+@dataclass
+class IGConfig:
+    """Integrated Gradients settings.
+
+    Attributes:
+        n_steps: total quadrature points on the path baseline -> input, ``1 <= n_steps <= 4096``
+            (default 50), split evenly over the ``K = len(path_breakpoints) + 1`` segments,
+            ``ceil(n_steps / K)`` each. The completeness gap shrinks as steps grow.
+        method: Captum integration rule per segment, one of :data:`METHODS` (default
+            ``"gausslegendre"``).
+        internal_batch_size: path points per forward/backward pass, ``>= 1`` (default 64: all
+            default points in one pass). Bounds memory to about ``internal_batch_size``
+            copies of the context's activations.
+        path_breakpoints: interior points ``0 < a_1 < ... < a_{K-1} < 1`` where the straight
+            path is split (see the module docstring); ``()`` = one segment (plain Captum).
+    """
+
+    n_steps: int = 50
+    method: str = "gausslegendre"
+    internal_batch_size: int = 64
+    path_breakpoints: tuple[float, ...] = DEFAULT_BREAKPOINTS
+
+    def __post_init__(self) -> None:
+        self.path_breakpoints = tuple(float(a) for a in self.path_breakpoints)
+        a = (0.0, *self.path_breakpoints, 1.0)
+        if any(a[i] >= a[i + 1] for i in range(len(a) - 1)):
+            raise ValueError(f"path_breakpoints: expected strictly increasing values in (0, 1), got {self.path_breakpoints}")
+        if not 1 <= self.n_steps <= 4096:
+            raise ValueError(f"n_steps: expected 1 <= n_steps <= 4096, got {self.n_steps}")
+        if self.method not in METHODS:
+            raise ValueError(f"method: expected one of {METHODS}, got {self.method!r}")
+        if self.internal_batch_size < 1:
+            raise ValueError(f"internal_batch_size: expected >= 1, got {self.internal_batch_size}")
+
+
+def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
+    """Integrated Gradients of the query logit w.r.t. the context's per-field embeddings.
+
+    Returns an :class:`Explanation` with ``method="integrated_gradients"``, ``values [T]`` and
+    ``field_values [T, F]`` float64 in logits (signed), ``reference_logit = f(zero embedding)``,
+    ``convergence_delta`` (Captum's completeness gap, logit).
+
+    Raises:
+        RuntimeError: called under ``torch.inference_mode()`` (gradients impossible).
+    """
+    from captum.attr import IntegratedGradients  # lazy: captum import is slow
+
+    cfg = cfg or IGConfig()
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("integrated_gradients: cannot run under torch.inference_mode()")
+    t0 = time.perf_counter()
+    model, batch = ctx.bundle.model, ctx.batch
+    T = ctx.T
+
+    def query_logit(emb: torch.Tensor) -> torch.Tensor:  # [n, T, F, D] -> [n]
+        logits, _ = model.forward_from_embeddings(emb, batch)
+        return logits[:, -1]
+
+    with eval_mode(model):
+        with torch.no_grad():
+            x = model.embed(batch).detach()  # [1, T, F, D]
+            x0 = torch.zeros_like(x)
+            f_x = float(query_logit(x)[0])
+            f_0 = float(query_logit(x0)[0])
+        a = torch.tensor((0.0, *cfg.path_breakpoints, 1.0), dtype=x.dtype)  # [K + 1]
+        K = len(a) - 1
+        steps = -(-cfg.n_steps // K)  # ceil: points per segment
+        seg_in = a[1:].view(K, 1, 1, 1) * x  # [K, T, F, D]: segment ends
+        seg_base = a[:-1].view(K, 1, 1, 1) * x  # [K, T, F, D]: segment starts (a_0 = 0: zero baseline)
+        with torch.enable_grad():
+            ig = IntegratedGradients(query_logit)
+            attr, delta = ig.attribute(
+                seg_in, baselines=seg_base, n_steps=steps, method=cfg.method,
+                internal_batch_size=max(cfg.internal_batch_size, K), return_convergence_delta=True,
+            )
+    field_values = attr.detach().sum(0).sum(-1).double().cpu().numpy()  # [K, T, F, D] -> [T, F]
+    values = field_values.sum(-1)  # [T, F] -> [T]
+    return Explanation(
+        method="integrated_gradients",
+        entity_id=ctx.entity_id,
+        transaction_ids=list(ctx.transaction_ids),
+        query_transaction_id=ctx.query_transaction_id,
+        values=values,
+        field_values=field_values,
+        field_names=list(ctx.field_names),
+        units=UNITS,
+        signed=True,
+        baseline=BASELINE,
+        params={**asdict(cfg), "segments": K, "n_steps_per_segment": steps, "n_steps_total": steps * K,
+                "target": "query logit (last position)",
+                "input": f"per-field input embeddings [1, {T}, {x.shape[2]}, {x.shape[3]}]",
+                "cost": IntegratedGradientsExplainer.cost},
+        score_logit=f_x,
+        reference_logit=f_0,
+        convergence_delta=float(delta.detach().double().sum()),
+        extras={"sum_values": float(values.sum()), "f_x_minus_f_baseline": f_x - f_0},
+        elapsed_s=time.perf_counter() - t0,
+    )
+
+
+class IntegratedGradientsExplainer:
+    """``"integrated_gradients"`` (see :func:`explain`)."""
+
+    name: ClassVar[str] = "integrated_gradients"
+    cost: ClassVar[str] = (
+        "~n_steps forward+backward passes of the context (ceil(n_steps / K) per path segment), "
+        "batched internal_batch_size at a time, + 2 forward passes and Captum's 2K for its delta"
+    )
+    signed: ClassVar[bool] = True
+    units: ClassVar[str] = UNITS
+    config_class: ClassVar[type] = IGConfig
+
+    def __init__(self, cfg: IGConfig | None = None):
+        self.cfg = cfg or IGConfig()
+
+    def explain(self, ctx: QueryContext) -> Explanation:
+        return explain(ctx, self.cfg)

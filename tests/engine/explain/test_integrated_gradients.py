@@ -1,0 +1,75 @@
+"""Integrated Gradients: completeness against independently computed f(x) - f(baseline)."""
+
+import numpy as np
+import pytest
+import torch
+from explain_helpers import context, one_torch_thread  # noqa: F401 (autouse fixture)
+
+from engine.explain.integrated_gradients import IGConfig, explain
+
+
+def _f_baseline(ctx) -> float:
+    m = ctx.bundle.model
+    with torch.no_grad():
+        x = m.embed(ctx.batch)
+        return float(m.forward_from_embeddings(torch.zeros_like(x), ctx.batch)[0][0, -1])
+
+
+@pytest.mark.parametrize("position", [0, 3, 12, 30])  # 30: a later window (prev_time_s set)
+def test_completeness_at_50_steps(position):
+    ctx = context(position)
+    e = explain(ctx)
+    f_x, f_0 = ctx.score_logit(), _f_baseline(ctx)
+    assert e.method == "integrated_gradients" and e.units == "logit" and e.signed
+    assert e.values.shape == (ctx.T,) and e.field_values.shape == (ctx.T, len(ctx.field_names))
+    assert e.transaction_ids[-1] == ctx.query_transaction_id and e.field_names == ctx.field_names
+    np.testing.assert_allclose(e.field_values.sum(-1), e.values, atol=1e-9)
+    assert e.score_logit == pytest.approx(f_x, abs=1e-5)
+    assert e.reference_logit == pytest.approx(f_0, abs=1e-5)
+    gap = e.values.sum() - (f_x - f_0)
+    assert abs(gap) <= abs(e.convergence_delta) + 1e-4
+    assert abs(e.convergence_delta) < 1e-2
+    assert e.params["n_steps_total"] == 50 and e.params["segments"] == 5
+
+
+def test_reported_delta_is_honest_for_the_plain_single_segment_rule():
+    """Captum's plain rule over [0, 1] under-resolves the LayerNorm's steep start; the reported
+    delta must say so (this is why the default splits the path)."""
+    ctx = context(12)
+    e = explain(ctx, IGConfig(path_breakpoints=()))
+    gap = e.values.sum() - (ctx.score_logit() - _f_baseline(ctx))
+    assert gap == pytest.approx(e.convergence_delta, abs=1e-4)
+    assert e.params["segments"] == 1
+    split = explain(ctx)
+    assert abs(split.convergence_delta) < abs(e.convergence_delta)
+
+
+def test_split_path_converges_to_the_same_attributions():
+    ctx = context(7)
+    a = explain(ctx, IGConfig(n_steps=50))
+    b = explain(ctx, IGConfig(n_steps=250))  # 50 Gauss-Legendre points per segment
+    np.testing.assert_allclose(a.field_values, b.field_values, atol=5e-3)
+    c = explain(ctx, IGConfig(n_steps=1000, method="riemann_trapezoid"))
+    assert abs(c.convergence_delta) < 1e-2
+    np.testing.assert_allclose(c.field_values, b.field_values, rtol=1e-2, atol=2e-2)  # other rule, same integral
+
+
+def test_internal_batch_size_does_not_change_the_result():
+    ctx = context(9)
+    a = explain(ctx, IGConfig(internal_batch_size=64))
+    b = explain(ctx, IGConfig(internal_batch_size=7))
+    np.testing.assert_allclose(a.field_values, b.field_values, atol=1e-5)
+
+
+def test_config_validation_and_inference_mode():
+    with pytest.raises(ValueError, match="n_steps"):
+        IGConfig(n_steps=0)
+    with pytest.raises(ValueError, match="method"):
+        IGConfig(method="simpson")
+    with pytest.raises(ValueError, match="path_breakpoints"):
+        IGConfig(path_breakpoints=(0.5, 0.1))
+    ctx = context(3)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="inference_mode"):
+        explain(ctx)
+    with torch.no_grad():  # a caller's no_grad must not break IG
+        assert abs(explain(ctx).convergence_delta) < 1e-2
