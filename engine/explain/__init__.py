@@ -62,7 +62,8 @@ def explain_all(
         ctx: the query context (``engine.context.build_context``).
         methods: names from :data:`METHODS`, run in this order.
         seed: SHAP coalition-sampling seed.
-        ig_steps: Integrated Gradients path steps (``IGConfig.n_steps``).
+        ig_steps: Integrated Gradients initial path points (``IGConfig.n_steps``; adaptive
+            refinement may add up to ``8 * ig_steps`` in all, see ``IGConfig.target_delta``).
         shap_samples: SHAP coalitions (``ShapConfig.nsamples``; ``None`` = ``2 * P + 512``).
         configs: optional ``{method: config}`` overriding the config built from the
             arguments above (e.g. ``{"attention": AttentionConfig(layer=0, head=1)}``).
@@ -76,7 +77,10 @@ def explain_all(
     if unknown:
         raise ValueError(f"methods: unknown {unknown}; expected names from {sorted(METHODS)}")
     configs = dict(configs or {})
-    defaults = {"integrated_gradients": IGConfig(n_steps=ig_steps), "shap": ShapConfig(nsamples=shap_samples, seed=seed)}
+    defaults = {
+        "integrated_gradients": IGConfig(n_steps=ig_steps, max_steps=8 * ig_steps),
+        "shap": ShapConfig(nsamples=shap_samples, seed=seed),
+    }
     out: dict[str, Explanation] = {}
     for m in methods:
         cls = METHODS[m]

@@ -16,9 +16,10 @@ def _f_baseline(ctx) -> float:
 
 
 @pytest.mark.parametrize("position", [0, 3, 12, 30])  # 30: a later window (prev_time_s set)
-def test_completeness_at_50_steps(position):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_completeness_at_50_steps(position, adaptive):
     ctx = context(position)
-    e = explain(ctx)
+    e = explain(ctx, IGConfig() if adaptive else IGConfig(target_delta=None))
     f_x, f_0 = ctx.score_logit(), _f_baseline(ctx)
     assert e.method == "integrated_gradients" and e.units == "logit" and e.signed
     assert e.values.shape == (ctx.T,) and e.field_values.shape == (ctx.T, len(ctx.field_names))
@@ -29,14 +30,31 @@ def test_completeness_at_50_steps(position):
     gap = e.values.sum() - (f_x - f_0)
     assert abs(gap) <= abs(e.convergence_delta) + 1e-4
     assert abs(e.convergence_delta) < 1e-2
-    assert e.params["n_steps_total"] == 50 and e.params["segments"] == 5
+    if adaptive:
+        assert abs(e.convergence_delta) <= 5e-3 and e.params["n_steps_total"] <= 400
+    else:
+        assert e.params["n_steps_total"] == 50 and e.params["segments"] == 5
+
+
+def test_adaptive_refinement_shrinks_the_gap():
+    ctx = context(30)
+    fixed = explain(ctx, IGConfig(target_delta=None))
+    fine = explain(ctx, IGConfig(target_delta=1e-4, max_steps=600))
+    assert fine.params["refinements"] >= 1 and 50 < fine.params["n_steps_total"] <= 600
+    assert abs(fine.convergence_delta) < min(1e-4, abs(fixed.convergence_delta))
+    path = fine.params["path"]
+    assert path[0] == 0.0 and path[-1] == 1.0 and all(a < b for a, b in zip(path, path[1:]))
+    assert len(fine.extras["segment_deltas"]) == len(path) - 1 == fine.params["segments"]
+    gap = fine.values.sum() - (ctx.score_logit() - _f_baseline(ctx))
+    assert abs(gap) <= abs(fine.convergence_delta) + 1e-4
+    np.testing.assert_allclose(fine.field_values, fixed.field_values, atol=2e-2)
 
 
 def test_reported_delta_is_honest_for_the_plain_single_segment_rule():
     """Captum's plain rule over [0, 1] under-resolves the LayerNorm's steep start; the reported
     delta must say so (this is why the default splits the path)."""
     ctx = context(12)
-    e = explain(ctx, IGConfig(path_breakpoints=()))
+    e = explain(ctx, IGConfig(path_breakpoints=(), target_delta=None))
     gap = e.values.sum() - (ctx.score_logit() - _f_baseline(ctx))
     assert gap == pytest.approx(e.convergence_delta, abs=1e-4)
     assert e.params["segments"] == 1
@@ -46,10 +64,10 @@ def test_reported_delta_is_honest_for_the_plain_single_segment_rule():
 
 def test_split_path_converges_to_the_same_attributions():
     ctx = context(7)
-    a = explain(ctx, IGConfig(n_steps=50))
-    b = explain(ctx, IGConfig(n_steps=250))  # 50 Gauss-Legendre points per segment
+    a = explain(ctx, IGConfig(n_steps=50, target_delta=None))
+    b = explain(ctx, IGConfig(n_steps=250, target_delta=None))  # 50 Gauss-Legendre points per segment
     np.testing.assert_allclose(a.field_values, b.field_values, atol=5e-3)
-    c = explain(ctx, IGConfig(n_steps=1000, method="riemann_trapezoid"))
+    c = explain(ctx, IGConfig(n_steps=1000, max_steps=1000, method="riemann_trapezoid", target_delta=None))
     assert abs(c.convergence_delta) < 1e-2
     np.testing.assert_allclose(c.field_values, b.field_values, rtol=1e-2, atol=2e-2)  # other rule, same integral
 
@@ -68,6 +86,10 @@ def test_config_validation_and_inference_mode():
         IGConfig(method="simpson")
     with pytest.raises(ValueError, match="path_breakpoints"):
         IGConfig(path_breakpoints=(0.5, 0.1))
+    with pytest.raises(ValueError, match="max_steps"):
+        IGConfig(n_steps=500)
+    with pytest.raises(ValueError, match="target_delta"):
+        IGConfig(target_delta=0.0)
     ctx = context(3)
     with torch.inference_mode(), pytest.raises(RuntimeError, match="inference_mode"):
         explain(ctx)
