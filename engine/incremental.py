@@ -78,8 +78,7 @@ class IncrementalScorer:
             present=torch.ones(1, 1, dtype=torch.bool),
             prev_time_s=torch.tensor([st.last_time], dtype=torch.float64),
         )
-        fe = self.model.embed(batch)  # [1, 1, F, D]
-        return self.model.ln_in(fe.sum(dim=2))[0, 0], t  # [1, 1, F, D] -> [D]
+        return self.model.ln_in(self.model.rows.summed(batch))[0, 0], t  # [1, 1, D] -> [D]
 
     def _step(self, x: torch.Tensor, w: _Window, t: float) -> torch.Tensor:
         """Run one new row (``x [D]``) through every layer against window ``w``'s cache; returns

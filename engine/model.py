@@ -216,6 +216,29 @@ class RowEncoder(nn.Module):
         self.register_buffer("comp_field", torch.tensor(comp_field, dtype=torch.int64), persistent=False)
         self.field_bias = nn.Parameter(torch.zeros(F, D))
 
+    def _time_embedding(self, batch: TransactionBatch) -> torch.Tensor:
+        """``[B, T, D]`` embedding of the time since the previous present transaction."""
+        gap, has_prev = time_since_previous(batch.time_s, batch.present, batch.prev_time_s)
+        gap_bin = torch.bucketize(gap, self.gap_edges)  # [B, T]
+        gap_bin = torch.where(has_prev, gap_bin, torch.full_like(gap_bin, len(TIME_GAP_BOUNDARIES_S) + 1))
+        log_gap = torch.log1p(gap / 60.0).float().unsqueeze(-1) / 5.0  # [B, T, 1], ~unit scale
+        return self.gap_bins(gap_bin) + self.gap_lin(log_gap) * has_prev.unsqueeze(-1)  # [B, T, D]
+
+    def summed(self, batch: TransactionBatch) -> torch.Tensor:
+        """``[B, T, D]`` = ``forward(batch).sum(dim=2)`` without materialising ``[B, T, F, D]``
+        (the scoring fast path; tested equal)."""
+        B, T = batch.shape
+        D = self.cfg.d_model
+        x = self.field_bias.sum(0) + self.num_b.sum(0) + batch.num @ self.num_w  # [B, T, Fn] -> [B, T, D]
+        if batch.cat.shape[-1]:
+            flat = (batch.cat + self.cat_offsets).view(B * T, -1)  # [B, T, Fc] -> [B*T, Fc]
+            x = x + Fnn.embedding_bag(flat, self.cat_emb.weight, mode="sum").view(B, T, D)
+        start = 0
+        for (_, w), proj in zip(self.cfg.multi_slots, self.multi_proj):
+            x = x + proj(batch.multi[..., start : start + w])
+            start += w
+        return x + self._time_embedding(batch)
+
     def forward(self, batch: TransactionBatch) -> torch.Tensor:
         B, T = batch.shape
         parts = []
@@ -230,11 +253,7 @@ class RowEncoder(nn.Module):
         comps = torch.cat(parts, dim=2)  # [B, T, C, D]
         fields_ = comps.new_zeros(B, T, self.cfg.n_fields, comps.shape[-1])
         fields_ = fields_.index_add(2, self.comp_field, comps)  # [B, T, C, D] -> [B, T, F, D]
-        gap, has_prev = time_since_previous(batch.time_s, batch.present, batch.prev_time_s)
-        gap_bin = torch.bucketize(gap, self.gap_edges)  # [B, T]
-        gap_bin = torch.where(has_prev, gap_bin, torch.full_like(gap_bin, len(TIME_GAP_BOUNDARIES_S) + 1))
-        log_gap = torch.log1p(gap / 60.0).float().unsqueeze(-1) / 5.0  # [B, T, 1], ~unit scale
-        t_emb = self.gap_bins(gap_bin) + self.gap_lin(log_gap) * has_prev.unsqueeze(-1)  # [B, T, D]
+        t_emb = self._time_embedding(batch)  # [B, T, D]
         onehot = Fnn.one_hot(torch.tensor(self.time_field), self.cfg.n_fields).to(fields_.dtype)  # [F]
         fields_ = fields_ + t_emb.unsqueeze(2) * onehot.view(1, 1, -1, 1)
         return fields_ + self.field_bias  # [B, T, F, D]
@@ -252,7 +271,8 @@ class CausalSelfAttention(nn.Module):
         self.slope_raw = nn.Parameter(torch.linspace(-4.0, 1.0, cfg.n_heads))
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor, log_gap: torch.Tensor, need_weights: bool = False):
-        """x: ``[B, T, D]``; allowed: ``[B, 1, T, T]`` bool; log_gap: ``[B, 1, T, T]`` float32.
+        """x: ``[B, T, D]``; allowed: ``[B, 1, T, T]`` float32 additive mask (0 allowed, -inf not);
+        log_gap: ``[B, 1, T, T]`` float32.
 
         Returns ``(y [B, T, D], weights [B, H, T, T] or None)``. Without ``need_weights`` the
         fused ``scaled_dot_product_attention`` kernel computes the same function (tested equal).
@@ -262,7 +282,8 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.h, self.dh).transpose(1, 2)  # [B, T, D] -> [B, H, T, dh]
         k = k.view(B, T, self.h, self.dh).transpose(1, 2)
         v = v.view(B, T, self.h, self.dh).transpose(1, 2)
-        bias = (-Fnn.softplus(self.slope_raw).view(1, -1, 1, 1) * log_gap).masked_fill(~allowed, float("-inf"))
+        # allowed: additive mask [B, 1, T, T] (0 or -inf); bias = mask - slope_h * log_gap
+        bias = torch.addcmul(allowed, Fnn.softplus(self.slope_raw).view(1, -1, 1, 1), log_gap, value=-1.0)
         if need_weights:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh) + bias  # [B, H, T, T]
             w = torch.softmax(scores, dim=-1)  # rows sum to 1 over allowed keys
@@ -313,11 +334,18 @@ class FraudTransformer(nn.Module):
         """Per-field input embeddings ``[B, T, F, D]`` float32 (what IG attributes to)."""
         return self.rows(batch)
 
-    def forward(self, batch: TransactionBatch, output_attentions: bool = False) -> ScoreOutput:
-        """Score every transaction. Returns logits ``[B, T]`` (+ attentions ``L x [B, H, T, T]``)."""
-        fe = self.embed(batch)
-        logits, att = self.forward_from_embeddings(fe, batch, output_attentions=output_attentions)
-        return ScoreOutput(logits=logits, attentions=att, field_embeddings=fe)
+    def forward(
+        self, batch: TransactionBatch, output_attentions: bool = False, output_field_embeddings: bool = False
+    ) -> ScoreOutput:
+        """Score every transaction. Returns logits ``[B, T]`` (+ attentions ``L x [B, H, T, T]`` and
+        per-field embeddings ``[B, T, F, D]`` when asked; without them a fused path that never
+        materialises ``[B, T, F, D]`` runs — tested equal)."""
+        if output_field_embeddings:
+            fe = self.embed(batch)
+            logits, att = self.forward_from_embeddings(fe, batch, output_attentions=output_attentions)
+            return ScoreOutput(logits=logits, attentions=att, field_embeddings=fe)
+        logits, att = self._encode(self.rows.summed(batch), batch.present, batch.time_s, output_attentions)
+        return ScoreOutput(logits=logits, attentions=att)
 
     def forward_from_embeddings(
         self, field_embeddings: torch.Tensor, batch: TransactionBatch, output_attentions: bool = False
@@ -338,7 +366,11 @@ class FraudTransformer(nn.Module):
                 raise ValueError(f"field_embeddings: expected batch a multiple of {present.shape[0]}, got {B}")
             r = B // present.shape[0]
             present, time_s = present.repeat_interleave(r, 0), time_s.repeat_interleave(r, 0)
-        x = self.ln_in(field_embeddings.sum(dim=2))  # [B, T, F, D] -> [B, T, D]
+        return self._encode(field_embeddings.sum(dim=2), present, time_s, output_attentions)  # [B,T,F,D] -> [B,T,D]
+
+    def _encode(self, row_sum: torch.Tensor, present: torch.Tensor, time_s: torch.Tensor, output_attentions: bool):
+        """``row_sum [B, T, D]`` (sum of field embeddings) -> ``(logits [B, T], attentions | None)``."""
+        x = self.ln_in(row_sum)
         allowed, log_gap = self.attention_mask(present, time_s)
         atts = []
         for blk in self.blocks:
@@ -350,15 +382,16 @@ class FraudTransformer(nn.Module):
 
     @staticmethod
     def attention_mask(present: torch.Tensor, time_s: torch.Tensor):
-        """``allowed [B, 1, T, T]`` bool (key j <= query i, key present; a query always sees
-        itself so padded rows stay finite) and ``log_gap [B, 1, T, T]`` float32 = log1p(minutes
-        between query and key)."""
+        """``allowed [B, 1, T, T]`` float32 additive mask: 0 where key j <= query i and key j is
+        present (a query always sees itself so padded rows stay finite), -inf elsewhere; and
+        ``log_gap [B, 1, T, T]`` float32 = log1p(minutes between query and key)."""
         B, T = present.shape
         causal = torch.ones(T, T, dtype=torch.bool, device=present.device).tril()
         eye = torch.eye(T, dtype=torch.bool, device=present.device)
         allowed = (causal & present.unsqueeze(1)) | eye  # [B, T(q), T(k)]
-        gap_min = (time_s.unsqueeze(2) - time_s.unsqueeze(1)).clamp(min=0) / 60.0  # [B, T, T] float64
-        return allowed.unsqueeze(1), torch.log1p(gap_min).float().unsqueeze(1)
+        mask = torch.zeros(allowed.shape, dtype=torch.float32, device=present.device).masked_fill_(~allowed, float("-inf"))
+        gap_min = ((time_s.unsqueeze(2) - time_s.unsqueeze(1)).clamp(min=0) / 60.0).float()  # [B, T, T]
+        return mask.unsqueeze(1), torch.log1p(gap_min).unsqueeze(1)
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -135,6 +135,15 @@ def test_fused_attention_equals_explicit(bundle):
     )
 
 
+def test_fused_row_sum_equals_per_field_embeddings(bundle):
+    fr = tiny_frame(1, 14)
+    b = _batch(bundle, fr, np.concatenate([np.arange(14), -np.ones(2, dtype=int)]))
+    torch.testing.assert_close(bundle.model.rows.summed(b), bundle.model.embed(b).sum(dim=2), rtol=1e-5, atol=1e-5)
+    full = bundle.model(b, output_field_embeddings=True)
+    assert full.field_embeddings.shape == (1, 16, len(bundle.encoder.field_names()), bundle.config.d_model)
+    torch.testing.assert_close(full.logits, bundle.model(b).logits, rtol=1e-5, atol=1e-5)
+
+
 def test_removing_by_mask_equals_deleting_the_row(bundle):
     fr = tiny_frame(1, 12)
     b = _batch(bundle, fr, np.arange(12))
