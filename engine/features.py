@@ -215,6 +215,50 @@ class FeatureEncoder:
             time_s=_to_seconds(ts),
         )
 
+    def transform_row(self, row) -> EncodedFrame:
+        """Encode one canonical row (dict or Series) without pandas: the incremental scorer's
+        fast path (tested equal to :meth:`transform`). Returns an ``EncodedFrame`` of length 1."""
+        luts = self.__dict__.setdefault("_luts", {})
+        amount = float(row["amount"])
+        logabs = np.log1p(abs(amount))
+        ts = pd.Timestamp(row["timestamp"])
+        cat = [int(np.sign(amount) + 1), int(np.searchsorted(self.state["amount_bin_edges"], logabs, side="right")),
+               ts.hour, ts.day_of_week]
+        num = [(logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]]
+        fspec = {f.name: f for f in self.spec.fields}
+        for name, st in self.state["categorical"].items():
+            v = str(row[name])
+            if v == fspec[name].missing:
+                cat.append(MISSING)
+            elif "hashed_buckets" in st:
+                cat.append(int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") % st["hashed_buckets"] + 2)
+            else:
+                lut = luts.setdefault(name, {u: i + 2 for i, u in enumerate(st["vocab"])})
+                cat.append(lut.get(v, UNSEEN))
+        for name, st in self.state["numeric"].items():
+            x = float(row[name]) if row[name] is not None else float("nan")
+            num.append(0.0 if np.isnan(x) else (x - st["mean"]) / st["std"])
+            cat.append(int(np.isnan(x)))
+        for name, cols in self.state.get("aggregates", {}).items():
+            for c, st in cols.items():
+                x = float(row[c]) if c in row and row[c] is not None else float("nan")
+                x = np.log1p(x) if st["log"] else x
+                num.append(0.0 if np.isnan(x) else (x - st["mean"]) / st["std"])
+        multi = []
+        for name, st in self.state["multi_valued"].items():
+            lut = luts.setdefault("multi:" + name, {u: i for i, u in enumerate(st["vocab"])})
+            block = np.zeros(len(st["vocab"]) + 1, np.float32)
+            v = str(row[name])
+            for item in (v.split("|") if v else []):
+                block[lut.get(item, len(st["vocab"]))] = 1.0
+            multi.append(block)
+        return EncodedFrame(
+            cat=np.asarray([cat], np.int64),
+            num=np.asarray([num], np.float32),
+            multi=(np.concatenate(multi)[None, :] if multi else np.zeros((1, 0), np.float32)),
+            time_s=np.asarray([ts.value / 1e9]),
+        )
+
     # ------------------------------------------------------------------ display
     def describe_value(self, field: str, row: pd.Series) -> str:
         """Raw value of ``field`` for one canonical-frame row, as text for display."""

@@ -65,7 +65,7 @@ class IncrementalScorer:
     # ------------------------------------------------------------------ encoding
     def _row_embedding(self, row, st: _EntityState) -> tuple[torch.Tensor, float]:
         """Summed field embedding ``[D]`` of one new transaction and its time in seconds."""
-        enc = self.bundle.encoder.transform(pd.DataFrame([dict(row)]))
+        enc = self.bundle.encoder.transform_row(row)
         t = float(enc.time_s[0])
         if not math.isnan(st.last_time) and t < st.last_time:
             raise ValueError(f"transaction at {pd.Timestamp(t, unit='s')} is older than the entity's previous one")

@@ -46,7 +46,8 @@ class TrainConfig:
         epochs: maximum epochs. patience: epochs without validation-AP improvement before stopping.
         windows_per_epoch: training windows sampled per epoch (None = all).
         train_end / val_end: split dates (ISO text) or None for the 70 % / 85 % rule.
-        max_minutes: stop training (keeping the best epoch) after this wall time.
+        max_minutes: stop training after this wall time (checked every 20 steps; the best
+            evaluated epoch is kept).
         seed: seed for init and sampling. threads: torch intra-op threads (None = torch default).
     """
 
@@ -65,7 +66,7 @@ class TrainConfig:
     windows_per_epoch: int | None = 6000
     train_end: str | None = None
     val_end: str | None = None
-    max_minutes: float = 12.0
+    max_minutes: float = 11.0
     seed: int = 0
     threads: int | None = None
 
@@ -212,6 +213,8 @@ def train(
             steps_total += 1
             if len(losses) % 20 == 0:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+                if (time.perf_counter() - t_start) / 60 >= cfg.max_minutes:
+                    break  # time budget: evaluate this partial epoch, then stop
         pv = sigmoid(eval_rows(val_rows).astype(np.float64))
         vm = binary_metrics(label[val_rows], pv)
         elapsed = (time.perf_counter() - t_start) / 60

@@ -78,6 +78,17 @@ def _batch(bundle, fr, rows):
     return make_batch(enc, np.asarray(rows)[None, :], np.array([0]))
 
 
+def test_single_row_encoding_equals_frame_encoding(bundle):
+    fr = tiny_frame(2, 30, seed=4)
+    full = bundle.encoder.transform(fr)
+    for i in [0, 5, 17, 44]:
+        one = bundle.encoder.transform_row(fr.iloc[i].to_dict())
+        np.testing.assert_array_equal(one.cat[0], full.cat[i])
+        np.testing.assert_allclose(one.num[0], full.num[i], rtol=1e-6)
+        np.testing.assert_array_equal(one.multi[0], full.multi[i])
+        assert one.time_s[0] == pytest.approx(full.time_s[i])
+
+
 def test_batch_validates_shapes():
     with pytest.raises(ValueError, match="expected dtype torch.float64, got torch.float32"):
         TransactionBatch(
