@@ -90,6 +90,7 @@ def train(
     spec: str = typer.Option(..., help="built-in spec name or TOML path"),
     out: Path = typer.Option(Path("runs/model"), help="checkpoint directory"),
     epochs: int = typer.Option(8, min=1),
+    patience: int = typer.Option(2, min=1, help="epochs without validation-AP gain before stopping"),
     windows_per_epoch: int = typer.Option(6000, min=1, help="training windows sampled per epoch"),
     context_length: int = typer.Option(128, min=4),
     min_history: int = typer.Option(64, min=0),
@@ -114,7 +115,7 @@ def train(
     sp, res = _read(data, spec, max_rows)
     _reject_report(res, out / "rejected.csv")
     cfg = TrainConfig(
-        epochs=epochs, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
+        epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
         val_end=val_end, max_minutes=max_minutes, seed=seed,
     )
