@@ -120,21 +120,29 @@ def choose_thresholds(y: np.ndarray, p: np.ndarray, min_precision: float = 0.8) 
     return {"review": review, "decline": max(decline, review)}
 
 
-def train(
+def fit(
     frame: pd.DataFrame,
     spec: DatasetSpec,
+    split: np.ndarray,
     cfg: TrainConfig | None = None,
     *,
     log: Callable[[str], None] = print,
     progress: bool = True,
-) -> tuple[ModelBundle, dict[str, Any]]:
-    """Train a :class:`FraudTransformer` on a canonical frame with known labels.
+    early_stopping: bool = True,
+) -> tuple[ModelBundle, list[dict[str, Any]]]:
+    """Fit feature statistics and a model given a per-row split.
 
+    Args:
+        frame: canonical frame with a ``label`` column, sorted by (entity_id, timestamp).
+        split: ``[N]`` int8 per row: 0 = training label, 1 = validation (evaluated after every
+            epoch), anything else = history only (input, never a label).
+        early_stopping: keep the epoch with the best validation AP and stop after ``patience``
+            epochs without gain; if False (or no validation rows), train ``cfg.epochs`` epochs and
+            keep the last one (validation AP is still recorded per epoch when there are rows).
     Returns:
-        ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
-        report dict with the per-epoch history and wall time.
+        ``(bundle, history)``; ``history[i]`` holds loss and validation metrics of epoch ``i + 1``.
     Raises:
-        ValueError: no label column, no fraud in the training period, or an empty period.
+        ValueError: no label column or no fraud among the training rows.
     """
     cfg = cfg or TrainConfig()
     t_start = time.perf_counter()
@@ -143,15 +151,12 @@ def train(
     if "label" not in frame:
         raise ValueError("training needs a label column (spec [label])")
     rng = np.random.default_rng(cfg.seed)
-    split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(label)
     n_pos = int(((split == 0) & known & (label == 1)).sum())
     n_neg = int(((split == 0) & known & (label == 0)).sum())
     if n_pos == 0:
         raise ValueError("training period has no fraud-labelled transaction")
-    log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
-        f"rows {np.bincount(split, minlength=3).tolist()}, train frauds {n_pos:,}")
 
     encoder = FeatureEncoder.fit(frame.loc[split == 0], spec)
     enc = encoder.transform(frame)
@@ -163,90 +168,119 @@ def train(
     win = build_windows(ents, cfg.context_length, cfg.min_history)
     ent_start = window_entity_start(win, ents)
 
-    # per-slot loss mask: scored in this window, training period, label known
+    # per-slot loss mask: scored in this window, training split, label known
     slot_rows = win.rows
     valid = slot_rows >= 0
     safe = np.where(valid, slot_rows, 0)
     scored = valid & (np.arange(cfg.context_length)[None, :] >= win.scored_from[:, None])
     train_slot = scored & (split[safe] == 0) & known[safe]
     train_windows = np.flatnonzero(train_slot.any(axis=1))
+    # a window only needs to run up to its last training slot (causal: later slots change nothing)
+    last_slot = np.where(train_slot.any(axis=1), cfg.context_length - 1 - np.argmax(train_slot[:, ::-1], axis=1), 0)
     y_all = np.nan_to_num(label, nan=0.0).astype(np.float32)
     pos_weight = torch.tensor(min(math.sqrt(n_neg / n_pos), 30.0))
     log(f"model: {model.n_parameters():,} parameters; windows: {win.n_windows:,} "
-        f"({len(train_windows):,} with training rows); pos_weight {pos_weight.item():.1f}")
+        f"({len(train_windows):,} with training rows); train frauds {n_pos:,}; pos_weight {pos_weight.item():.1f}")
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     val_rows = np.flatnonzero((split == 1) & known)
-    test_rows = np.flatnonzero((split == 2) & known)
 
-    def eval_rows(rows: np.ndarray) -> np.ndarray:
-        """Logits for ``rows``, running only the windows that score them."""
-        return score_encoded(model, enc, ents, batch_size=256, rows=rows)[rows]
-
-    history, best = [], (-1.0, None, -1)
+    history: list[dict[str, Any]] = []
+    best = (-1.0, None, -1)
     per_epoch = len(train_windows) if cfg.windows_per_epoch is None else min(cfg.windows_per_epoch, len(train_windows))
-    steps_total = 0
     for epoch in range(cfg.epochs):
         model.train()
         order = rng.choice(train_windows, size=per_epoch, replace=False)
         # similar lengths together: sort within chunks of 16 batches
         chunk = cfg.batch_size * 16
-        order = np.concatenate([c[np.argsort(win.length[c])] for c in np.array_split(order, max(1, len(order) // chunk))])
+        order = np.concatenate([c[np.argsort(last_slot[c])] for c in np.array_split(order, max(1, len(order) // chunk))])
         batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
         rng.shuffle(batches)
         losses = []
+        out_of_time = False
         bar = tqdm(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
         for ids in bar:
-            Tb = int(win.length[ids].max())
+            Tb = int(last_slot[ids].max()) + 1
             batch = make_batch(enc, win.rows[ids, :Tb], ent_start[ids])
             logits = model(batch).logits  # [b, Tb]
             m = torch.from_numpy(train_slot[ids, :Tb])
             y = torch.from_numpy(y_all[safe[ids, :Tb]])
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                logits[m], y[m], pos_weight=pos_weight
-            )
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits[m], y[m], pos_weight=pos_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(loss.item())
-            steps_total += 1
             if len(losses) % 20 == 0:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
                 if (time.perf_counter() - t_start) / 60 >= cfg.max_minutes:
+                    out_of_time = True
                     break  # time budget: evaluate this partial epoch, then stop
-        pv = sigmoid(eval_rows(val_rows).astype(np.float64))
-        vm = binary_metrics(label[val_rows], pv)
-        elapsed = (time.perf_counter() - t_start) / 60
-        history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)), **{f"val_{k}": v for k, v in vm.items()}, "minutes": elapsed})
-        log(f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  val AP {vm.get('average_precision', float('nan')):.4f}  "
-            f"val AUC {vm.get('auc_roc', float('nan')):.4f}  ({elapsed:.1f} min)")
-        ap = vm.get("average_precision", 0.0)
-        if ap > best[0]:
-            best = (ap, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
-        elif epoch + 1 - best[2] >= cfg.patience:
-            log(f"early stop: no validation AP gain for {cfg.patience} epochs")
-            break
-        if elapsed >= cfg.max_minutes:
+        rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan")}
+        if len(val_rows):
+            pv = sigmoid(score_encoded(model, enc, ents, batch_size=256, rows=val_rows)[val_rows].astype(np.float64))
+            rec.update({f"val_{k}": v for k, v in binary_metrics(label[val_rows], pv).items()})
+        rec["minutes"] = (time.perf_counter() - t_start) / 60
+        history.append(rec)
+        log(f"epoch {epoch + 1}: loss {rec['loss']:.4f}  val AP {rec.get('val_average_precision', float('nan')):.4f}  "
+            f"val AUC {rec.get('val_auc_roc', float('nan')):.4f}  ({rec['minutes']:.1f} min)")
+        if early_stopping and len(val_rows):
+            ap = rec.get("val_average_precision", 0.0)
+            if ap > best[0]:
+                best = (ap, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
+            elif epoch + 1 - best[2] >= cfg.patience:
+                log(f"early stop: no validation AP gain for {cfg.patience} epochs")
+                break
+        if out_of_time:
             log(f"time budget of {cfg.max_minutes} min reached")
             break
-
-    model.load_state_dict(best[1])
+    if best[1] is not None:
+        model.load_state_dict(best[1])
     model.eval()
-    pv = sigmoid(eval_rows(val_rows).astype(np.float64))
+    meta = {"best_epoch": best[2] if best[1] is not None else len(history), "train_config": asdict(cfg), "history": history}
+    return ModelBundle(model=model, encoder=encoder, spec=spec, meta=meta), history
+
+
+def train(
+    frame: pd.DataFrame,
+    spec: DatasetSpec,
+    cfg: TrainConfig | None = None,
+    *,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+) -> tuple[ModelBundle, dict[str, Any]]:
+    """Train on a canonical frame with a time split (see module doc), choose thresholds on
+    validation, report test metrics.
+
+    Returns:
+        ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
+        report dict with the per-epoch history and wall time.
+    Raises:
+        ValueError: no label column, no fraud in the training period, or an empty period.
+    """
+    cfg = cfg or TrainConfig()
+    t_start = time.perf_counter()
+    split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
+    log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
+        f"rows {np.bincount(split, minlength=3).tolist()}")
+    bundle, history = fit(frame, spec, split, cfg, log=log, progress=progress)
+    label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
+    known = ~np.isnan(label)
+    val_rows = np.flatnonzero((split == 1) & known)
+    test_rows = np.flatnonzero((split == 2) & known)
+    enc = bundle.encoder.transform(frame)
+    ents = frame["entity_id"].to_numpy()
+    both = np.concatenate([val_rows, test_rows])
+    lg = score_encoded(bundle.model, enc, ents, batch_size=256, rows=both).astype(np.float64)
+    pv, pt = sigmoid(lg[val_rows]), sigmoid(lg[test_rows])
     thresholds = choose_thresholds(label[val_rows].astype(int), pv)
-    pt = sigmoid(eval_rows(test_rows).astype(np.float64))
     test_m = binary_metrics(label[test_rows], pt, thresholds["review"])
     val_m = binary_metrics(label[val_rows], pv, thresholds["review"])
     wall = time.perf_counter() - t_start
-    meta = {
-        "metrics": {"test": test_m, "validation": val_m},
-        "thresholds": thresholds,
-        "split": {"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/train.py"},
-        "train_config": asdict(cfg),
-        "best_epoch": best[2],
-        "train_wall_s": wall,
-        "history": history,
-    }
-    bundle = ModelBundle(model=model, encoder=encoder, spec=spec, meta=meta)
+    bundle.meta.update(
+        metrics={"test": test_m, "validation": val_m},
+        thresholds=thresholds,
+        split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/train.py"},
+        train_wall_s=wall,
+    )
     return bundle, {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds}
