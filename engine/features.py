@@ -6,8 +6,10 @@ per-row arrays for the model, and maps encoded values back to raw values for dis
 Fields (``F`` of them, in this order) — each becomes one ``D``-vector in the row encoder, so
 attributions can be reported per (transaction, field):
 
-* ``amount``: sign (refund / zero / purchase) + log-magnitude quantile bin + standardised
-  ``log1p(|amount|)``.
+* ``amount``: sign (refund / zero / purchase) + log-magnitude quantile bin (16 quantile bins plus
+  tail bins at the 97/99/99.5/99.9 % quantiles) + standardised ``log1p(|amount|)``.
+* ``amount_vs_history``: the standardised log amount minus its mean over the earlier *present*
+  transactions of the window, computed inside the model (so removing a transaction updates it).
 * ``time_since_prev``: seconds since the entity's previous (present) transaction, computed
   inside the model from timestamps so that removing a transaction re-computes it.
 * ``hour`` and ``weekday`` of the timestamp (UTC).
@@ -32,6 +34,7 @@ import pandas as pd
 from .spec import DatasetSpec, FieldKind
 
 N_AMOUNT_BINS = 16
+TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.999]
 #: Boundaries (seconds) of the time-since-previous-transaction bins used by the model.
 TIME_GAP_BOUNDARIES_S = [
     60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 4 * 86400,
@@ -84,7 +87,9 @@ class FeatureEncoder:
             if f.name not in frame.columns:
                 raise ValueError(f"frame lacks field column {f.name!r} (from spec column {f.column!r})")
         logabs = np.log1p(np.abs(frame["amount"].to_numpy(np.float64)))
-        qs = np.quantile(logabs, np.linspace(0, 1, N_AMOUNT_BINS + 1)[1:-1]).tolist()
+        # 16 quantile bins plus finer bins in the tail, where fraud rules often live (e.g. > 220)
+        levels = np.concatenate([np.linspace(0, 1, N_AMOUNT_BINS + 1)[1:-1], TAIL_QUANTILES])
+        qs = np.unique(np.quantile(logabs, levels)).tolist()
         state: dict[str, Any] = {
             "amount_log_mean": float(logabs.mean()),
             "amount_log_std": float(logabs.std() + 1e-6),
@@ -129,7 +134,7 @@ class FeatureEncoder:
         """``[(column name, field name, cardinality)]`` of the ``cat`` array, in order."""
         cols = [
             ("amount_sign", "amount", 3),
-            ("amount_bin", "amount", N_AMOUNT_BINS),
+            ("amount_bin", "amount", len(self.state["amount_bin_edges"]) + 1),
             ("hour", "hour", 24),
             ("weekday", "weekday", 7),
         ]
@@ -153,7 +158,7 @@ class FeatureEncoder:
 
     def field_names(self) -> list[str]:
         """The ``F`` field names, in the order of the field axis of every ``[.., F, ..]`` tensor."""
-        names = ["amount", "time_since_prev", "hour", "weekday"]
+        names = ["amount", "time_since_prev", "amount_vs_history", "hour", "weekday"]
         names += list(self.state["categorical"]) + list(self.state["numeric"]) + list(self.state["multi_valued"])
         return names + list(self.state.get("aggregates", {}))
 

@@ -34,6 +34,7 @@ class _Window:
     keys: list[torch.Tensor] = field(default_factory=list)  # per layer [H, n, dh]
     values: list[torch.Tensor] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # seconds, per cached row
+    z_sum: float = 0.0  # sum of the standardised log amounts of the cached rows
 
 
 @dataclass
@@ -63,8 +64,9 @@ class IncrementalScorer:
         self._slopes = [Fnn.softplus(b.attn.slope_raw.detach()).view(-1, 1) for b in self.model.blocks]  # [H, 1]
 
     # ------------------------------------------------------------------ encoding
-    def _row_embedding(self, row, st: _EntityState) -> tuple[torch.Tensor, float]:
-        """Summed field embedding ``[D]`` of one new transaction and its time in seconds."""
+    def _row_embedding(self, row, st: _EntityState) -> tuple[torch.Tensor, float, float]:
+        """Summed field embedding ``[D]`` of one new transaction *without* its window-dependent
+        ``amount_vs_history`` field, its time in seconds and its standardised log amount."""
         enc = self.bundle.encoder.transform_row(row)
         t = float(enc.time_s[0])
         if not math.isnan(st.last_time) and t < st.last_time:
@@ -78,11 +80,22 @@ class IncrementalScorer:
             present=torch.ones(1, 1, dtype=torch.bool),
             prev_time_s=torch.tensor([st.last_time], dtype=torch.float64),
         )
-        return self.model.ln_in(self.model.rows.summed(batch))[0, 0], t  # [1, 1, D] -> [D]
+        rows = self.model.rows
+        base = rows.summed(batch)[0, 0]  # [1, 1, D] -> [D]
+        if rows.hist_field is not None:
+            base = base - rows.hist_none  # a lone row has "no history": take that part out again
+        return base, t, float(enc.num[0, 0])
 
-    def _step(self, x: torch.Tensor, w: _Window, t: float) -> torch.Tensor:
-        """Run one new row (``x [D]``) through every layer against window ``w``'s cache; returns
-        the final hidden state ``[D]`` and appends the row's keys/values to the cache."""
+    def _step(self, base: torch.Tensor, w: _Window, t: float, z: float) -> torch.Tensor:
+        """Run one new row (``base [D]``, its time ``t`` and log amount ``z``) through every layer
+        against window ``w``'s cache; returns the final hidden state ``[D]`` and appends the row's
+        keys/values to the cache."""
+        rows = self.model.rows
+        if rows.hist_field is not None:
+            n = len(w.times)
+            dev = torch.tensor(z - (w.z_sum / n if n else 0.0))
+            base = base + rows.history_embedding(dev, torch.tensor(n > 0))
+        x = self.model.ln_in(base)
         times = torch.tensor(w.times + [t], dtype=torch.float64)
         log_gap = torch.log1p((t - times).clamp(min=0) / 60.0).float()  # [n+1]
         first = not w.keys
@@ -105,6 +118,7 @@ class IncrementalScorer:
             x = x + att.out(a.reshape(-1))
             x = x + blk.ff(blk.ln2(x))
         w.times.append(t)
+        w.z_sum += z
         return x
 
     # ------------------------------------------------------------------ public
@@ -113,7 +127,7 @@ class IncrementalScorer:
         """Score one new transaction of ``entity_id`` (appended after its cached history)."""
         st = self.entities.setdefault(str(entity_id), _EntityState())
         p = st.n
-        x, t = self._row_embedding(row, st)
+        base, t, z = self._row_embedding(row, st)
         T = self.cfg.context_length
         # window k starts at k*S: open it there; drop windows that are full
         if p % self.S == 0:
@@ -122,7 +136,7 @@ class IncrementalScorer:
         k_score = int(window_of_position(p, T, self.cfg.min_history)) * self.S
         logit = float("nan")
         for w in st.windows:
-            h = self._step(x, w, t)
+            h = self._step(base, w, t, z)
             if w.start == k_score:
                 logit = float(self.model.head(self.model.ln_out(h)))
         st.n, st.last_time = p + 1, t

@@ -206,6 +206,9 @@ class RowEncoder(nn.Module):
         self.num_b = nn.Parameter(torch.zeros(len(cfg.num_field_index), D))
         self.multi_proj = nn.ModuleList([nn.Linear(w, D, bias=False) for _, w in cfg.multi_slots])
         self.time_field = cfg.field_names.index("time_since_prev")
+        self.hist_field = cfg.field_names.index("amount_vs_history") if "amount_vs_history" in cfg.field_names else None
+        self.hist_lin = nn.Linear(1, D)
+        self.hist_none = nn.Parameter(torch.zeros(D))
         self.gap_bins = nn.Embedding(len(TIME_GAP_BOUNDARIES_S) + 2, D)  # + "no previous"
         self.gap_lin = nn.Linear(1, D)
         self.register_buffer(
@@ -224,6 +227,21 @@ class RowEncoder(nn.Module):
         log_gap = torch.log1p(gap / 60.0).float().unsqueeze(-1) / 5.0  # [B, T, 1], ~unit scale
         return self.gap_bins(gap_bin) + self.gap_lin(log_gap) * has_prev.unsqueeze(-1)  # [B, T, D]
 
+    def history_embedding(self, dev: torch.Tensor, has_prev: torch.Tensor) -> torch.Tensor:
+        """``[..., D]`` embedding of ``dev`` (log amount minus the mean over earlier present
+        transactions, ``[...]`` float32) where ``has_prev``, else a learned "no history" vector."""
+        return torch.where(has_prev.unsqueeze(-1), self.hist_lin((dev * has_prev).unsqueeze(-1)), self.hist_none)
+
+    def _history_field(self, batch: TransactionBatch) -> torch.Tensor:
+        """``[B, T, D]``: amount versus the mean of the earlier present transactions of the window."""
+        z = batch.num[..., 0]  # [B, T] standardised log |amount| (num column 0 by construction)
+        p = batch.present.to(z.dtype)
+        prev_sum = torch.cumsum(z * p, dim=1) - z * p  # [B, T] sum over earlier present rows
+        prev_n = torch.cumsum(p, dim=1) - p
+        has = prev_n > 0
+        dev = z - prev_sum / prev_n.clamp(min=1.0)
+        return self.history_embedding(dev, has)
+
     def summed(self, batch: TransactionBatch) -> torch.Tensor:
         """``[B, T, D]`` = ``forward(batch).sum(dim=2)`` without materialising ``[B, T, F, D]``
         (the scoring fast path; tested equal)."""
@@ -237,7 +255,8 @@ class RowEncoder(nn.Module):
         for (_, w), proj in zip(self.cfg.multi_slots, self.multi_proj):
             x = x + proj(batch.multi[..., start : start + w])
             start += w
-        return x + self._time_embedding(batch)
+        x = x + self._time_embedding(batch)
+        return x + self._history_field(batch) if self.hist_field is not None else x
 
     def forward(self, batch: TransactionBatch) -> torch.Tensor:
         B, T = batch.shape
@@ -256,6 +275,9 @@ class RowEncoder(nn.Module):
         t_emb = self._time_embedding(batch)  # [B, T, D]
         onehot = Fnn.one_hot(torch.tensor(self.time_field), self.cfg.n_fields).to(fields_.dtype)  # [F]
         fields_ = fields_ + t_emb.unsqueeze(2) * onehot.view(1, 1, -1, 1)
+        if self.hist_field is not None:
+            onehot_h = Fnn.one_hot(torch.tensor(self.hist_field), self.cfg.n_fields).to(fields_.dtype)
+            fields_ = fields_ + self._history_field(batch).unsqueeze(2) * onehot_h.view(1, 1, -1, 1)
         return fields_ + self.field_bias  # [B, T, F, D]
 
 
