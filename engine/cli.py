@@ -241,6 +241,43 @@ def explain(
     console.print(f"written to {out} ({time.perf_counter() - t0:.2f} s)")
 
 
+bench_app = typer.Typer(no_args_is_help=True, help="benchmarks that print tables and write bench/results/*.md")
+app.add_typer(bench_app, name="bench")
+HANDBOOK = ROOT.parent / "shared" / "data" / "handbook" / "transactions.parquet"
+SMALL_GBT_GRID = {"num_leaves": [31], "learning_rate": [0.05, 0.1], "min_child_samples": [100],
+                  "max_bin": [1023], "n_estimators": [100, 200]}
+
+
+@bench_app.command("quality")
+def bench_quality(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    epochs: int = typer.Option(5, min=1, help="most epochs tried on the validation folds"),
+    full_gbt_grid: bool = typer.Option(False, help="the GBT's full validation grid (48 settings) instead of 4"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "quality.md"),
+):
+    """Transformer vs LightGBM vs the Handbook's published numbers on the Handbook protocol."""
+    from dataclasses import replace
+
+    from .bench import quality
+
+    grid = None if full_gbt_grid else SMALL_GBT_GRID
+    quality.run(str(data), out=out, cfg=replace(quality.BENCH_CONFIG, epochs=epochs), gbt_grid=grid, log=console.print)
+
+
+@bench_app.command("speed")
+def bench_speed(
+    data: Path = typer.Option(HANDBOOK, exists=True),
+    spec: str = typer.Option("handbook"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint (default: default configuration, untrained)"),
+    train_run: Optional[Path] = typer.Option(Path("runs/handbook"), help="checkpoint of a Handbook training run, for its wall time"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "speed.md"),
+):
+    """Scoring throughput vs re-scoring, incremental latency, case-open time, memory, training time."""
+    from .bench import speed
+
+    speed.run(str(data), spec, model, train_run, out)
+
+
 @app.command()
 def dashboard(
     data: Optional[Path] = typer.Option(None, help="open this file (default: bundled demo)"),
