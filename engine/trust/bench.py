@@ -1,0 +1,317 @@
+"""Global evaluation of the explainers over the flagged cases of a test period.
+
+:func:`run_explanation_bench` takes a model bundle and a canonical frame and, over the
+**flagged cases** (probability >= the model's review threshold) of the **test period**
+(timestamps >= the checkpoint's ``split.val_end``; the whole frame if the checkpoint has no
+split), at most ``max_cases`` of them drawn uniformly with ``seed``:
+
+* explains each case with every method (:func:`engine.explain.explain_all`);
+* measures faithfulness (:mod:`engine.trust.faithfulness`): deletion AOPC over top 1..``k_max``
+  of every method, of random orders (mean of ``n_random`` seeds) and of the attention order,
+  and sufficiency (top-k only); all in logits;
+* checks completeness (:func:`engine.trust.sanity.completeness_checks`: IG convergence delta,
+  SHAP efficiency gap; IG is re-run with more steps when its gap exceeds
+  :data:`~engine.trust.sanity.COMPLETENESS_TOLERANCE`, and the re-run is what is evaluated);
+* scores **ground truth** where the data carries it (evaluation-only passthrough columns, never
+  model input):
+
+  - demo data (``engine.simulate``, spec ``demo``): ``Fraud Episode`` — the earlier context
+    transactions of the query's own episode;
+  - Fraud Detection Handbook (spec ``handbook``): ``TX_FRAUD_SCENARIO`` — scenario 3
+    (compromised customer credentials): the earlier fraudulent (scenario 3) transactions of the
+    same customer; scenario 2 (compromised terminal): the earlier fraudulent (scenario 2)
+    transactions of the customer at the query's terminal; scenario 1 (amount > 220) and
+    legitimate queries have no history ground truth.
+
+  **precision@k** of a method = the share of its top-``k'`` earlier transactions (ranked as in
+  the deletion curve) that belong to the ground-truth set ``G``, with ``k' = min(k, |G|)`` so
+  that 1.0 is reachable; cases without ``G`` are left out. The random baseline is ``|G| / P``
+  (expected precision of a random order).
+* times every method per case (``Explanation.elapsed_s``, seconds on this machine).
+
+:func:`main` reads a file through a spec, loads a checkpoint, runs the bench, prints a markdown
+table and writes it (with machine and package info) to ``bench/results/explanations.md``, one
+section per (data file, model), replaced on a re-run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..checkpoint import ModelBundle, package_versions
+from ..context import QueryContext, build_context
+from ..explain import DEFAULT_METHODS, explain_all
+from ..scoring import score_encoded, sigmoid
+from .faithfulness import evaluate_faithfulness, ranking_order
+from .sanity import COMPLETENESS_TOLERANCE, completeness_checks
+
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "bench" / "results" / "explanations.md"
+EPISODE_COLUMN = "Fraud Episode"
+SCENARIO_COLUMN = "TX_FRAUD_SCENARIO"
+
+
+def ground_truth(ctx: QueryContext) -> tuple[np.ndarray, str]:
+    """Positions ``[n]`` of the earlier context transactions of the query's fraud episode, and
+    the rule used (``""`` when the case has no ground truth). See the module docstring.
+    Reads passthrough columns of ``ctx.rows`` only (evaluation; never model input)."""
+    rows = ctx.rows
+    q = ctx.T - 1
+    if EPISODE_COLUMN in rows:
+        ep = rows[EPISODE_COLUMN].astype("string").fillna("").str.strip().to_numpy()
+        if ep[q] == "":
+            return np.zeros(0, np.int64), ""
+        return np.flatnonzero(ep[:q] == ep[q]).astype(np.int64), "demo Fraud Episode"
+    if SCENARIO_COLUMN in rows:
+        sc = pd.to_numeric(rows[SCENARIO_COLUMN], errors="coerce").fillna(0).astype(int).to_numpy()
+        if sc[q] == 3:
+            return np.flatnonzero(sc[:q] == 3).astype(np.int64), "handbook scenario 3 (same customer)"
+        if sc[q] == 2 and "terminal" in rows:
+            term = rows["terminal"].astype(str).to_numpy()
+            return (np.flatnonzero((sc[:q] == 2) & (term[:q] == term[q])).astype(np.int64),
+                    "handbook scenario 2 (same terminal)")
+    return np.zeros(0, np.int64), ""
+
+
+def precision_at_k(order: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Share of the first ``min(k, |truth|)`` entries of ``order`` that are in ``truth``; NaN
+    when ``truth`` is empty."""
+    kk = min(int(k), len(truth))
+    if kk == 0:
+        return float("nan")
+    return float(np.isin(np.asarray(order)[:kk], truth).mean())
+
+
+def period_rows(bundle: ModelBundle, frame: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Row indices of the test period (``timestamp >= split.val_end`` of the checkpoint) and a
+    description; every row when the checkpoint has no split."""
+    val_end = (bundle.meta.get("split") or {}).get("val_end")
+    if not val_end:
+        return np.arange(len(frame)), "all rows (the checkpoint records no split)"
+    t = pd.Timestamp(val_end)
+    return np.flatnonzero(frame["timestamp"].to_numpy() >= t.to_datetime64()), f"test period (from {t})"
+
+
+def run_explanation_bench(
+    bundle: ModelBundle,
+    frame: pd.DataFrame,
+    *,
+    max_cases: int = 50,
+    methods: Iterable[str] = DEFAULT_METHODS,
+    seed: int = 0,
+    k: int = 5,
+    k_max: int = 10,
+    n_random: int = 5,
+    ig_steps: int = 50,
+    shap_samples: int | None = None,
+    log=None,
+) -> pd.DataFrame:
+    """Evaluate the explainers over flagged test-period cases (see the module docstring).
+
+    Args:
+        bundle: model bundle (threshold ``bundle.threshold``, split from ``bundle.meta``).
+        frame: canonical frame (sorted, index 0..N-1) the model scores.
+        max_cases: flagged cases explained at most (drawn uniformly, ``seed``).
+        methods: explanation methods (``"attention"`` is always computed for the attention order).
+        seed: case sampling, SHAP coalitions and random orders.
+        k: precision@k. k_max: AOPC / sufficiency over top 1..k_max. n_random: random orders.
+        ig_steps / shap_samples: as in :func:`engine.explain.explain_all`.
+        log: optional ``callable(str)`` for progress lines.
+    Returns:
+        DataFrame, one row per method: ``method``, ``n_cases``, ``aopc``, ``aopc_random``,
+        ``aopc_attention``, ``aopc_minus_random``, ``beats_random`` (share of cases with AOPC >
+        random AOPC), ``sufficiency``, ``sufficiency_random``, ``n_truth_cases``,
+        ``precision_at_k``, ``precision_random``, ``completeness_gap`` (mean |gap| after re-runs,
+        IG/SHAP), ``gap_above_tolerance`` (cases still above it), ``retries`` (IG re-runs),
+        ``seconds_per_case`` (mean wall time of the method's explanation + its curves).
+        ``attrs["per_case"]``: one row per (case, method) with the per-case values;
+        ``attrs["info"]``: counts and settings.
+    Raises:
+        ValueError: unknown method, ``max_cases < 1``.
+    """
+    if max_cases < 1:
+        raise ValueError(f"max_cases: expected >= 1, got {max_cases}")
+    log = log or (lambda s: None)
+    methods = list(methods)
+    run_methods = methods if "attention" in methods else ["attention", *methods]
+    t_all = time.perf_counter()
+    frame = frame.reset_index(drop=True)
+    rows, period = period_rows(bundle, frame)
+    enc = bundle.encoder.transform(frame)
+    logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
+    prob = sigmoid(logits[rows].astype(np.float64))
+    flagged = rows[prob >= bundle.threshold]
+    rng = np.random.default_rng(seed)
+    cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
+    log(f"{period}: {len(rows):,} rows, {len(flagged):,} flagged at {bundle.threshold:.3f}; explaining {len(cases)}")
+    per_case: list[dict[str, Any]] = []
+    for n, r in enumerate(cases):
+        tid = str(frame["transaction_id"].iloc[r])
+        ctx = build_context(bundle, frame, tid, enc=enc)
+        if ctx.T < 2:
+            continue
+        t0 = time.perf_counter()
+        expl = explain_all(ctx, run_methods, seed=seed, ig_steps=ig_steps, shap_samples=shap_samples)
+        checks, expl = completeness_checks(ctx, expl, warn=False)  # IG re-run with more steps if needed
+        retries = {c.method: c.retries for c in checks}
+        faith = evaluate_faithfulness(ctx, expl, k_max=k_max, curve_max=k_max, n_random=n_random, seed=seed)
+        truth, rule = ground_truth(ctx)
+        P = ctx.T - 1
+        label = frame["label"].iloc[r] if "label" in frame else pd.NA
+        for m in methods:
+            e, fr = expl[m], faith[m]
+            gap = e.convergence_delta
+            per_case.append({
+                "case": tid, "entity_id": ctx.entity_id, "T": ctx.T, "logit": fr.full_logit,
+                "label": None if pd.isna(label) else int(label), "method": m,
+                "aopc": fr.aopc, "aopc_random": fr.aopc_random, "aopc_attention": fr.aopc_attention,
+                "sufficiency": fr.sufficiency, "sufficiency_random": fr.sufficiency_random,
+                "truth_rule": rule, "n_truth": int(len(truth)),
+                "precision_at_k": precision_at_k(ranking_order(e), truth, k),
+                "precision_random": len(truth) / P if len(truth) else float("nan"),
+                "completeness_gap": None if gap is None else abs(float(gap)), "retries": retries.get(m, 0),
+                "seconds": e.elapsed_s + fr.elapsed_s,
+            })
+        log(f"case {n + 1}/{len(cases)} {tid}: T={ctx.T} truth={len(truth)} ({time.perf_counter() - t0:.1f} s)")
+    pc = pd.DataFrame(per_case)
+    out = []
+    for m in methods:
+        d = pc[pc.method == m] if len(pc) else pc
+        if not len(d):
+            continue
+        t = d[d.n_truth > 0]
+        gaps = d["completeness_gap"].dropna()
+        out.append({
+            "method": m, "n_cases": int(len(d)),
+            "aopc": d.aopc.mean(), "aopc_random": d.aopc_random.mean(), "aopc_attention": d.aopc_attention.mean(),
+            "aopc_minus_random": (d.aopc - d.aopc_random).mean(),
+            "beats_random": float((d.aopc > d.aopc_random).mean()),
+            "sufficiency": d.sufficiency.mean(), "sufficiency_random": d.sufficiency_random.mean(),
+            "n_truth_cases": int(len(t)),
+            "precision_at_k": t.precision_at_k.mean() if len(t) else float("nan"),
+            "precision_random": t.precision_random.mean() if len(t) else float("nan"),
+            "completeness_gap": gaps.mean() if len(gaps) else float("nan"),
+            "gap_above_tolerance": int((gaps > COMPLETENESS_TOLERANCE).sum()), "retries": int(d.retries.sum()),
+            "seconds_per_case": d.seconds.mean(),
+        })
+    res = pd.DataFrame(out)
+    res.attrs["per_case"] = pc
+    res.attrs["info"] = {
+        "period": period, "n_period_rows": int(len(rows)), "n_flagged": int(len(flagged)),
+        "n_cases": int(len(cases)), "threshold": bundle.threshold, "k": k, "k_max": k_max, "n_random": n_random,
+        "seed": seed, "ig_steps": ig_steps, "shap_samples": shap_samples, "wall_s": time.perf_counter() - t_all,
+        "truth_rules": sorted(set(pc["truth_rule"]) - {""}) if len(pc) else [],
+    }
+    return res
+
+
+def _f(x: Any, fmt: str = ".3f") -> str:
+    try:
+        return "–" if x is None or pd.isna(x) else format(x, fmt)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def markdown_table(res: pd.DataFrame) -> str:
+    """The bench result as a GitHub markdown table (logits; lower sufficiency = better)."""
+    k = res.attrs.get("info", {}).get("k", 5)
+    km = res.attrs.get("info", {}).get("k_max", 10)
+    head = (f"| method | cases | deletion AOPC@{km} | random AOPC | attention AOPC | beats random | "
+            f"sufficiency@{km} (lower = better) | random sufficiency | cases with truth | precision@{k} | "
+            f"random precision | mean abs completeness gap (IG re-runs) | s / case |")
+    lines = [head, "|" + "---|" * 13]
+    for _, r in res.iterrows():
+        lines.append(
+            f"| {r.method} | {r.n_cases} | {_f(r.aopc)} | {_f(r.aopc_random)} | {_f(r.aopc_attention)} | "
+            f"{_f(100 * r.beats_random, '.0f')}% | {_f(r.sufficiency)} | {_f(r.sufficiency_random)} | "
+            f"{r.n_truth_cases} | {_f(r.precision_at_k, '.2f')} | {_f(r.precision_random, '.2f')} | "
+            f"{_f(r.completeness_gap, '.2e')}{f' ({r.retries})' if r.retries else ''} | {_f(r.seconds_per_case, '.2f')} |")
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    """Machine, threads and package versions (for the results file)."""
+    import torch
+
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    info.update(package_versions())
+    return info
+
+
+def _section(key: str, body: str) -> str:
+    return f"<!-- bench:{key} -->\n{body.rstrip()}\n<!-- /bench:{key} -->\n"
+
+
+def write_markdown(res: pd.DataFrame, out: str | Path, *, key: str, title: str, context: dict[str, Any]) -> Path:
+    """Write (or replace) the section ``key`` of the markdown file ``out``."""
+    info = res.attrs.get("info", {})
+    lines = [f"## {title}", ""]
+    lines += [f"- {k}: {v}" for k, v in context.items()]
+    lines += [f"- {k}: {v}" for k, v in info.items() if k != "truth_rules"]
+    lines.append(f"- ground truth: {', '.join(info.get('truth_rules') or []) or 'none in this data'}")
+    lines += ["- machine: " + ", ".join(f"{k} {v}" for k, v in machine_info().items()), "", markdown_table(res), ""]
+    sec = _section(key, "\n".join(lines))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Explanation bench\n\nWritten by `engine.trust.bench` (`fraudlens bench explanations`). All values "
+              "in logits. Deletion AOPC = mean over k = 1..K of f(x) - f(x without the top-k earlier "
+              "transactions) (Samek et al. 2017; higher = more faithful); sufficiency = mean over k of "
+              "f(x) - f(only the top-k) (DeYoung et al. 2020; lower = better); random = mean of seeded random "
+              "orders; precision@k = share of the top-k earlier transactions in the query's own fraud episode "
+              "(evaluation-only ground truth). See engine/trust/bench.py.\n\n")
+    text = out.read_text() if out.exists() else header
+    start, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
+    if start in text and end in text:
+        a, b = text.index(start), text.index(end) + len(end)
+        text = text[:a] + sec.rstrip("\n") + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + sec
+    out.write_text(text)
+    return out
+
+
+def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
+         out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
+         seed: int = 0, note: str = "", log=print) -> pd.DataFrame:
+    """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
+    run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
+    an extra line for the section, e.g. how the model was trained).
+
+    Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
+    the spec or the checkpoint.
+    """
+    from ..checkpoint import load_checkpoint
+    from ..io import read_transactions
+    from ..spec import DatasetSpec, load_spec
+
+    t0 = time.perf_counter()
+    bundle = load_checkpoint(model)
+    sp = bundle.spec if spec is None else spec if isinstance(spec, DatasetSpec) else load_spec(spec)
+    loaded = read_transactions(data, sp)
+    log(f"read {data}: {len(loaded.frame):,} rows ({time.perf_counter() - t0:.0f} s)")
+    res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed, log=log)
+    name = Path(data).name
+    key = f"{name}|{bundle.short_sha or 'unsaved'}"
+    ctx = {"data": f"{data} (spec {sp.name}, {len(loaded.frame):,} rows)",
+           "model": f"{bundle.path} (sha256 {bundle.short_sha}, T={bundle.config.context_length}, "
+                    f"d_model={bundle.config.d_model}, layers={bundle.config.n_layers})",
+           "run": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "wall time": f"{time.perf_counter() - t0:.0f} s"}
+    if note:
+        ctx["note"] = note
+    path = write_markdown(res, out, key=key, title=f"{name} — model {bundle.short_sha}", context=ctx)
+    log(markdown_table(res))
+    log(f"written to {path}")
+    return res
+
+
+__all__ = ["DEFAULT_OUT", "ground_truth", "main", "markdown_table", "precision_at_k", "run_explanation_bench",
+           "period_rows", "write_markdown"]

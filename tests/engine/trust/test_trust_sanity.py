@@ -1,0 +1,100 @@
+"""Sanity checks: a model-independent "explainer" fails cascading randomisation, Integrated
+Gradients passes; the shared model is never changed; completeness re-runs IG with more steps."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from trust_helpers import context, one_torch_thread, positive_queries, trained_bundle  # noqa: F401
+
+from engine.explain import IGConfig
+from engine.explain.integrated_gradients import explain as explain_ig
+from engine.trust.sanity import (
+    RANDOMISATION_BOUND,
+    CompletenessWarning,
+    cascade_steps,
+    completeness_checks,
+    completeness_table,
+    randomisation_check,
+    randomise_modules_,
+)
+
+
+def amount_magnitude(ctx):
+    """Deliberately broken: |amount| of each transaction, whatever the model."""
+    return np.abs(ctx.rows["amount"].to_numpy(np.float64))
+
+
+def test_broken_explainer_fails_and_integrated_gradients_passes():
+    bundle = trained_bundle()
+    before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
+    ctxs = [context(q) for q in positive_queries(max_position=15)[1:7]]
+    scores = [c.score_logit() for c in ctxs]
+    ig = lambda c: explain_ig(c, IGConfig(n_steps=20, target_delta=None))  # noqa: E731
+    res = randomisation_check(ctxs, {"integrated_gradients": ig, "amount_magnitude": amount_magnitude}, seed=1)
+    L = len(bundle.model.blocks)
+    assert res.steps == ["none", "head"] + [f"block {i}" for i in reversed(range(L))] + ["row encoder"]
+    assert len(res.table) == len(ctxs) * 2 * len(res.steps)
+    verdict = res.verdicts()
+    assert verdict == {"integrated_gradients": "evidence", "amount_magnitude": "not evidence"}, res.summary
+    broken = res.table[res.table.method == "amount_magnitude"]
+    np.testing.assert_allclose(broken[["spearman", "spearman_abs"]].to_numpy(), 1.0)  # identical at every step
+    s = res.summary.set_index("method")
+    assert s.loc["integrated_gradients", "stat"] <= RANDOMISATION_BOUND < s.loc["amount_magnitude", "stat"]
+    np.testing.assert_allclose(res.table[res.table.step == 0][["spearman", "spearman_abs"]].to_numpy(), 1.0)
+    # the shared model is untouched
+    after = bundle.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert [c.score_logit() for c in ctxs] == scores and not bundle.model.training
+
+
+def test_named_methods_and_cascade_helpers():
+    import copy
+
+    bundle = trained_bundle()
+    ctx = context(positive_queries(15)[2])
+    res = randomisation_check(ctx, ["occlusion", "attention"], seed=0)
+    assert set(res.summary.method) == {"occlusion", "attention"}
+    assert set(res.summary.verdict) <= {"evidence", "not evidence", "undetermined"}
+    m = copy.deepcopy(bundle.model)
+    steps = cascade_steps(m)
+    assert steps[0] == ("head", ["head", "ln_out"]) and steps[-1] == ("row encoder", ["ln_in", "rows"])
+    n = randomise_modules_(m, ["head"], torch.Generator().manual_seed(0))
+    assert n == sum(p.numel() for p in m.head.parameters())
+    assert not torch.equal(m.head.weight, bundle.model.head.weight)
+    assert torch.equal(m.blocks[0].attn.qkv.weight, bundle.model.blocks[0].attn.qkv.weight)
+    with pytest.raises(ValueError, match="unknown"):
+        randomisation_check(ctx, ["nope"])
+    with pytest.raises(ValueError, match="at least one"):
+        randomisation_check([], ["occlusion"])
+
+
+def test_completeness_retries_integrated_gradients_with_more_steps():
+    ctx = context(positive_queries(15)[2])
+    coarse = explain_ig(ctx, IGConfig(n_steps=4, target_delta=None))
+    assert abs(coarse.convergence_delta) > 0.05  # 4 points cannot integrate this model's path
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompletenessWarning)
+        checks, fixed = completeness_checks(ctx, {"integrated_gradients": coarse})
+    (c,) = checks
+    assert c.retries >= 1 and c.ok and abs(c.delta) <= 0.05 and c.initial_delta == coarse.convergence_delta
+    assert fixed["integrated_gradients"].convergence_delta == c.delta
+    assert fixed["integrated_gradients"].params["n_steps"] >= 16
+    # without re-runs the gap stays and a warning says so
+    with pytest.warns(CompletenessWarning, match="IG completeness gap"):
+        checks, same = completeness_checks(ctx, {"integrated_gradients": coarse}, max_retries=0)
+    assert not checks[0].ok and same["integrated_gradients"] is coarse
+    t = completeness_table(checks)
+    assert list(t.columns[:3]) == ["method", "query_transaction_id", "initial_delta"] and len(t) == 1
+
+
+def test_shap_efficiency_gap_is_reported():
+    from engine.explain import explain_all
+
+    ctx = context(positive_queries(15)[2])
+    ex = explain_all(ctx, ["shap"], shap_samples=64)
+    checks, _ = completeness_checks(ctx, ex)
+    assert checks[0].method == "shap" and checks[0].ok and checks[0].delta == ex["shap"].convergence_delta
+    with pytest.raises(ValueError, match="tolerance"):
+        completeness_checks(ctx, ex, tolerance=0)
