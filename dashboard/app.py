@@ -1,0 +1,47 @@
+"""fraudlens dashboard entry point: ``streamlit run dashboard/app.py -- [--data FILE --spec NAME]
+[--model DIR] [--max-rows N]`` (or env FRAUDLENS_DATA / FRAUDLENS_SPEC / FRAUDLENS_MODEL /
+FRAUDLENS_MAX_ROWS). Pages: Cases (pick a source, a model and an entity), Case (one entity's
+timeline and the explanations of one transaction), Model (model card)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only dashboard/ on the path
+    sys.path.insert(0, str(_ROOT))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import state  # noqa: E402
+from engine.case_view import mask  # noqa: E402
+
+# page icon: an emoji becomes an inline SVG favicon; a :material/...: icon would be fetched from a CDN
+st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")
+state.init_state(state.parse_settings(sys.argv[1:]))
+
+pages = [
+    st.Page("pages/cases.py", title="Cases", default=True),
+    st.Page("pages/case.py", title="Case"),
+    st.Page("pages/model.py", title="Model"),
+]
+
+
+def render_sidebar() -> None:
+    """What is loaded, in three lines; the case in focus."""
+    ss = st.session_state
+    src = ss[state.SOURCE]
+    with st.sidebar:
+        st.caption("Loaded")
+        st.markdown(f"**Data** {src['label']} · spec `{src['spec']}`")
+        st.markdown(f"**Model** {'demo model' if not ss[state.MODEL] else Path(ss[state.MODEL]).name}")
+        if ss.get(state.ENTITY):
+            st.markdown(f"**Entity** `{mask(ss[state.ENTITY])}`")
+        if ss.get(state.QUERY):
+            st.markdown(f"**Query** `{mask(ss[state.QUERY])}`")
+
+
+page = st.navigation(pages)
+render_sidebar()
+page.run()

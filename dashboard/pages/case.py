@@ -1,0 +1,211 @@
+"""Case: one entity's transactions over time, and why the model scored one of them as it did."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import streamlit as st
+
+from dashboard import state
+from engine import case_view as cv
+from engine import figures as fig
+from engine.explain.base import ATTENTION_CAVEAT
+
+state.ensure_entrypoint()
+ss = st.session_state
+PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
+
+try:
+    loaded = state.load_all()
+except Exception as e:  # noqa: BLE001
+    st.title("Case")
+    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    st.page_link("pages/cases.py", label="Choose data and model on Cases", icon=":material/folder_open:")
+    st.stop()
+
+ranking, thr, currency = loaded.ranking, loaded.threshold, loaded.source.currency
+if not len(ranking):
+    st.title("Case")
+    st.info("The data has no scored transactions.")
+    st.stop()
+
+# ------------------------------------------------------------------------------------- entity
+entity_ids = ranking["entity_id"].tolist()
+if ss.get(state.ENTITY) not in set(entity_ids):
+    state.set_entity(entity_ids[0])  # default: the highest-ranked entity
+entity = ss[state.ENTITY]
+max_p = dict(zip(ranking["entity_id"], ranking["max_probability"]))
+
+head, pick = st.columns([3, 2], vertical_alignment="bottom")
+head.title(f"Case {cv.mask(entity)}")
+options = entity_ids[:500] if entity in set(entity_ids[:500]) else entity_ids[:500] + [entity]
+ss["case_entity_pick"] = entity
+pick.selectbox(
+    "Entity (ranked by max fraud probability)", options, key="case_entity_pick",
+    format_func=lambda e: f"{cv.mask(e)} · max {max_p.get(e, float('nan')):.3f}",
+    on_change=lambda: state.set_entity(ss["case_entity_pick"]),
+)
+
+tl = state.get_timeline(loaded, entity)
+r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
+m = st.columns(5)
+m[0].metric("Transactions", f"{len(tl):,}")
+m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud probability ≥ review threshold {thr:.3f}")
+m[2].metric("Known frauds", "—" if "label" not in tl or tl["label"].isna().all() else f"{int(tl['label'].fillna(0).sum()):,}")
+m[3].metric("Max fraud probability", f"{r['max_probability']:.3f}")
+m[4].metric("Review threshold", f"{thr:.3f}", help="probability at or above which a transaction is flagged")
+
+# ------------------------------------------------------------------------------ query selection
+ids = tl["transaction_id"].tolist()
+if ss.get(state.QUERY) not in set(ids):
+    state.set_query(cv.default_query(tl))  # default: the highest-scored transaction
+query = ss[state.QUERY]
+
+st.subheader("Timeline")
+y_mode = st.segmented_control("Vertical axis", ["probability", "amount"], default="probability",
+                              format_func={"probability": "Fraud probability", "amount": "Amount"}.get,
+                              key="tl_y", label_visibility="collapsed") or "probability"
+hover = [f.name for f in loaded.source.spec.fields if f.name in tl][:6]
+chart_key = f"tl_{entity}_{y_mode}_{query}"
+st.plotly_chart(
+    fig.timeline_figure(tl, thr, y=y_mode, query_id=query, currency=currency, hover_columns=hover),
+    key=chart_key, on_select=partial(state.on_query_chart_select, chart_key, ids), selection_mode="points",
+    config=PLOTLY_CONFIG,
+)
+st.caption("Colour and size: fraud probability · ★ the transaction being explained · ring: known fraud · "
+           "click a point to explain it.")
+
+c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
+qopts = cv.query_options(tl, query)
+ss["case_query_pick"] = query
+c1.selectbox("Flagged transactions (▲ ≥ threshold), highest first", qopts, key="case_query_pick",
+             format_func=lambda t: cv.option_label(tl, t),
+             on_change=lambda: state.set_query(ss["case_query_pick"]))
+
+c2.caption(f"{len(tl):,} transactions below (time order); select a row to explain it.")
+table_key = f"tx_{entity}_{query}"
+show = tl.drop(columns=["transaction_id", "logit"])
+qpos = ids.index(query)
+st.dataframe(
+    show.style.apply(lambda row: ["background-color: #ffe0b2" if row.name == qpos else "" for _ in row],
+                     axis=1),
+    key=table_key, on_select=partial(state.on_query_table_select, table_key, ids), selection_mode="single-row",
+    selection_default={"selection": {"rows": [qpos]}}, hide_index=True, height=280,
+    column_config={
+        "transaction": st.column_config.TextColumn("Transaction"),
+        "when": None,
+        "timestamp": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
+        "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
+        "probability": st.column_config.ProgressColumn("Fraud probability", min_value=0.0, max_value=1.0,
+                                                       format="%.3f"),
+        "flagged": st.column_config.CheckboxColumn("Flagged"),
+        "label": st.column_config.NumberColumn("Known fraud", format="%d"),
+    },
+)
+
+# --------------------------------------------------------------------------------- the query
+qrow = tl.iloc[ids.index(query)]
+st.divider()
+st.subheader(f"Transaction {cv.mask(query)} · {qrow['when']}")
+try:
+    expls = state.get_explanations(loaded, query)
+except ImportError as e:
+    st.info(f"Explanations are not available in this installation ({e}).")
+    st.stop()
+except Exception as e:  # noqa: BLE001
+    st.error(f"Could not explain {cv.mask(query)}: {type(e).__name__}: {e}", icon=":material/error:")
+    st.stop()
+
+qs = cv.query_summary(expls, tl, query, thr)
+m = st.columns(6)
+m[0].metric("Fraud probability", f"{qs.probability:.3f}",
+            delta=f"{qs.probability - thr:+.3f} vs threshold", delta_color="inverse")
+m[1].metric("Score (logit)", f"{qs.logit:+.3f}", help="log-odds of fraud; probability = 1 / (1 + e^−logit)")
+m[2].metric("Decision", "review" if qs.flagged else "no flag",
+            help="review: fraud probability ≥ review threshold; no flag: below it")
+m[3].metric("Known label", {None: "unknown", 1: "fraud", 0: "legitimate"}[qs.known_label])
+ig_delta = qs.convergence.get("integrated_gradients")
+m[4].metric("IG convergence delta", "—" if ig_delta is None else f"{ig_delta:+.4f}",
+            help="sum of IG attributions − (f(x) − f(baseline)), in logits; near 0 = complete attribution")
+m[5].metric("Context (transactions)", f"{qs.context_length}",
+            help="transactions of the history the model used for this score, the query included")
+
+ctx = cv.context_rows(expls, loaded.source.frame)
+labels = cv.context_labels(ctx, currency)
+
+tabs = st.tabs(["Attributions", "Fields", "Attention", "Context rows"])
+with tabs[0]:
+    st.caption("How much each earlier transaction moved this score, in logits (log-odds): red pushed towards "
+               "fraud, blue towards legitimate. Agreement between methods is a sign the reading is robust.")
+    if qs.context_length <= 1:
+        st.info("This is the first transaction of the entity's history: there are no earlier transactions to "
+                "attribute the score to. See Fields for its own fields.")
+    for method in ("integrated_gradients", "shap", "occlusion"):
+        if method not in expls or qs.context_length <= 1:
+            continue
+        e = expls[method]
+        st.plotly_chart(fig.attribution_bars(e, labels=labels, include_query=False), key=f"bars_{method}",
+                        config=PLOTLY_CONFIG)
+        c, p = st.columns([6, 1], vertical_alignment="center")
+        c.caption(cv.method_caption(e))
+        with p.popover("How to read"):
+            st.markdown(cv.method_details(e))
+with tabs[1]:
+    e = expls.get("integrated_gradients")
+    if e is not None and e.field_values is not None:
+        st.caption("Integrated gradients per field, in logits (log-odds): red pushed towards fraud, blue towards "
+                   "legitimate.")
+        c1, c2 = st.columns([3, 2], gap="medium")
+        with c1:
+            full = st.toggle("Colour scale from the query row too", value=False, key="fields_scale_all",
+                             help="Off: colours are scaled to the earlier transactions so their pattern shows; "
+                                  "the query row (boxed) may saturate. Hover for exact values.")
+            st.plotly_chart(fig.field_heatmap(e, labels=labels, scale="all" if full else "history"),
+                            key="fields_ig", config=PLOTLY_CONFIG)
+        with c2:
+            prev = ctx["timestamp"].iloc[-2] if len(ctx) > 1 else None
+            vals = cv.field_value_texts(ctx.iloc[-1], list(e.field_names or []), currency, prev)
+            st.plotly_chart(fig.field_bars(e, values=vals), key="fields_query", config=PLOTLY_CONFIG)
+            st.caption(f"Sum over all fields and transactions: {e.values.sum():+.3f} logit "
+                       f"(score {qs.logit:+.3f} − reference {e.reference_logit if e.reference_logit is not None else float('nan'):+.3f}"
+                       f", delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
+    else:
+        st.info("No per-field attributions for this query.")
+with tabs[2]:
+    st.caption(ATTENTION_CAVEAT)
+    a = expls.get("attention")
+    if a is not None:
+        L, H = fig.attention_shape(a)
+        c1, c2 = st.columns(2)
+        layer = c1.selectbox("Layer", list(range(L)), index=L - 1, format_func=lambda i: f"layer {i + 1}",
+                             key="attn_layer")
+        head = c2.selectbox("Head", [None, *range(H)], key="attn_head",
+                            format_func=lambda h: "mean over heads" if h is None else f"head {h + 1}")
+        st.plotly_chart(fig.attention_heatmap(a, layer, head, labels=labels), key="attn_heat",
+                        config=PLOTLY_CONFIG)
+    ro = expls.get("attention_rollout")
+    if ro is not None:
+        st.plotly_chart(fig.attention_heatmap(ro, labels=labels, title="Attention rollout (all layers)"),
+                        key="attn_rollout", config=PLOTLY_CONFIG)
+        st.caption(cv.method_caption(ro))
+with tabs[3]:
+    table = cv.context_table(expls, loaded.source.frame, loaded.scores, currency)
+    metric_cols = [c for c in cv.METHOD_COLUMNS.values() if c in table]
+    st.dataframe(
+        table.drop(columns=["transaction_id", "position"]).style.apply(
+            lambda row: ["background-color: #ffe0b2" if row["query"] else "" for _ in row], axis=1
+        ).format({c: ("{:+.4f}" if "logit" in c else "{:.4f}") for c in metric_cols}),
+        hide_index=True, height=420,
+        column_config={
+            "query": st.column_config.CheckboxColumn("Query"),
+            "when": st.column_config.TextColumn("When · amount"),
+            "transaction": st.column_config.TextColumn("Transaction"),
+            "timestamp": None,
+            "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
+            "probability": st.column_config.ProgressColumn("Own fraud probability", min_value=0.0, max_value=1.0,
+                                                           format="%.3f"),
+            "label": st.column_config.NumberColumn("Known fraud", format="%d"),
+        },
+    )
+    st.caption("The transactions the model saw for this score (time order, query last) with each method's "
+               "value; attributions in logits, attention as weights.")

@@ -1,0 +1,154 @@
+"""Cases: choose the data and the model, then an entity from the ranking (highest score first)."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import state
+from engine import case_view as cv
+from engine import figures as fig
+from engine.spec import builtin_specs
+
+state.ensure_entrypoint()
+ss = st.session_state
+st.title("Cases")
+
+KINDS = {"demo": "Demo data", "path": "File path", "upload": "Upload"}
+
+
+def _spec_picker(key: str, current: str) -> str:
+    specs = builtin_specs()
+    opts = specs if current in specs else specs + [current]
+    return st.selectbox(
+        "Spec", opts, index=opts.index(current), key=key, accept_new_options=True,
+        help="A built-in spec, or type the path of a spec TOML file (see `fraudlens inspect`).",
+    )
+
+
+# ------------------------------------------------------------------------------ data and model
+src = ss[state.SOURCE]
+_model_dir = Path(ss[state.MODEL]) if ss[state.MODEL] else cv.default_model_dir()
+_missing = not Path(src["path"]).is_file() or not (_model_dir / "checkpoint.json").is_file()
+with st.expander(f"Data: **{src['label']}** (spec `{src['spec']}`) · Model: **"
+                 f"{'demo model' if not ss[state.MODEL] else Path(ss[state.MODEL]).name}**",
+                 expanded=_missing):
+    c1, c2 = st.columns(2, gap="large")
+    with c1:
+        st.markdown("**Data source**")
+        kind = st.radio("Source", list(KINDS), format_func=KINDS.get, horizontal=True,
+                        index=list(KINDS).index(src.get("kind", "demo")), key="src_kind",
+                        label_visibility="collapsed")
+        new_src = None
+        if kind == "demo":
+            st.caption(f"`{cv.DEMO_DATA.relative_to(cv.REPO_ROOT)}` · spec `{cv.demo_spec_name()}` "
+                       "(simulated cards with seeded fraud episodes)")
+            new_src = state.demo_source(src.get("max_rows"))
+        elif kind == "path":
+            path = st.text_input("File (CSV or Parquet)", value=src["path"] if src.get("kind") == "path" else "",
+                                 placeholder="/data/transactions.csv", key="src_path")
+            spec = _spec_picker("src_spec", src["spec"])
+            if path:
+                new_src = {"kind": "path", "path": path.strip(), "spec": spec, "label": Path(path.strip()).name,
+                           "max_rows": src.get("max_rows")}
+        else:
+            up = st.file_uploader("Transactions file", type=["csv", "parquet", "pq", "gz"], key="src_upload")
+            spec = _spec_picker("src_upload_spec", src["spec"] if src["spec"] in builtin_specs() else cv.demo_spec_name())
+            if up is not None:
+                p = state.save_upload(up.name, up.getvalue())
+                new_src = {"kind": "upload", "path": str(p), "spec": spec, "label": up.name,
+                           "max_rows": src.get("max_rows")}
+        same = new_src is not None and all(new_src.get(k) == src.get(k) for k in ("path", "spec"))
+        if st.button("Use this data", disabled=new_src is None or same, key="src_apply"):
+            ss[state.SOURCE] = new_src
+            state.set_entity(None)
+            st.rerun()
+    with c2:
+        st.markdown("**Model**")
+        mkind = st.radio("Model", ["demo", "dir"], horizontal=True, key="model_kind",
+                         format_func={"demo": "Demo model", "dir": "Checkpoint folder"}.get,
+                         index=0 if not ss[state.MODEL] else 1, label_visibility="collapsed")
+        if mkind == "demo":
+            st.caption(f"`{cv.default_model_dir().relative_to(cv.REPO_ROOT)}`")
+            new_model = ""
+        else:
+            new_model = st.text_input("Checkpoint folder", value=ss[state.MODEL], key="model_dir",
+                                      placeholder="runs/my_model",
+                                      help="A folder with model.safetensors and checkpoint.json "
+                                           "(written by `fraudlens train`).").strip()
+        if st.button("Use this model", disabled=new_model == ss[state.MODEL], key="model_apply"):
+            ss[state.MODEL] = new_model
+            state.set_query(None)
+            st.rerun()
+
+# ------------------------------------------------------------------------------------ loading
+try:
+    loaded = state.load_all()
+except Exception as e:  # noqa: BLE001 - show any load failure to the analyst
+    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    if not ss[state.MODEL] and not cv.default_model_dir().exists():
+        st.info("The demo model is not installed. Train one (`fraudlens train --data demo_data/transactions.csv "
+                "--spec demo --out assets/demo_model`) or choose a checkpoint folder above.")
+    st.stop()
+
+scores, ranking, thr = loaded.scores, loaded.ranking, loaded.threshold
+n_flag = int(scores["flagged"].sum())
+m = st.columns(4)
+m[0].metric("Transactions scored", f"{len(scores):,}")
+m[1].metric("Entities", f"{len(ranking):,}")
+m[2].metric("Flagged transactions", f"{n_flag:,}", help=f"fraud probability ≥ review threshold {thr:.3f}")
+m[3].metric("Entities with a flag", f"{int((ranking['n_flagged'] > 0).sum()):,}")
+st.caption(f"{loaded.source.summary()} · review threshold {thr:.3f} (fraud probability) · "
+           f"model `{loaded.bundle.short_sha}`")
+
+# --------------------------------------------------------------------------------- the ranking
+st.subheader("Entities by highest fraud probability")
+only_flagged = st.toggle("Only entities with a flagged transaction", value=False, key="only_flagged")
+view = ranking[ranking["n_flagged"] > 0] if only_flagged else ranking
+view = view.reset_index(drop=True)
+ids = view["entity_id"].tolist()
+table_key = f"rank_{loaded.key[2][:12]}_{loaded.bundle.short_sha}_{only_flagged}"
+
+
+cur = ss.get(state.ENTITY)
+st.dataframe(
+    view,
+    key=table_key,
+    on_select=partial(state.on_entity_table_select, table_key, ids),
+    selection_mode="single-row",
+    selection_default={"selection": {"rows": [ids.index(cur)]}} if cur in ids else None,
+    hide_index=True,
+    height=380,
+    column_order=["entity", "max_probability", "n_transactions", "n_flagged", "known_frauds", "last_seen"],
+    column_config={
+        "entity": st.column_config.TextColumn("Entity", help="card / customer key (card numbers masked)"),
+        "max_probability": st.column_config.ProgressColumn(
+            "Max fraud probability", min_value=0.0, max_value=1.0, format="%.3f"),
+        "n_transactions": st.column_config.NumberColumn("Transactions", format="%d"),
+        "n_flagged": st.column_config.NumberColumn("Flagged", format="%d", help=f"probability ≥ {thr:.3f}"),
+        "known_frauds": st.column_config.NumberColumn("Known frauds", format="%d",
+                                                      help="transactions labelled fraud in the file"),
+        "last_seen": st.column_config.DatetimeColumn("Last seen", format="YYYY-MM-DD HH:mm"),
+    },
+)
+
+cur = ss.get(state.ENTITY)
+if cur is not None and cur in set(ranking["entity_id"]):
+    r = ranking.loc[ranking["entity_id"] == cur].iloc[0]
+    c1, c2 = st.columns([3, 1], vertical_alignment="center")
+    c1.markdown(f"Selected **{cv.mask(cur)}** · max probability **{r['max_probability']:.3f}** · "
+                f"{int(r['n_flagged'])} flagged of {int(r['n_transactions'])}")
+    if c2.button("Open case →", type="primary", key="open_case", width="stretch"):
+        st.switch_page("pages/case.py")
+else:
+    st.caption("Select a row to open a case.")
+
+with st.expander("Score distribution"):
+    st.plotly_chart(fig.score_distribution(scores["probability"], thr), key="score_dist",
+                    config={"displaylogo": False})
+
+if len(loaded.source.rejected):
+    with st.expander(f"Rejected rows ({len(loaded.source.rejected):,})"):
+        st.dataframe(cv.mask_frame(loaded.source.rejected), hide_index=True, height=240)

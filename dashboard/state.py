@@ -1,0 +1,311 @@
+"""Dashboard state: launch settings, session-state keys and the caches around engine calls.
+
+Caching (keys are the function arguments):
+
+* the model bundle: ``st.cache_resource`` keyed by model path (+ checkpoint mtime), shared by all
+  sessions, never copied;
+* a data source and its scores: ``st.cache_resource`` keyed by (path, spec, content sha256,
+  max_rows[, model sha256]) — large frames, shared read-only instead of copied per rerun;
+* per-case results (explanations of one query): ``st.cache_data`` keyed by (data sha256, spec,
+  model sha256, transaction id, parameters).
+
+Session-state keys (the single source of truth; widgets write them through callbacks):
+``source`` (dict path/spec/label/max_rows), ``model_path`` (str, "" = demo model), ``entity_id``,
+``query_id``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from engine import case_view as cv
+
+ENTITY, QUERY, SOURCE, MODEL = "entity_id", "query_id", "source", "model_path"
+UPLOAD_DIR = Path(tempfile.gettempdir()) / "fraudlens-uploads"
+
+
+# ------------------------------------------------------------------------------------ settings
+@dataclass
+class Settings:
+    """Launch settings: ``--data/--spec/--model/--max-rows`` after ``--`` (``streamlit run
+    dashboard/app.py -- --data FILE``), else env ``FRAUDLENS_DATA/_SPEC/_MODEL/_MAX_ROWS``, else
+    the demo data with the demo spec and the demo model."""
+
+    data: str | None
+    spec: str | None
+    model: str | None
+    max_rows: int | None
+
+
+def parse_settings(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    ap.add_argument("--data")
+    ap.add_argument("--spec")
+    ap.add_argument("--model")
+    ap.add_argument("--max-rows", type=int)
+    try:
+        ns, _ = ap.parse_known_args(argv)
+    except SystemExit:  # a malformed value: fall back to env/defaults rather than die
+        ns = argparse.Namespace(data=None, spec=None, model=None, max_rows=None)
+    mr = ns.max_rows if ns.max_rows is not None else env.get("FRAUDLENS_MAX_ROWS")
+    try:
+        mr = int(mr) if mr not in (None, "") else None
+    except ValueError:
+        mr = None
+    return Settings(
+        data=ns.data or env.get("FRAUDLENS_DATA") or None,
+        spec=ns.spec or env.get("FRAUDLENS_SPEC") or None,
+        model=ns.model or env.get("FRAUDLENS_MODEL") or None,
+        max_rows=mr,
+    )
+
+
+def ensure_entrypoint() -> None:
+    """Call first in every page.
+
+    With a ``pages/`` folder next to app.py, Streamlit treats the app as a legacy multipage app
+    until app.py has called ``st.navigation`` once: on the first run after a server start whose
+    URL is a page (``/case``) - and on every AppTest run - it runs the page script *without*
+    app.py (no settings, no navigation). Here, in that case: switch the legacy mode off, run
+    app.py in this same script run (its ``st.navigation`` then runs this page again, widget
+    events intact), and stop the outer run.
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # pragma: no cover - internal moved; fall back to plain defaults
+        PagesManager = None
+    if PagesManager is not None and PagesManager.uses_pages_directory:
+        import runpy
+
+        PagesManager.uses_pages_directory = False
+        runpy.run_path(str(Path(__file__).with_name("app.py")), run_name="__main__")
+        st.stop()
+    import sys
+
+    init_state(parse_settings(sys.argv[1:]))  # idempotent; normally done by app.py
+
+
+def demo_source(max_rows: int | None = None) -> dict[str, Any]:
+    return {"kind": "demo", "path": str(cv.DEMO_DATA), "spec": cv.demo_spec_name(), "label": "demo data",
+            "max_rows": max_rows}
+
+
+def init_state(settings: Settings) -> None:
+    """Set the session defaults once per session from the launch settings."""
+    ss = st.session_state
+    if SOURCE not in ss:
+        if settings.data:
+            ss[SOURCE] = {"kind": "path", "path": settings.data, "spec": settings.spec or cv.demo_spec_name(),
+                          "label": Path(settings.data).name, "max_rows": settings.max_rows}
+        else:
+            ss[SOURCE] = demo_source(settings.max_rows)
+    if MODEL not in ss:
+        ss[MODEL] = settings.model or ""
+    ss.setdefault(ENTITY, None)
+    ss.setdefault(QUERY, None)
+
+
+def set_entity(entity_id: str | None) -> None:
+    """Open another case: remember the entity, forget the query (it belongs to the old one)."""
+    ss = st.session_state
+    if ss.get(ENTITY) != entity_id:
+        ss[ENTITY] = entity_id
+        ss[QUERY] = None
+
+
+def set_query(transaction_id: str | None) -> None:
+    st.session_state[QUERY] = transaction_id
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    """``obj[name]`` or ``obj.name`` (selection states are attribute dicts; tests use dicts)."""
+    if obj is None:
+        return default
+    if isinstance(obj, dict) or hasattr(obj, "get"):
+        try:
+            return obj.get(name, default)
+        except TypeError:
+            pass
+    return getattr(obj, name, default)
+
+
+def selected_row_id(key: str, ids: list[str]) -> str | None:
+    """The id of the row selected in the ``st.dataframe`` with widget ``key``, given the ids of
+    its rows in the order they were passed (a position only means something for that table)."""
+    rows = _get(_get(st.session_state.get(key), "selection"), "rows", []) or []
+    if rows and 0 <= int(rows[0]) < len(ids):
+        return ids[int(rows[0])]
+    return None
+
+
+def selected_point_id(key: str, ids: list[str]) -> str | None:
+    """The id of the first point selected in the ``st.plotly_chart`` with widget ``key``; the
+    points carry their row position in ``customdata[0]`` (see engine.figures.timeline_figure)."""
+    for p in _get(_get(st.session_state.get(key), "selection"), "points", []) or []:
+        cd = _get(p, "customdata")
+        if cd is None:
+            continue
+        try:
+            pos = int(float(cd[0] if isinstance(cd, (list, tuple)) else cd))
+        except (TypeError, ValueError):
+            continue
+        if 0 <= pos < len(ids):
+            return ids[pos]
+    return None
+
+
+def on_entity_table_select(key: str, ids: list[str]) -> None:
+    """Callback of the ranking table: open the selected entity."""
+    e = selected_row_id(key, ids)
+    if e is not None:
+        set_entity(e)
+
+
+def on_query_table_select(key: str, ids: list[str]) -> None:
+    """Callback of the transaction table: explain the selected transaction."""
+    t = selected_row_id(key, ids)
+    if t is not None:
+        set_query(t)
+
+
+def on_query_chart_select(key: str, ids: list[str]) -> None:
+    """Callback of the timeline chart: explain the clicked transaction."""
+    t = selected_point_id(key, ids)
+    if t is not None:
+        set_query(t)
+
+
+# --------------------------------------------------------------------------------- file identity
+@st.cache_data(show_spinner=False, max_entries=64)
+def _file_sha(path: str, size: int, mtime_ns: int) -> str:
+    return cv.file_identity(path)
+
+
+def file_sha(path: str | Path) -> str:
+    """Content sha256 of a file, recomputed only when its size or mtime changes."""
+    st_ = os.stat(path)
+    return _file_sha(str(path), st_.st_size, st_.st_mtime_ns)
+
+
+def save_upload(name: str, data: bytes) -> Path:
+    """Write an uploaded file to a temp folder (named by content hash, suffix kept so the
+    format is detected) and return its path. The same bytes always give the same path."""
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name)[-80:] or "upload.csv"
+    UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
+    p = UPLOAD_DIR / f"{digest}_{safe}"
+    if not p.exists():
+        p.write_bytes(data)
+    return p
+
+
+# ------------------------------------------------------------------------------------ caches
+def _model_mtime(model_path: str) -> int:
+    d = Path(model_path) if model_path else cv.default_model_dir()
+    f = d / "checkpoint.json"
+    return f.stat().st_mtime_ns if f.exists() else 0
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def _bundle(model_path: str, mtime_ns: int):
+    return cv.load_model(model_path or None)
+
+
+def get_bundle(model_path: str):
+    """The model bundle at ``model_path`` ("" = demo model). Raises like load_checkpoint."""
+    return _bundle(model_path, _model_mtime(model_path))
+
+
+@st.cache_resource(show_spinner="Reading the data…", max_entries=4)
+def _source(path: str, spec: str, sha: str, max_rows: int | None):
+    return cv.load_source(path, spec, max_rows=max_rows, file_sha256=sha)
+
+
+def get_source(src: dict[str, Any]):
+    """The :class:`engine.case_view.Source` for a source dict (path, spec, max_rows)."""
+    return _source(src["path"], src["spec"], file_sha(src["path"]), src.get("max_rows"))
+
+
+@st.cache_resource(show_spinner="Scoring every transaction…", max_entries=4)
+def _scores(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str):
+    source = _source(path, spec, sha, max_rows)
+    return cv.score_source(get_bundle(model_path), source.frame)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _ranking(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str):
+    bundle = get_bundle(model_path)
+    return cv.rank_entities(_scores(path, spec, sha, max_rows, model_path, model_sha), bundle.threshold)
+
+
+@dataclass
+class Loaded:
+    """What every page needs: source, bundle, scores, ranking and the cache key parts."""
+
+    src: dict[str, Any]
+    source: Any
+    bundle: Any
+    scores: Any
+    ranking: Any
+    key: tuple
+
+    @property
+    def threshold(self) -> float:
+        return self.bundle.threshold
+
+
+def load_all() -> Loaded:
+    """Load (cached) the current source + model, score and rank. Raises on unreadable input."""
+    ss = st.session_state
+    src, model_path = ss[SOURCE], ss[MODEL]
+    bundle = get_bundle(model_path)
+    sha = file_sha(src["path"])
+    source = _source(src["path"], src["spec"], sha, src.get("max_rows"))
+    key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
+    return Loaded(src=src, source=source, bundle=bundle, scores=_scores(*key), ranking=_ranking(*key), key=key)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _timeline(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str, entity: str):
+    source = _source(path, spec, sha, max_rows)
+    scores = _scores(path, spec, sha, max_rows, model_path, model_sha)
+    return cv.entity_timeline(source.frame, scores, entity, get_bundle(model_path).threshold, source.currency)
+
+
+def get_timeline(loaded: Loaded, entity_id: str):
+    """One entity's display timeline (cached per data sha, spec, model sha, entity)."""
+    return _timeline(*loaded.key, str(entity_id))
+
+
+@st.cache_data(show_spinner="Explaining the transaction…", max_entries=64)
+def _explanations(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
+                  params: tuple, _path: str, _model_path: str):
+    source = _source(_path, spec, data_sha, max_rows)
+    return cv.explain_query(get_bundle(_model_path), source.frame, transaction_id, **dict(params))
+
+
+def get_explanations(loaded: Loaded, transaction_id: str, params: dict | None = None):
+    """All explanations of one query (cached per data sha, spec, model sha, transaction, params)."""
+    path, spec, sha, max_rows, model_path, model_sha = loaded.key
+    return _explanations(sha, spec, max_rows, model_sha, str(transaction_id),
+                         tuple(sorted((params or {}).items())), path, model_path)
+
+
+def load_or_explain_error(e: Exception) -> str:
+    """A one-line, actionable message for a load failure."""
+    if isinstance(e, FileNotFoundError):
+        return f"Not found: {e}"
+    if isinstance(e, RuntimeError) and "state_dict" in str(e):
+        return ("This checkpoint does not match this version of the model code (it was trained with an "
+                f"older one): retrain it with `fraudlens train`, or choose another checkpoint. Details: {e}")
+    return f"{type(e).__name__}: {e}"

@@ -1,0 +1,274 @@
+"""Dashboard pages through Streamlit's AppTest: each page renders; picking an entity and a
+transaction shows the explanation views. A tiny untrained model and a slice of the demo data
+are written to a temp folder and passed through the FRAUDLENS_* environment variables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from engine import case_view as cv
+from engine.checkpoint import ModelBundle, build_model, save_checkpoint
+from engine.features import FeatureEncoder
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "dashboard" / "app.py")
+TIMEOUT = 60
+N_CASE_CHARTS = 8  # timeline, IG/SHAP/occlusion bars, field heat map, query field bars, attention, rollout
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dash")
+    data = d / "tx.csv"
+    with open(cv.DEMO_DATA, encoding="utf-8") as f:
+        data.write_text("".join(next(f) for _ in range(1501)), encoding="utf-8")
+    spec = cv.demo_spec_name()
+    src = cv.load_source(data, spec)
+    enc = FeatureEncoder.fit(src.frame, src.spec)
+    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
+                        context_length=16, min_history=6)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    b = ModelBundle(model=model, encoder=enc, spec=src.spec,
+                    meta={"name": "tiny-dash", "thresholds": {"review": 0.5, "decline": 0.8},
+                          "metrics": {"validation": {"n": 100, "n_fraud": 3, "auc_roc": 0.6, "average_precision": 0.1}},
+                          "history": [{"epoch": 1, "loss": 0.9, "val_average_precision": 0.1}]})
+    save_checkpoint(b, d / "model")
+    bundle = cv.load_model(d / "model")
+    scores = cv.score_source(bundle, src.frame)
+    ranking = cv.rank_entities(scores, bundle.threshold)
+    return {"data": data, "spec": spec, "model": d / "model", "bundle": bundle, "scores": scores,
+            "ranking": ranking, "frame": src.frame}
+
+
+@pytest.fixture
+def env(world, monkeypatch):
+    monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
+    monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
+    monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    return world
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _charts(at: AppTest) -> list:
+    return at.get("plotly_chart")
+
+
+def _case(env, entity: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if entity is not None:
+        at.session_state["entity_id"] = entity
+    at.switch_page("pages/case.py")
+    at.run()
+    return at
+
+
+def test_cases_page_lists_ranked_entities(env):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    _ok(at)
+    assert at.title[0].value == "Cases"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Transactions scored"] == f"{len(env['scores']):,}"
+    assert metrics["Entities"] == f"{len(env['ranking']):,}"
+    assert metrics["Flagged transactions"] == f"{int(env['scores']['flagged'].sum()):,}"
+    table = at.dataframe[0].value
+    assert table["entity_id"].tolist() == env["ranking"]["entity_id"].tolist()
+    assert table["max_probability"].is_monotonic_decreasing
+    assert at.session_state["source"]["path"] == str(env["data"])
+    assert at.session_state["model_path"] == str(env["model"])
+
+
+def test_cases_page_with_a_selected_entity_offers_to_open_it(env):
+    ent = env["ranking"]["entity_id"].iloc[1]
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["entity_id"] = ent
+    at.run()
+    _ok(at)
+    assert any(ent in m.value and "Selected" in m.value for m in at.markdown)
+    at.button(key="open_case").click().run()  # st.switch_page: AppTest does not follow it
+    _ok(at)
+    at.switch_page("pages/case.py").run()
+    _ok(at)
+    assert at.title[0].value == f"Case {cv.mask(ent)}"
+    assert at.session_state["entity_id"] == ent
+
+
+def test_choosing_another_file_and_spec_on_cases_reloads(env, tmp_path):
+    small = tmp_path / "small.csv"
+    with open(env["data"], encoding="utf-8") as f:
+        small.write_text("".join(next(f) for _ in range(301)), encoding="utf-8")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["entity_id"] = env["ranking"]["entity_id"].iloc[0]
+    at.run()
+    _ok(at)
+    at.radio(key="src_kind").set_value("path").run()
+    at.text_input(key="src_path").input(str(small)).run()
+    at.selectbox(key="src_spec").select(env["spec"]).run()
+    at.button(key="src_apply").click().run()
+    _ok(at)
+    assert at.session_state["source"]["path"] == str(small)
+    assert at.session_state["entity_id"] is None  # a new source closes the open case
+    assert {m.label: m.value for m in at.metric}["Transactions scored"] == "300"
+
+
+def test_case_page_defaults_to_top_entity_and_its_highest_scored_transaction(env):
+    at = _case(env)
+    _ok(at)
+    top = env["ranking"]["entity_id"].iloc[0]
+    assert at.session_state["entity_id"] == top
+    s = env["scores"][env["scores"]["entity_id"] == top]
+    best = s.loc[s["probability"].idxmax(), "transaction_id"]
+    assert at.session_state["query_id"] == best
+    assert at.subheader[1].value.startswith(f"Transaction {cv.mask(best)} · ")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Fraud probability"] == f"{s['probability'].max():.3f}"
+    assert metrics["Review threshold"] == "0.500"
+    assert len(_charts(at)) == N_CASE_CHARTS
+    assert [t.label for t in at.tabs] == ["Attributions", "Fields", "Attention", "Context rows"]
+
+
+def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):
+    r, scores = env["ranking"], env["scores"]
+    ent = r["entity_id"].iloc[2]
+    at = _case(env, ent)
+    _ok(at)
+    assert at.title[0].value == f"Case {cv.mask(ent)}"
+    # pick a transaction with history from the flagged-transactions picker
+    s = scores[scores["entity_id"] == ent].sort_values("timestamp")
+    options = at.selectbox(key="case_query_pick").options
+    assert len(options) >= 2
+    other = s.iloc[8:].sort_values("probability", ascending=False)["transaction_id"]
+    other = next(t for t in other if t != at.session_state["query_id"])
+    at.session_state["query_id"] = other  # what the table / chart / picker callbacks store
+    at.run()
+    _ok(at)
+    assert at.session_state["query_id"] == other
+    head = at.subheader[1].value
+    assert head.startswith(f"Transaction {cv.mask(other)} · ")
+    metrics = {m.label: m.value for m in at.metric}
+    p = float(s.loc[s["transaction_id"] == other, "probability"].iloc[0])
+    assert metrics["Fraud probability"] == f"{p:.3f}"
+    assert metrics["Decision"] == ("review" if p >= 0.5 else "no flag")
+    assert re.fullmatch(r"[+-]\d\.\d{4}", metrics["IG convergence delta"])
+    assert int(metrics["Context (transactions)"]) > 5
+    assert len(_charts(at)) == N_CASE_CHARTS
+    # the context table has the query last, with its attributions
+    ctx = at.dataframe[-1].value
+    assert ctx["query"].tolist()[-1] and not any(ctx["query"].tolist()[:-1])
+    assert {"IG (logit)", "SHAP (logit)", "occlusion (logit)"} <= set(ctx.columns)
+
+
+def test_the_flagged_picker_changes_the_query(env):
+    ent = env["ranking"]["entity_id"].iloc[0]
+    at = _case(env, ent)
+    _ok(at)
+    tl = cv.entity_timeline(env["frame"], env["scores"], ent, env["bundle"].threshold, "USD")
+    current = at.session_state["query_id"]
+    options = cv.query_options(tl, current)
+    assert len(at.selectbox(key="case_query_pick").options) == len(options)
+    target = next(o for o in options if o != current)
+    at.selectbox(key="case_query_pick").select(target).run()
+    _ok(at)
+    assert at.session_state["query_id"] == target
+    assert at.subheader[1].value.startswith(f"Transaction {cv.mask(target)} · ")
+    assert len(_charts(at)) == N_CASE_CHARTS
+
+
+def test_attention_layer_and_head_are_selectable(env):
+    at = _case(env)
+    _ok(at)
+    at.selectbox(key="attn_layer").select(0).run()
+    at.selectbox(key="attn_head").select(1).run()
+    _ok(at)
+    assert len(_charts(at)) == N_CASE_CHARTS
+
+
+def test_model_page_shows_the_model_card(env):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page("pages/model.py")
+    at.run()
+    _ok(at)
+    assert at.title[0].value == "Model tiny-dash"
+    assert any(env["bundle"].sha256 in c.value for c in at.caption)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Review threshold"] == "0.500" and metrics["Decline threshold"] == "0.800"
+    assert len(_charts(at)) == 1  # training history
+    assert any("[entity]" in c.value for c in at.code)
+
+
+def test_a_missing_model_is_reported_not_raised(env, monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(tmp_path / "no-model"))
+    for page in ("pages/cases.py", "pages/case.py", "pages/model.py"):
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.error and "not found" in at.error[0].value
+
+
+def test_launch_arguments_win_over_environment():
+    from dashboard.state import parse_settings
+
+    env = {"FRAUDLENS_DATA": "env.csv", "FRAUDLENS_SPEC": "tabformer", "FRAUDLENS_MODEL": "envmodel",
+           "FRAUDLENS_MAX_ROWS": "10"}
+    s = parse_settings(["--data", "a.csv", "--model", "m"], env)
+    assert (s.data, s.spec, s.model, s.max_rows) == ("a.csv", "tabformer", "m", 10)
+    s = parse_settings([], {})
+    assert (s.data, s.spec, s.model, s.max_rows) == (None, None, None, None)
+    s = parse_settings(["-q", "tests/x.py", "--max-rows", "5"], {})  # unknown args are ignored
+    assert s.max_rows == 5
+
+
+def test_dashboard_never_imports_torch():
+    for p in (ROOT / "dashboard").rglob("*.py"):
+        text = p.read_text()
+        assert not re.search(r"^\s*(import|from)\s+torch\b", text, re.M), p
+        assert "engine.model" not in text, p
+
+
+def _selection_script():
+    import streamlit as st
+
+    from dashboard import state
+
+    ss = st.session_state
+    ids = ["t0", "t1", "t2"]
+    ss["entity_id"], ss["query_id"] = "e0", "t0"
+    # the ranking table's row 1 -> entity e1 (and the query is reset)
+    ss["rank"] = {"selection": {"rows": [1], "columns": []}}
+    state.on_entity_table_select("rank", ["e0", "e1"])
+    st.text(f"entity={ss['entity_id']} query={ss['query_id']}")
+    # a transaction-table row -> its id, out of range / empty -> unchanged
+    ss["tx"] = {"selection": {"rows": [2]}}
+    state.on_query_table_select("tx", ids)
+    ss["tx_bad"] = {"selection": {"rows": [7]}}
+    state.on_query_table_select("tx_bad", ids)
+    ss["tx_none"] = {"selection": {"rows": []}}
+    state.on_query_table_select("tx_none", ids)
+    st.text(f"table={ss['query_id']}")
+    # a chart point carries its row position in customdata[0]
+    ss["chart"] = {"selection": {"points": [{"customdata": [1, "$5.00", 0.4]}], "point_indices": [1]}}
+    state.on_query_chart_select("chart", ids)
+    st.text(f"chart={ss['query_id']}")
+    state.on_query_chart_select("missing-key", ids)
+    st.text(f"after-missing={ss['query_id']}")
+
+
+def test_selection_callbacks_turn_positions_into_ids():
+    at = AppTest.from_function(_selection_script, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.text] == ["entity=e1 query=None", "table=t2", "chart=t1", "after-missing=t1"]

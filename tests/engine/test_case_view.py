@@ -1,0 +1,226 @@
+"""Case-view data preparation: source -> scores -> ranking -> timeline -> explanations -> tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from engine import case_view as cv
+from engine.checkpoint import ModelBundle, build_model, save_checkpoint
+from engine.features import FeatureEncoder
+
+ROWS = 800
+
+
+def _slice(path: Path, n: int = ROWS) -> Path:
+    with open(cv.DEMO_DATA, encoding="utf-8") as f:
+        lines = [next(f) for _ in range(n + 1)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def tiny_checkpoint(frame: pd.DataFrame, spec, out: Path) -> Path:
+    """An untrained tiny model (weights perturbed so scores spread), saved as a checkpoint."""
+    enc = FeatureEncoder.fit(frame, spec)
+    model = build_model(enc, seed=1, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
+                        context_length=16, min_history=6)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    model.eval()
+    b = ModelBundle(model=model, encoder=enc, spec=spec,
+                    meta={"name": "tiny-test", "thresholds": {"review": 0.5, "decline": 0.8},
+                          "metrics": {"test": {"n": 10, "n_fraud": 1, "auc_roc": 0.5}},
+                          "history": [{"epoch": 1, "loss": 1.0}],
+                          "training_data": {"path": "/data/4111111111111111.csv", "sha256": "ab" * 32}})
+    save_checkpoint(b, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("case_view")
+    data = _slice(d / "tx.csv")
+    src = cv.load_source(data, cv.demo_spec_name())
+    model_dir = tiny_checkpoint(src.frame, src.spec, d / "model")
+    bundle = cv.load_model(model_dir)
+    scores = cv.score_source(bundle, src.frame)
+    return src, bundle, scores
+
+
+def test_load_source_accounts_for_rows_and_hashes_the_file(world, tmp_path):
+    src, _, _ = world
+    assert src.rows_read == ROWS == len(src.frame) + len(src.rejected)
+    assert src.file_sha256 == cv.file_identity(src.path) and len(src.file_sha256) == 64
+    assert src.currency == "USD"
+    assert "accepted" in src.summary()
+    small = cv.load_source(src.path, src.spec, max_rows=50)
+    assert small.rows_read == 50
+    with pytest.raises(FileNotFoundError):
+        cv.load_source(tmp_path / "nope.csv", "demo")
+    with pytest.raises(FileNotFoundError):
+        cv.load_source(src.path, "no-such-spec")
+
+
+def test_scores_carry_the_threshold_flag(world):
+    _, bundle, scores = world
+    assert {"transaction_id", "entity_id", "probability", "logit", "flagged"} <= set(scores)
+    np.testing.assert_array_equal(scores["flagged"], scores["probability"] >= bundle.threshold)
+    assert scores["probability"].between(0, 1).all()
+
+
+def test_rank_entities_orders_by_highest_score_and_counts(world):
+    _, bundle, scores = world
+    r = cv.rank_entities(scores, bundle.threshold)
+    assert len(r) == scores["entity_id"].nunique()
+    assert r["max_probability"].is_monotonic_decreasing
+    for _, row in r.head(3).iterrows():
+        s = scores[scores["entity_id"] == row["entity_id"]]
+        assert row["max_probability"] == s["probability"].max()
+        assert row["n_transactions"] == len(s)
+        assert row["n_flagged"] == int((s["probability"] >= bundle.threshold).sum())
+        assert row["known_frauds"] == int(s["label"].fillna(0).sum())
+        assert row["last_seen"] == s["timestamp"].max()
+        assert s.loc[s["transaction_id"] == row["top_transaction_id"], "probability"].iloc[0] == row["max_probability"]
+
+
+def test_rank_entities_masks_card_like_entities_for_display():
+    s = pd.DataFrame({"entity_id": ["4111111111111111", "4111111111111111", "x"],
+                      "transaction_id": ["1", "2", "3"], "timestamp": pd.date_range("2024-01-01", periods=3),
+                      "probability": [0.2, 0.9, 0.5]})
+    r = cv.rank_entities(s, 0.5)
+    assert r["entity_id"].tolist() == ["4111111111111111", "x"]
+    assert r["entity"].tolist() == ["411111******1111", "x"]
+    assert r["known_frauds"].isna().all()  # no labels: unknown, not 0
+    assert r["n_flagged"].tolist() == [1, 1]
+
+
+def test_entity_timeline_is_time_ordered_scored_and_masked(world):
+    src, bundle, scores = world
+    ent = cv.rank_entities(scores, bundle.threshold)["entity_id"].iloc[0]
+    tl = cv.entity_timeline(src.frame, scores, ent, bundle.threshold, src.currency)
+    mine = scores[scores["entity_id"] == ent]
+    assert len(tl) == len(mine)
+    assert tl["timestamp"].is_monotonic_increasing
+    assert set(tl["transaction_id"]) == set(mine["transaction_id"])
+    p = dict(zip(mine["transaction_id"], mine["probability"]))
+    assert all(p[t] == v for t, v in zip(tl["transaction_id"], tl["probability"]))
+    assert tl["when"].is_unique and tl["when"].iloc[0].endswith(f"${tl['amount'].iloc[0]:,.2f}")
+    # merchant ids are 19-digit numbers: card-like, so masked for display
+    assert tl["merchant"].str.contains(r"\*").all()
+    with pytest.raises(KeyError):
+        cv.entity_timeline(src.frame, scores, "no-such-entity", 0.5)
+
+
+def test_default_query_and_options(world):
+    src, bundle, scores = world
+    ent = cv.rank_entities(scores, bundle.threshold)["entity_id"].iloc[0]
+    tl = cv.entity_timeline(src.frame, scores, ent, bundle.threshold, src.currency)
+    q = cv.default_query(tl)
+    assert tl.loc[tl["transaction_id"] == q, "probability"].iloc[0] == tl["probability"].max()
+    opts = cv.query_options(tl, current=tl["transaction_id"].iloc[0])
+    assert opts[0] == q
+    assert tl["transaction_id"].iloc[0] in opts
+    probs = [tl.loc[tl["transaction_id"] == o, "probability"].iloc[0] for o in opts[:-1]]
+    assert probs == sorted(probs, reverse=True)
+    lab = cv.option_label(tl, q)
+    assert lab.startswith("▲" if tl["probability"].max() >= bundle.threshold else "·") and "$" in lab
+    assert cv.default_query(tl.iloc[:0]) is None
+
+
+@pytest.fixture(scope="module")
+def explained(world):
+    src, bundle, scores = world
+    ent = cv.rank_entities(scores, bundle.threshold)["entity_id"].iloc[0]
+    tl = cv.entity_timeline(src.frame, scores, ent, bundle.threshold, src.currency)
+    q = cv.default_query(tl.iloc[10:])  # a query with some history
+    return tl, q, cv.explain_query(bundle, src.frame, q, shap_samples=64, ig_steps=16)
+
+
+def test_explain_query_returns_every_method_for_the_query(world, explained):
+    _, _, scores = world
+    tl, q, ex = explained
+    assert list(ex) == list(cv.METHODS)
+    assert len(ex["shap"].transaction_ids) > 5
+    for e in ex.values():
+        assert e.query_transaction_id == q and e.transaction_ids[-1] == q
+    logit = scores.loc[scores["transaction_id"] == q, "logit"].iloc[0]
+    assert ex["integrated_gradients"].score_logit == pytest.approx(float(logit), abs=1e-4)
+    with pytest.raises(KeyError):
+        cv.explain_query(world[1], world[0].frame, "no-such-id")
+
+
+def test_context_table_lines_up_rows_and_attributions(world, explained):
+    src, bundle, scores = world
+    tl, q, ex = explained
+    t = cv.context_table(ex, src.frame, scores, src.currency)
+    T = len(ex["shap"].transaction_ids)
+    assert len(t) == T and t["query"].tolist() == [False] * (T - 1) + [True]
+    assert t["transaction_id"].tolist() == ex["shap"].transaction_ids
+    for m, col in cv.METHOD_COLUMNS.items():
+        np.testing.assert_array_equal(t[col], ex[m].values)
+    assert t["timestamp"].is_monotonic_increasing
+    assert t["when"].iloc[-1].startswith("▶ query")
+    p = scores.set_index("transaction_id")["probability"]
+    np.testing.assert_allclose(t["probability"], p.loc[t["transaction_id"]].to_numpy())
+    rows = cv.context_rows(ex, src.frame)
+    assert rows["transaction_id"].tolist() == ex["shap"].transaction_ids
+    labels = cv.context_labels(rows, src.currency)
+    assert len(set(labels)) == T
+    a = cv.attribution_table(ex["shap"], labels, top=3)
+    assert len(a) == 3 and a["value"].abs().is_monotonic_decreasing
+
+
+def test_query_summary_and_captions(world, explained):
+    _, bundle, _ = world
+    tl, q, ex = explained
+    qs = cv.query_summary(ex, tl, q, bundle.threshold)
+    assert qs.transaction_id == q and qs.threshold == bundle.threshold
+    assert qs.flagged == (qs.probability >= bundle.threshold)
+    assert qs.probability == pytest.approx(tl.loc[tl["transaction_id"] == q, "probability"].iloc[0], abs=1e-5)
+    assert "integrated_gradients" in qs.convergence and qs.context_length == len(ex["shap"].transaction_ids)
+    cap = cv.method_caption(ex["integrated_gradients"])
+    assert "logit" in cap and "convergence delta" in cap
+    assert "Baseline" in cv.method_details(ex["shap"])
+
+
+def test_field_value_texts(world):
+    src, bundle, _ = world
+    row = src.frame.iloc[3]
+    names = bundle.encoder.field_names()
+    vals = cv.field_value_texts(row, names, "USD", prev_timestamp=src.frame["timestamp"].iloc[2])
+    d = dict(zip(names, vals))
+    assert d["amount"] == f"${row['amount']:,.2f}"
+    assert d["hour"].endswith("h") and d["weekday"] in {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}
+    assert "*" in d["merchant"]  # masked
+
+
+def test_model_card_has_provenance_and_masks_paths(world):
+    _, bundle, _ = world
+    card = cv.model_card(bundle)
+    assert card["name"] == "tiny-test" and card["sha256"] == bundle.sha256 and len(card["sha256"]) == 64
+    assert card["threshold"] == 0.5 and card["thresholds"]["decline"] == 0.8
+    assert card["architecture"]["context_length"] == 16 and "cat_field_index" not in card["architecture"]
+    assert card["config"]["cat_field_index"] and card["n_parameters"] > 0
+    assert card["metrics"]["period"].tolist() == ["test"]
+    assert card["training_data"]["path"] == "/data/411111******1111.csv"
+    assert card["spec_name"] == bundle.spec.name and "[entity]" in card["spec_toml"]
+    assert "torch" in card["versions"] and len(card["history"]) == 1
+
+
+def test_mask_frame_masks_text_columns_only():
+    df = pd.DataFrame({"entity_id": ["4111111111111111"], "note": ["card 4111 1111 1111 1111"], "n": [1]})
+    out = cv.mask_frame(df)
+    assert out["entity_id"].iloc[0] == "4111111111111111"  # raw id kept for look-ups
+    assert out["note"].iloc[0] == "card 4111 11** **** 1111"
+    assert df["note"].iloc[0] == "card 4111 1111 1111 1111"  # input untouched
+
+
+def test_case_view_imports_no_streamlit():
+    src = (Path(cv.__file__).read_text() + Path(cv.__file__).with_name("figures.py").read_text())
+    assert "import streamlit" not in src and "from streamlit" not in src
