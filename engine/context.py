@@ -53,9 +53,8 @@ class QueryContext:
         """Query logits ``[B]`` for presence masks ``present [B, T]`` bool (default: all present).
 
         A transaction with ``present=False`` is removed from the history (see engine.model)."""
-        b = self.batch if present is None else self.batch.repeat(present.shape[0]).with_present(present)
         with torch.no_grad():
-            return self.bundle.model(b).logits[:, -1]
+            return self.bundle.model.query_logits(self.batch, present)
 
     def score_logit(self) -> float:
         return float(self.logits()[0])

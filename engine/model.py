@@ -245,6 +245,16 @@ class RowEncoder(nn.Module):
     def summed(self, batch: TransactionBatch) -> torch.Tensor:
         """``[B, T, D]`` = ``forward(batch).sum(dim=2)`` without materialising ``[B, T, F, D]``
         (the scoring fast path; tested equal)."""
+        return self.summed_static(batch) + self.summed_dynamic(batch)
+
+    def summed_dynamic(self, batch: TransactionBatch) -> torch.Tensor:
+        """``[B, T, D]``: the fields that depend on which transactions are present (time since
+        previous, amount versus history)."""
+        x = self._time_embedding(batch)
+        return x + self._history_field(batch) if self.hist_field is not None else x
+
+    def summed_static(self, batch: TransactionBatch) -> torch.Tensor:
+        """``[B, T, D]``: the sum of the fields that depend on the transaction alone."""
         B, T = batch.shape
         D = self.cfg.d_model
         x = self.field_bias.sum(0) + self.num_b.sum(0) + batch.num @ self.num_w  # [B, T, Fn] -> [B, T, D]
@@ -255,8 +265,7 @@ class RowEncoder(nn.Module):
         for (_, w), proj in zip(self.cfg.multi_slots, self.multi_proj):
             x = x + proj(batch.multi[..., start : start + w])
             start += w
-        x = x + self._time_embedding(batch)
-        return x + self._history_field(batch) if self.hist_field is not None else x
+        return x
 
     def forward(self, batch: TransactionBatch) -> torch.Tensor:
         B, T = batch.shape
@@ -401,6 +410,51 @@ class FraudTransformer(nn.Module):
                 atts.append(w)
         logits = self.head(self.ln_out(x)).squeeze(-1)  # [B, T, D] -> [B, T]
         return logits, (tuple(atts) if output_attentions else None)
+
+    def query_logits(
+        self, batch: TransactionBatch, present: torch.Tensor | None = None, field_embeddings: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logit of the *last* position only, for many variants of one history (explainers).
+
+        Args:
+            batch: ``[1, T]`` history (query last).
+            present: ``[n, T]`` bool presence masks (removal rule), or None for ``batch.present``.
+            field_embeddings: ``[n, T, F, D]`` per-field embeddings (IG path points) instead of
+                the batch's own; then ``present`` must be None.
+        Returns:
+            ``[n]`` float32 logits, equal to ``forward(...).logits[:, -1]`` (tested) but cheaper:
+            the transaction-only fields are embedded once, and the last block runs the query row
+            only (keys/values of all rows are still computed).
+        """
+        if field_embeddings is not None:
+            n = field_embeddings.shape[0]
+            row = field_embeddings.sum(dim=2)  # [n, T, F, D] -> [n, T, D]
+            pres = batch.present.expand(n, -1)
+        else:
+            pres = batch.present if present is None else present
+            n = pres.shape[0]
+            bn = batch.repeat(n).with_present(pres) if batch.shape[0] == 1 else batch.with_present(pres)
+            row = self.rows.summed_static(batch) + self.rows.summed_dynamic(bn)  # [1|n, T, D] + [n, T, D]
+        ts = batch.time_s.expand(n, -1)
+        mask, log_gap = self.attention_mask(pres, ts)
+        x = self.ln_in(row)
+        for blk in self.blocks[:-1]:
+            x, _ = blk(x, mask, log_gap)
+        blk = self.blocks[-1]
+        att = blk.attn
+        D = x.shape[-1]
+        h = blk.ln1(x)  # [n, T, D]
+        w_q, w_kv = att.qkv.weight[:D], att.qkv.weight[D:]
+        b_q, b_kv = att.qkv.bias[:D], att.qkv.bias[D:]
+        q = Fnn.linear(h[:, -1:], w_q, b_q).view(n, 1, att.h, att.dh).transpose(1, 2)  # [n, H, 1, dh]
+        k, v = Fnn.linear(h, w_kv, b_kv).split(D, dim=-1)
+        k = k.view(n, -1, att.h, att.dh).transpose(1, 2)  # [n, H, T, dh]
+        v = v.view(n, -1, att.h, att.dh).transpose(1, 2)
+        bias = torch.addcmul(mask[..., -1:, :], Fnn.softplus(att.slope_raw).view(1, -1, 1, 1), log_gap[..., -1:, :], value=-1.0)
+        y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [n, H, 1, dh]
+        xq = x[:, -1] + att.out(y.transpose(1, 2).reshape(n, D))  # [n, D]
+        xq = xq + blk.ff(blk.ln2(xq))
+        return self.head(self.ln_out(xq)).squeeze(-1)
 
     @staticmethod
     def attention_mask(present: torch.Tensor, time_s: torch.Tensor):

@@ -143,8 +143,7 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
     T = ctx.T
 
     def query_logit(emb: torch.Tensor) -> torch.Tensor:  # [n, T, F, D] -> [n]
-        logits, _ = model.forward_from_embeddings(emb, batch)
-        return logits[:, -1]
+        return model.query_logits(batch, field_embeddings=emb)  # == forward_from_embeddings(...)[0][:, -1]
 
     with eval_mode(model):
         with torch.no_grad():

@@ -155,6 +155,21 @@ def test_fused_row_sum_equals_per_field_embeddings(bundle):
     torch.testing.assert_close(full.logits, bundle.model(b).logits, rtol=1e-5, atol=1e-5)
 
 
+def test_query_logits_fast_path_equals_full_forward(bundle):
+    fr = tiny_frame(1, 15)
+    b = _batch(bundle, fr, np.arange(15))
+    gen = torch.Generator().manual_seed(0)
+    present = torch.rand(6, 15, generator=gen) > 0.4
+    present[:, -1] = True
+    full = bundle.model(b.repeat(6).with_present(present)).logits[:, -1]
+    torch.testing.assert_close(bundle.model.query_logits(b, present), full, rtol=1e-5, atol=1e-5)
+    fe = bundle.model.embed(b) * torch.linspace(0.1, 1.0, 4).view(4, 1, 1, 1)  # IG-style path points
+    torch.testing.assert_close(
+        bundle.model.query_logits(b, field_embeddings=fe), bundle.model.forward_from_embeddings(fe, b)[0][:, -1],
+        rtol=1e-5, atol=1e-5,
+    )
+
+
 def test_removing_by_mask_equals_deleting_the_row(bundle):
     fr = tiny_frame(1, 12)
     b = _batch(bundle, fr, np.arange(12))
