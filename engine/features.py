@@ -7,7 +7,8 @@ Fields (``F`` of them, in this order) — each becomes one ``D``-vector in the r
 attributions can be reported per (transaction, field):
 
 * ``amount``: sign (refund / zero / purchase) + log-magnitude quantile bin (16 quantile bins plus
-  tail bins at the 97/99/99.5/99.9 % quantiles) + standardised ``log1p(|amount|)``.
+  tail bins at the 97 / 99 / 99.5 / 99.8 / 99.9 / 99.95 % quantiles) + standardised ``log1p(|amount|)``
+  + its piecewise-linear encoding over the same bin edges.
 * ``amount_vs_history``: the standardised log amount minus its mean over the earlier *present*
   transactions of the window, computed inside the model (so removing a transaction updates it).
 * ``time_since_prev``: seconds since the entity's previous (present) transaction, computed
@@ -34,7 +35,7 @@ import pandas as pd
 from .spec import DatasetSpec, FieldKind
 
 N_AMOUNT_BINS = 16
-TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.999]
+TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.998, 0.999, 0.9995]
 #: Boundaries (seconds) of the time-since-previous-transaction bins used by the model.
 TIME_GAP_BOUNDARIES_S = [
     60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 4 * 86400,
@@ -147,7 +148,9 @@ class FeatureEncoder:
 
     def num_columns(self) -> list[tuple[str, str]]:
         """``[(column name, field name)]`` of the ``num`` array, in order."""
-        out = [("amount_log", "amount")] + [(n, n) for n in self.state["numeric"]]
+        n_ple = max(0, len(self.state["amount_bin_edges"]) - 1)
+        out = [("amount_log", "amount")] + [(f"amount_ple_{k}", "amount") for k in range(n_ple)]
+        out += [(n, n) for n in self.state["numeric"]]
         for name, cols in self.state.get("aggregates", {}).items():
             out += [(c, name) for c in cols]
         return out
@@ -178,6 +181,7 @@ class FeatureEncoder:
         num_cols: list[np.ndarray] = [
             ((logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]).astype(np.float32)
         ]
+        num_cols += list(piecewise_linear(logabs, self.state["amount_bin_edges"]).T)
         fspec = {f.name: f for f in self.spec.fields}
         for name, st in self.state["categorical"].items():
             vals = frame[name].astype(str).to_numpy()
@@ -230,6 +234,7 @@ class FeatureEncoder:
         cat = [int(np.sign(amount) + 1), int(np.searchsorted(self.state["amount_bin_edges"], logabs, side="right")),
                ts.hour, ts.day_of_week]
         num = [(logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]]
+        num += piecewise_linear(np.array([logabs]), self.state["amount_bin_edges"])[0].tolist()
         fspec = {f.name: f for f in self.spec.fields}
         for name, st in self.state["categorical"].items():
             v = str(row[name])
@@ -273,6 +278,18 @@ class FeatureEncoder:
             ts = pd.Timestamp(row["timestamp"])
             return {"hour": f"{ts.hour:02d}h", "weekday": ts.day_name()[:3], "time_since_prev": str(ts)}[field]
         return str(row.get(field, ""))
+
+
+def piecewise_linear(x: np.ndarray, edges) -> np.ndarray:
+    """Piecewise-linear encoding ``[n, K-1]`` float32 of ``x [n]`` over ``K`` sorted edges: column
+    ``k`` is ``clip((x - e_k) / (e_{k+1} - e_k), 0, 1)`` (Gorishniy et al. 2022, "On Embeddings for
+    Numerical Features in Tabular Deep Learning", arXiv:2203.05556). Lets the model place sharp
+    thresholds (e.g. "amount above 220") inside any bin."""
+    e = np.asarray(edges, dtype=np.float64)
+    if len(e) < 2:
+        return np.zeros((len(x), 0), np.float32)
+    width = np.maximum(np.diff(e), 1e-9)
+    return np.clip((np.asarray(x, np.float64)[:, None] - e[None, :-1]) / width[None, :], 0.0, 1.0).astype(np.float32)
 
 
 def _to_seconds(ts: pd.Series) -> np.ndarray:
