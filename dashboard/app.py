@@ -23,6 +23,7 @@ state.init_state(state.parse_settings(sys.argv[1:]))
 
 pages = [
     st.Page("pages/cases.py", title="Cases", default=True),
+    st.Page("pages/queue.py", title="Queue"),  # case queue (dashboard/pages/queue.py)
     st.Page("pages/case.py", title="Case"),
     st.Page("pages/model.py", title="Model"),
 ]

@@ -209,3 +209,9 @@ with tabs[3]:
     )
     st.caption("The transactions the model saw for this score (time order, query last) with each method's "
                "value; attributions in logits, attention as weights.")
+
+# ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
+from dashboard.components.disposition import render_case_panel  # noqa: E402
+
+render_case_panel(loaded, entity, expls, tl)
+# ---- end disposition and exports ----

@@ -1,0 +1,109 @@
+"""Compliance downloads of the case on screen: PDF, JSON, CSV (built by engine.report).
+
+Nothing is recomputed: the report is built from the explanations the case page already has
+(cached by ``dashboard.state``); the report dict and each format's bytes are cached per
+process by *case + explanation key* (case id and version, data sha, spec, model sha,
+transaction, thresholds), so a download never reruns an explanation and a re-download serves
+identical bytes (same report id and sha256). A new disposition bumps the case version and so
+produces a new report. The bytes are produced when a button is clicked (deferred
+``st.download_button`` data), not on every page run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+import streamlit as st
+
+from dashboard import components as comp
+from engine import case_view as cv
+from engine import report as rp
+
+_LOCK = threading.Lock()
+_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
+_MAX = 48
+MIME = {"pdf": "application/pdf", "json": "application/json", "csv": "text/csv"}
+
+
+def _cached(key: tuple, make: Callable[[], Any]) -> Any:
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    val = make()
+    with _LOCK:
+        _CACHE.setdefault(key, val)
+        while len(_CACHE) > _MAX:
+            _CACHE.popitem(last=False)
+        return _CACHE[key]
+
+
+def report_key(loaded: Any, case: dict, query: str, thresholds: dict) -> tuple:
+    path, spec, sha, max_rows, model_path, model_sha = loaded.key
+    return ("report", int(case["id"]), int(case["version"]), sha, spec, max_rows, model_sha, str(query),
+            float(thresholds["review"]), float(thresholds["decline"]))
+
+
+def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
+                      scored_at: str | None, who: str | None, trust: dict | None = None) -> dict:
+    """The report model (engine.report.build_report) from what the case page holds."""
+    store = comp.get_store()
+    src = loaded.source
+    ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, src.frame)
+    return rp.build_report(
+        case=case, entity_id=entity, model=loaded.bundle,
+        dataset={"spec": str(loaded.src.get("spec", "")), "file_name": str(loaded.src.get("label", "")),
+                 "file_sha256": src.file_sha256 or None, "max_rows": loaded.src.get("max_rows"),
+                 "currency": src.currency},
+        expls=expls, context=ctx, thresholds=thresholds,
+        history=store.history(case["id"]), notes=store.notes(case["id"]), scored_at=scored_at,
+        probabilities=dict(zip(tl["transaction_id"].astype(str), tl["probability"])),
+        trust=trust, exported_by=who,
+        threshold_quality=rp.threshold_metrics(loaded.scores, {"review": thresholds["review"],
+                                                               "decline": thresholds["decline"]}, loaded.bundle.meta),
+    )
+
+
+def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
+                   scored_at: str | None, who: str | None, trust: dict | None = None) -> None:
+    """Three download buttons (PDF, JSON, CSV) for the explained query of this case."""
+    expl = next((v for v in expls.values() if hasattr(v, "query_transaction_id")), None)
+    if expl is None:
+        return
+    query = str(expl.query_transaction_id)
+    key = report_key(loaded, case, query, thresholds)
+    if trust is None and isinstance(expls.get("trust"), dict):
+        trust = expls["trust"]
+
+    def report() -> dict:
+        return _cached(key, lambda: build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who,
+                                                      trust))
+
+    def pdf() -> bytes:
+        def make() -> bytes:
+            r = report()
+            figs = rp.report_figures(expls, tl, thresholds["review"], loaded.source.currency)
+            images, err = rp.render_pngs(figs)
+            return rp.to_pdf(r, images=images, image_error=err)
+        return _cached(key + ("pdf",), make)
+
+    def js() -> bytes:
+        return _cached(key + ("json",), lambda: rp.to_json(report()))
+
+    def csv() -> bytes:
+        return _cached(key + ("csv",), lambda: rp.to_csv(report()))
+
+    st.markdown("**Export for compliance**")
+    st.caption("PDF, JSON (schema `engine/report_schema.json`) and per-transaction attributions (CSV) of "
+               f"transaction {cv.mask(query)}; card numbers masked, entity pseudonymised. The PDF carries the "
+               "JSON report's id and sha256.")
+    c = st.columns(3)
+    stem = f"fraudlens-case-{case['id']}-v{case['version']}"
+    c[0].download_button("Download PDF", pdf, file_name=f"{stem}.pdf", mime=MIME["pdf"], key="dl_pdf",
+                         on_click="ignore", icon=":material/picture_as_pdf:")
+    c[1].download_button("Download JSON", js, file_name=f"{stem}.json", mime=MIME["json"], key="dl_json",
+                         on_click="ignore", icon=":material/data_object:")
+    c[2].download_button("Download CSV", csv, file_name=f"{stem}.csv", mime=MIME["csv"], key="dl_csv",
+                         on_click="ignore", icon=":material/table:")

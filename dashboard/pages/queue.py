@@ -1,0 +1,145 @@
+"""Case queue: entities whose highest fraud probability reaches the review threshold, ranked,
+filtered, assigned; per-model review/decline thresholds with their precision/recall."""
+
+from __future__ import annotations
+
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import components as comp
+from dashboard import state
+from engine import case_view as cv
+from engine.cases import STATES, CaseStoreError
+from engine.report import threshold_metrics
+
+state.ensure_entrypoint()
+ss = st.session_state
+st.title("Case queue")
+who = comp.identity_sidebar()
+
+try:
+    loaded = state.load_all()
+except Exception as e:  # noqa: BLE001
+    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    st.page_link("pages/cases.py", label="Choose data and model on Cases", icon=":material/folder_open:")
+    st.stop()
+
+store = comp.get_store()
+synced = comp.sync_cases(loaded)
+sha = loaded.bundle.sha256
+thr = comp.effective_thresholds(loaded.bundle, store)
+
+# --------------------------------------------------------------------------------- thresholds
+with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{thr['decline']:.3f}** "
+                 f"({thr['source']})"):
+    qual = threshold_metrics(loaded.scores, {"review": thr["review"], "decline": thr["decline"]},
+                             loaded.bundle.meta)
+    rows = [{"threshold": k, "value": v["threshold"], "precision": v["precision"], "recall": v["recall"],
+             "alerts": v["alerts"]} for k, v in qual["by_threshold"].items()]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="thr_quality",
+                 column_config={"value": st.column_config.NumberColumn("Probability", format="%.3f"),
+                                "precision": st.column_config.NumberColumn(format="%.3f"),
+                                "recall": st.column_config.NumberColumn(format="%.3f")})
+    st.caption(f"Precision / recall: {qual['source']}"
+               + (f" · {qual['n']:,} transactions, {qual['n_fraud']:,} known frauds" if qual["n"] else "")
+               + ". Blank: not measured at that threshold.")
+    with st.form("thresholds_form"):
+        c1, c2 = st.columns(2)
+        review = c1.number_input("Review threshold", 0.0, 1.0, float(thr["review"]), step=0.01, format="%.4f",
+                                 key="thr_review")
+        decline = c2.number_input("Decline threshold", 0.0, 1.0, float(thr["decline"]), step=0.01, format="%.4f",
+                                  key="thr_decline")
+        if st.form_submit_button("Save thresholds for this model", disabled=who is None):
+            try:
+                store.set_thresholds(sha, review, decline, actor=who)
+                st.success(f"Saved by {who}.")
+                st.rerun()
+            except (ValueError, CaseStoreError) as e:
+                st.error(str(e))
+
+# ------------------------------------------------------------------------------------ filters
+st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · cases created "
+           f"{synced['created']}, updated {synced['updated']} at {synced['scored_at']}")
+lo = pd.Timestamp(loaded.scores["timestamp"].min()).date()
+hi = pd.Timestamp(loaded.scores["timestamp"].max()).date()
+f = st.columns([3, 2, 2, 3, 2])
+dates = f[0].date_input("Activity between", value=(lo, hi), min_value=lo, max_value=hi, key="q_dates")
+min_amount = f[1].number_input("Min amount", min_value=0.0, value=0.0, step=10.0, key="q_min_amount")
+label = f[2].selectbox("Known label", ["any", "fraud", "not_fraud"], key="q_label",
+                       format_func={"any": "any", "fraud": "has known fraud", "not_fraud": "no known fraud"}.get)
+states = f[3].multiselect("State", list(STATES), default=[], key="q_states",
+                          format_func=comp.STATE_LABELS.get, placeholder="any state")
+assignees = ["(anyone)", "(unassigned)"] + ([who] if who else [])
+assignee = f[4].selectbox("Assignee", assignees, key="q_assignee")
+
+kw: dict = {}
+if isinstance(dates, (tuple, list)) and len(dates) == 2:
+    kw["date_from"], kw["date_to"] = dates[0], dates[1]
+if min_amount:
+    kw["min_amount"] = float(min_amount)
+if label != "any":
+    kw["label"] = label
+if states:
+    kw["state"] = states
+if assignee == "(unassigned)":
+    kw["assignee"] = ""
+elif assignee not in ("(anyone)", "(unassigned)"):
+    kw["assignee"] = assignee
+q = store.queue(sha, thr["review"], **kw)
+q["band"] = ["decline" if p >= thr["decline"] else "review" for p in q["max_probability"]]
+q["entity"] = q["entity_id"].map(cv.mask)
+q["state_label"] = q["state"].map(comp.STATE_LABELS)
+
+m = st.columns(4)
+m[0].metric("Cases in queue", f"{len(q):,}")
+m[1].metric("Decline band", f"{int((q['band'] == 'decline').sum()):,}")
+m[2].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
+m[3].metric("Pending approval", f"{int((q['state'] == 'pending_approval').sum()):,}")
+
+ids = q["case_id"].tolist()
+table_key = f"queue_{loaded.bundle.short_sha}_{hash(tuple(sorted(map(str, kw.items()))))}"
+st.dataframe(
+    q, key=table_key, on_select="rerun", selection_mode="single-row", hide_index=True, height=380,
+    column_order=["case_id", "entity", "max_probability", "band", "state_label", "assignee", "n_transactions",
+                  "n_known_fraud", "max_amount", "last_ts"],
+    column_config={
+        "case_id": st.column_config.NumberColumn("Case", format="%d"),
+        "entity": st.column_config.TextColumn("Entity", help="card numbers masked"),
+        "max_probability": st.column_config.ProgressColumn("Max fraud probability", min_value=0.0, max_value=1.0,
+                                                           format="%.3f"),
+        "band": st.column_config.TextColumn("Band"),
+        "state_label": st.column_config.TextColumn("State"),
+        "assignee": st.column_config.TextColumn("Assignee"),
+        "n_transactions": st.column_config.NumberColumn("Transactions", format="%d"),
+        "n_known_fraud": st.column_config.NumberColumn("Known frauds", format="%d"),
+        "max_amount": st.column_config.NumberColumn("Max amount", format="%.2f"),
+        "last_ts": st.column_config.DatetimeColumn("Last seen", format="YYYY-MM-DD HH:mm"),
+    },
+)
+sel = state.selected_row_id(table_key, ids)
+if sel is None and ids:
+    sel = ids[0]
+if sel is None:
+    st.info("No case matches: the queue holds entities whose highest fraud probability reaches the review "
+            "threshold.")
+    st.stop()
+
+case = store.get_case(int(sel))
+st.markdown(f"Selected case **{case['id']}** · {cv.mask(case['entity_id'])} · max probability "
+            f"**{case['max_probability']:.3f}** · {comp.STATE_LABELS.get(case['state'])} · assignee "
+            f"**{case['assignee'] or 'nobody'}**")
+c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
+target = c1.text_input("Assign to (analyst)", value=who or "", key="q_assign_to")
+if c2.button("Assign", key="q_assign", disabled=who is None or not target.strip(), width="stretch"):
+    try:
+        store.assign(case["id"], target.strip(), actor=who, expected_version=case["version"])
+        st.rerun()
+    except CaseStoreError as e:
+        st.error(str(e))
+if c3.button("Open case →", type="primary", key="q_open", width="stretch"):
+    state.set_entity(case["entity_id"])
+    state.set_query(case["max_transaction_id"])
+    st.switch_page("pages/case.py")
+if who is None:
+    st.caption("Enter your name in the sidebar to assign cases and save thresholds.")
