@@ -1,0 +1,109 @@
+"""Browser end-to-end fixtures: a tiny model + demo-data slice, a `streamlit run` server on a
+free port (temp FRAUDLENS_DATA_DIR, FRAUDLENS_ANALYST=e2e), and Debian's headless Chromium
+driven by Playwright (never a Playwright-downloaded browser)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+OUTPUT = ROOT / "test-output"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def e2e_world(tmp_path_factory):
+    """Tiny untrained model + the first 1500 demo rows (as tests/dashboard/test_app.py)."""
+    import torch
+
+    from engine import case_view as cv
+    from engine.checkpoint import ModelBundle, build_model, save_checkpoint
+    from engine.features import FeatureEncoder
+
+    d = tmp_path_factory.mktemp("e2e")
+    data = d / "tx.csv"
+    with open(cv.DEMO_DATA, encoding="utf-8") as f:
+        data.write_text("".join(next(f) for _ in range(1501)), encoding="utf-8")
+    src = cv.load_source(data, cv.demo_spec_name())
+    enc = FeatureEncoder.fit(src.frame, src.spec)
+    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
+                        context_length=16, min_history=6)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    save_checkpoint(ModelBundle(model=model, encoder=enc, spec=src.spec,
+                                meta={"name": "tiny-e2e", "thresholds": {"review": 0.5, "decline": 0.8}}),
+                    d / "model")
+    return {"dir": d, "data": data, "spec": cv.demo_spec_name(), "model": d / "model"}
+
+
+@pytest.fixture(scope="session")
+def app_url(e2e_world):
+    """`streamlit run dashboard/app.py` on a free port; yields its URL, stops it afterwards."""
+    port = _free_port()
+    env = {**os.environ, "FRAUDLENS_DATA_DIR": str(e2e_world["dir"] / "store"), "FRAUDLENS_ANALYST": "e2e",
+           "FRAUDLENS_DATA": str(e2e_world["data"]), "FRAUDLENS_SPEC": e2e_world["spec"],
+           "FRAUDLENS_MODEL": str(e2e_world["model"]), "FRAUDLENS_PSEUDONYM_SALT": "e2e",
+           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    env.pop("FRAUDLENS_FOUR_EYES", None)
+    log = open(e2e_world["dir"] / "streamlit.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.fileWatcherType", "none"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not start: {(e2e_world['dir'] / 'streamlit.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def output_dir() -> Path:
+    OUTPUT.mkdir(exist_ok=True)
+    return OUTPUT

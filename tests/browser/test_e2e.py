@@ -1,0 +1,84 @@
+"""End to end in a real browser: queue -> top case -> another flagged transaction -> the
+explanation views update -> disposition with a note -> PDF and JSON downloads parsed back.
+Debian's headless Chromium through Playwright (see conftest.py); a screenshot of the case page
+goes to test-output/."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+
+from engine import report as rp
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+T = 90_000  # ms: first explanation of a case on a shared 2-core machine
+
+
+def _subheader(page) -> str:
+    return page.locator("h3", has_text=re.compile(r"^Transaction ")).first.inner_text(timeout=T)
+
+
+def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
+    ctx = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(T)
+    page.goto(app_url + "/queue")
+    page.get_by_role("heading", name="Case queue").wait_for()
+    assert page.get_by_role("textbox", name="Analyst (your name)").input_value() == "e2e"
+    page.get_by_role("button", name=re.compile("Open case")).click()
+
+    # the case page: top case, explained transaction, charts
+    page.get_by_text("Disposition", exact=True).first.wait_for()
+    first = _subheader(page)
+    assert page.locator(".js-plotly-plot").count() >= 2
+
+    # pick another flagged transaction from the picker; the explanation views follow
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Flagged transactions")
+    box.click()
+    options = page.locator('[role="option"]')
+    options.first.wait_for()
+    assert options.count() >= 2
+    options.nth(1).click()
+    page.wait_for_function("s => ![...document.querySelectorAll('h3')].some(h => h.innerText === s)", arg=first)
+    second = _subheader(page)
+    assert second != first
+    page.get_by_text("Disposition", exact=True).first.wait_for()
+    assert page.locator(".js-plotly-plot").count() >= 2
+
+    # disposition with a note (hostile text: must stay literal in every export)
+    note = '=HYPERLINK("http://evil.example","x") <b>checked</b> e2e note'
+    page.get_by_text("Escalate", exact=True).click()
+    page.get_by_role("textbox", name="Note (required)").fill(note)
+    page.get_by_role("button", name="Record disposition").click()
+    page.get_by_text("Recorded escalate by e2e").wait_for()
+    page.get_by_role("button", name=re.compile("Download JSON")).scroll_into_view_if_needed()
+    page.screenshot(path=str(output_dir / "case_page.png"), full_page=True)
+
+    with page.expect_download(timeout=T) as dl:
+        page.get_by_role("button", name=re.compile("Download JSON")).click()
+    jpath = tmp_path / "r.json"
+    dl.value.save_as(jpath)
+    report = json.loads(jpath.read_text(encoding="utf-8"))
+    rp.validate(report)
+    assert rp.verify_report(report)
+    assert report["disposition"]["latest"] == "escalate"
+    assert report["disposition"]["history"][-1]["note"] == note
+    assert report["disposition"]["history"][-1]["analyst"] == "e2e"
+    assert report["model"]["name"] == "tiny-e2e"
+    assert report["score"]["transaction_id"] in second
+
+    with page.expect_download(timeout=T) as dl:
+        page.get_by_role("button", name=re.compile("Download PDF")).click()
+    ppath = tmp_path / "r.pdf"
+    dl.value.save_as(ppath)
+    from pypdf import PdfReader
+
+    text = " ".join(" ".join(p.extract_text() for p in PdfReader(str(ppath)).pages).split())
+    assert report["report_id"] in text
+    assert report["report_sha256"][:32] in text.replace(" ", "")
+    assert "<b>checked</b> e2e note" in text
+    (output_dir / "case_report.pdf").write_bytes(ppath.read_bytes())
+    ctx.close()
