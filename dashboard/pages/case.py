@@ -210,6 +210,12 @@ with tabs[3]:
     st.caption("The transactions the model saw for this score (time order, query last) with each method's "
                "value; attributions in logits, attention as weights.")
 
+# ---- Trust checks + what-if (owner: dashboard/components/trust.py; keep this block as is) ----
+from dashboard.components import trust as trust_ui  # noqa: E402
+
+trust_ui.render_case_trust(loaded, query, expls)
+# ---- end trust checks + what-if ----
+
 # ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
 from dashboard.components.disposition import render_case_panel  # noqa: E402
 

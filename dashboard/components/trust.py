@@ -1,0 +1,559 @@
+"""Case page: can the explanations be trusted, and what if the history were different?
+
+Two tabs, rendered by :func:`render_case_trust` (called once from ``dashboard/pages/case.py``):
+
+* **Trust** (:func:`render_trust_tab`): per method the deletion curve (method vs random orders vs
+  the attention order) and its AOPC against random (:mod:`engine.trust.faithfulness`); the
+  model-parameter randomisation verdict per method ("evidence" / "not evidence",
+  :func:`engine.trust.sanity.randomisation_check`, computed lazily behind a button, once per
+  model and data, on :data:`SANITY_CASES` flagged cases); completeness (IG convergence delta,
+  SHAP efficiency gap, with IG's automatic re-run; a warning above
+  :data:`engine.trust.sanity.COMPLETENESS_TOLERANCE`); the methods' rank-agreement matrix with
+  disagreements put into words (:mod:`engine.trust.agreement`); the reason codes of the query,
+  each with the transactions it cites (:mod:`engine.trust.reasons`).
+* **What-if** (:func:`render_whatif`): change (amount, time, merchant, MCC, ...) or remove an
+  earlier transaction, or add one; the query is re-scored and re-explained at once with the same
+  model (:func:`engine.trust.whatif.what_if`, no retraining). Edited rows are highlighted; Reset
+  drops every edit of the query.
+
+Session-state keys (documented contract, read by the export in ``dashboard/components/export.py``):
+
+* ``st.session_state["whatif_edits"][query_transaction_id]``: list of edit dicts
+  (:meth:`engine.trust.whatif.Edit.to_dict`: ``{"op", "transaction_id", "values"}``), in the order
+  they are applied. Missing or ``[]`` = no edits.
+* ``st.session_state["whatif_result"][query_transaction_id]``: ``{"logit", "probability",
+  "original_logit", "original_probability", "edited_transaction_ids", "edits"}`` of the last
+  rendered what-if (logits = log-odds of fraud).
+* ``"trust_show"``: the toggle that shows the two tabs (off by default: the checks cost a few
+  seconds per case). ``"trust_sanity_models"``: model sha256s whose randomisation check the
+  analyst asked for in this session.
+
+Caching: per-case results with ``st.cache_data`` keyed by (data sha256, spec, max_rows, model
+sha256, transaction id, edits hash); the randomisation check keyed by (model sha256, data sha256,
+spec, max_rows, number of cases). The engine does every computation; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from dashboard import state
+from engine import case_view as cv
+from engine import figures as fig
+from engine.trust import figures as tfig
+
+WHATIF_EDITS = "whatif_edits"
+WHATIF_RESULT = "whatif_result"
+WHATIF_ERROR = "whatif_error"
+SHOW_KEY = "trust_show"
+SANITY_MODELS = "trust_sanity_models"
+TAB_LABELS = ["Trust", "What-if"]
+
+#: faithfulness settings: AOPC over top 1..K, curves drawn to k = CURVE_MAX, random orders
+FAITH_K, CURVE_MAX, N_RANDOM = 10, 20, 5
+#: randomisation check: flagged cases, methods, SHAP coalitions (kept small: it runs L + 3 times)
+SANITY_CASES = 3
+SANITY_METHODS = ("attention", "integrated_gradients", "shap", "occlusion")
+SANITY_SHAP_SAMPLES = 256
+#: fields offered in the what-if form besides amount and time (the spec's, in this order)
+WHATIF_FIELDS = ("merchant", "mcc", "use_chip", "merchant_city", "merchant_state", "terminal")
+PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
+EDITED_BG, QUERY_BG, CITED_BG = "#fff59d", "#ffe0b2", "#c8e6c9"
+
+
+def _title(m: str) -> str:
+    return tfig.METHOD_TITLES.get(m, m)
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def edits_key(edits: list[dict[str, Any]]) -> str:
+    """Stable hash of a list of edit dicts ("" = no edits): the cache key part of the edits."""
+    if not edits:
+        return ""
+    return hashlib.sha256(json.dumps(edits, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def query_edits(query: str) -> list[dict[str, Any]]:
+    """The what-if edits of ``query`` in session state (a copy; ``[]`` if none)."""
+    return [dict(e) for e in (st.session_state.get(WHATIF_EDITS) or {}).get(str(query), [])]
+
+
+def _set_edits(query: str, edits: list[dict[str, Any]]) -> None:
+    ss = st.session_state
+    all_edits = dict(ss.get(WHATIF_EDITS) or {})
+    all_edits[str(query)] = list(edits)
+    ss[WHATIF_EDITS] = all_edits
+
+
+# ------------------------------------------------------------------------------------ caches
+def _entity_frame(frame: pd.DataFrame, transaction_id: str) -> pd.DataFrame:
+    hit = np.flatnonzero(frame["transaction_id"].astype(str).to_numpy() == str(transaction_id))
+    if not len(hit):
+        raise KeyError(f"transaction_id {transaction_id!r} not found")
+    ent = frame["entity_id"].iloc[int(hit[0])]
+    return frame.loc[frame["entity_id"].to_numpy() == ent].reset_index(drop=True)
+
+
+@st.cache_data(show_spinner="Checking the explanations…", max_entries=64)
+def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
+                edits_hash: str, _path: str, _model_path: str, _edits: tuple = ()) -> dict[str, Any]:
+    """Everything the two tabs show for one (possibly edited) case; plain, picklable data."""
+    from engine.context import build_context
+    from engine.trust.agreement import method_agreement
+    from engine.trust.faithfulness import evaluate_faithfulness
+    from engine.trust.reasons import reason_codes
+    from engine.trust.sanity import completeness_checks
+    from engine.trust.whatif import what_if
+
+    source = state._source(_path, spec, data_sha, max_rows)
+    bundle = state.get_bundle(_model_path)
+    edits = [dict(e) for e in _edits]
+    if edits:
+        res = what_if(bundle, source.frame, transaction_id, edits, methods=cv.METHODS)
+        ctx, expls = res.context, dict(res.explanations)
+        original_logit, edited_ids = res.original_logit, list(res.edited_transaction_ids)
+    else:
+        expls = dict(state._explanations(data_sha, spec, max_rows, model_sha, str(transaction_id), (), _path,
+                                         _model_path))
+        ctx = build_context(bundle, _entity_frame(source.frame, transaction_id), str(transaction_id))
+        original_logit, edited_ids = None, []
+    logit = ctx.score_logit()
+    checks, expls = completeness_checks(ctx, expls, warn=False)  # IG re-run with more steps if needed
+    P = ctx.T - 1
+    faith = evaluate_faithfulness(ctx, expls, k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM) if P >= 1 else {}
+    agree = method_agreement(expls) if P >= 1 else None
+    try:
+        reasons = reason_codes(ctx, expls) if P >= 1 else []
+    except ValueError:
+        reasons = []
+    return {
+        "logit": float(logit), "original_logit": float(logit if original_logit is None else original_logit),
+        "explanations": expls, "completeness": checks, "faithfulness": faith, "agreement": agree,
+        "reasons": reasons, "rows": ctx.rows.reset_index(drop=True).copy(),
+        "transaction_ids": [str(t) for t in ctx.transaction_ids], "edited_ids": edited_ids, "T": int(ctx.T),
+    }
+
+
+def case_trust(loaded: "state.Loaded", transaction_id: str, edits: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Trust results of one case (with ``edits`` applied), cached per (data sha256, spec, model
+    sha256, transaction id, edits hash)."""
+    path, spec, sha, max_rows, model_path, model_sha = loaded.key
+    edits = list(edits or [])
+    return _case_trust(sha, spec, max_rows, model_sha, str(transaction_id), edits_key(edits), path, model_path,
+                       tuple(edits))
+
+
+def sanity_cases(scores: pd.DataFrame, n: int = SANITY_CASES, min_position: int = 3) -> list[str]:
+    """The ``n`` highest-scored flagged transactions with at least ``min_position`` earlier ones
+    (topped up with the highest-scored others when fewer are flagged)."""
+    pos = scores.groupby("entity_id", sort=False).cumcount().to_numpy()
+    s = scores.assign(_pos=pos)
+    s = s[s["_pos"] >= min_position].sort_values("probability", ascending=False, kind="stable")
+    flagged = s[s["flagged"]] if "flagged" in s else s.iloc[:0]
+    ids = flagged["transaction_id"].astype(str).tolist()[:n]
+    ids += [t for t in s["transaction_id"].astype(str) if t not in set(ids)][: n - len(ids)]
+    return ids
+
+
+@st.cache_data(show_spinner="Randomising the model's parameters layer by layer…", max_entries=8)
+def _sanity(model_sha: str, data_sha: str, spec: str, max_rows: int | None, n_cases: int, _path: str,
+            _model_path: str) -> dict[str, Any]:
+    from engine.context import build_context
+    from engine.explain import ShapConfig
+    from engine.trust.sanity import randomisation_check
+
+    source = state._source(_path, spec, data_sha, max_rows)
+    bundle = state.get_bundle(_model_path)
+    scores = state._scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
+    cases = sanity_cases(scores, n_cases)
+    ctxs = [build_context(bundle, source.frame, t) for t in cases]
+    res = randomisation_check(ctxs, SANITY_METHODS, configs={"shap": ShapConfig(nsamples=SANITY_SHAP_SAMPLES)})
+    return {"cases": cases, "result": res}
+
+
+def sanity_result(loaded: "state.Loaded", n_cases: int = SANITY_CASES) -> dict[str, Any]:
+    """Randomisation check of the loaded model on ``n_cases`` flagged cases of the loaded data
+    (cached per model sha256, data sha256, spec)."""
+    path, spec, sha, max_rows, model_path, model_sha = loaded.key
+    return _sanity(model_sha, sha, spec, max_rows, int(n_cases), path, model_path)
+
+
+def _sanity_requested(loaded) -> bool:
+    return loaded.bundle.sha256 in (st.session_state.get(SANITY_MODELS) or [])
+
+
+def _request_sanity(model_sha: str) -> None:
+    ss = st.session_state
+    ss[SANITY_MODELS] = sorted(set(ss.get(SANITY_MODELS) or []) | {model_sha})
+
+
+# ------------------------------------------------------------------------------------- render
+def render_case_trust(loaded: "state.Loaded", query: str, expls: dict) -> None:
+    """The toggle and, when on, the Trust and What-if tabs of ``query``."""
+    n = len(query_edits(query))
+    label = "Trust checks and what-if" + (f" ({n} what-if edit{'s' if n != 1 else ''})" if n else "")
+    if not st.toggle(label, key=SHOW_KEY,
+                     help="Faithfulness, sanity and completeness checks, method agreement, reason codes, "
+                          "and editing the history to see the score change (a few seconds per case)."):
+        return
+    tabs = st.tabs(TAB_LABELS)
+    with tabs[0]:
+        render_trust_tab(loaded, query, expls)
+    with tabs[1]:
+        render_whatif(loaded, query, expls)
+
+
+def _labels(rows: pd.DataFrame, currency: str) -> list[str]:
+    return cv.context_labels(rows, currency)
+
+
+def faithfulness_summary(res: dict[str, Any], verdicts: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per method: AOPC vs random / attention (logits), beats random, sanity verdict,
+    completeness gap (display table of the Trust tab)."""
+    gaps = {c.method: c for c in res["completeness"]}
+    rows = []
+    for m, f in res["faithfulness"].items():
+        c = gaps.get(m)
+        rows.append({
+            "method": _title(m), "aopc": f.aopc, "aopc_random": f.aopc_random, "aopc_minus_random": f.aopc - f.aopc_random,
+            "aopc_attention": f.aopc_attention, "beats_random": bool(f.aopc > f.aopc_random),
+            "sanity": (verdicts or {}).get(m, "not run" if m in SANITY_METHODS else "not checked"),
+            "completeness_gap": None if c is None else c.delta,
+        })
+    return pd.DataFrame(rows, columns=["method", "aopc", "aopc_random", "aopc_minus_random", "aopc_attention",
+                                       "beats_random", "sanity", "completeness_gap"])
+
+
+def disagreement_texts(agreement) -> list[str]:
+    """Plain-language sentences for the method pairs flagged "methods disagree"."""
+    if agreement is None:
+        return []
+    out = []
+    for _, p in agreement.disagreements.iterrows():
+        out.append(f"**{_title(p.method_a)}** and **{_title(p.method_b)}** disagree on this case "
+                   f"(Spearman ρ = {p.spearman:+.2f}, below {agreement.bound}): they point at different earlier "
+                   f"transactions, so neither ranking should be read on its own.")
+    return out
+
+
+def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
+    """Faithfulness, sanity, completeness, agreement and reason codes of ``query`` (original history)."""
+    currency = loaded.source.currency
+    try:
+        res = case_trust(loaded, query)
+    except Exception as e:  # noqa: BLE001
+        st.warning(f"The trust checks could not run for {cv.mask(query)}: {type(e).__name__}: {e}")
+        return
+    if res["T"] <= 1:
+        st.info("This is the first transaction of the entity's history: there is nothing earlier to check the "
+                "explanations against.")
+        return
+    verdicts = None
+    if _sanity_requested(loaded):
+        try:
+            verdicts = sanity_result(loaded)["result"].verdicts()
+        except Exception as e:  # noqa: BLE001
+            st.warning(f"The randomisation check could not run: {type(e).__name__}: {e}")
+
+    # ---- faithfulness ------------------------------------------------------------------------
+    st.markdown("#### Faithfulness: does removing what a method ranks first change the score?")
+    k = max((f.k_max for f in res["faithfulness"].values()), default=FAITH_K)
+    st.caption(f"AOPC = mean drop of the score (logit) when the method's top 1..{k} "
+               "earlier transactions are removed; higher = the method found what the score depends on. A method "
+               f"whose AOPC is not above the random orders' (mean of {N_RANDOM}) is no better than chance here.")
+    summ = faithfulness_summary(res, verdicts)
+    st.dataframe(summ, key="trust_faith_table", hide_index=True, column_config={
+        "method": st.column_config.TextColumn("Method"),
+        "aopc": st.column_config.NumberColumn("AOPC (logit)", format="%.3f"),
+        "aopc_random": st.column_config.NumberColumn("Random AOPC", format="%.3f"),
+        "aopc_minus_random": st.column_config.NumberColumn("AOPC − random", format="%+.3f"),
+        "aopc_attention": st.column_config.NumberColumn("Attention-order AOPC", format="%.3f"),
+        "beats_random": st.column_config.CheckboxColumn("Beats random"),
+        "sanity": st.column_config.TextColumn("Randomisation check", help=
+                                              "evidence: the ranking changes when the model's learned weights are "
+                                              "destroyed; not evidence: it survives them, so it does not reflect "
+                                              "what the model learned"),
+        "completeness_gap": st.column_config.NumberColumn("Completeness gap (logit)", format="%+.4f"),
+    })
+    for c in res["completeness"]:
+        if not c.ok:
+            st.warning(f"{_title(c.method)}: {c.message}.", icon=":material/warning:")
+    ok = [c for c in res["completeness"] if c.ok]
+    if ok:
+        st.caption(" · ".join(c.message for c in ok))
+    methods = list(res["faithfulness"])
+    cols = st.columns(min(3, max(1, len(methods))))
+    for i, m in enumerate(methods):
+        f = res["faithfulness"][m]
+        with cols[i % len(cols)]:
+            st.plotly_chart(tfig.deletion_curve_figure(f, title=f"{_title(m)}: AOPC {f.aopc:.2f} vs random "
+                                                                f"{f.aopc_random:.2f}", height=260),
+                            key=f"trust_curve_{m}", config=PLOTLY_CONFIG)
+
+    # ---- sanity --------------------------------------------------------------------------------
+    st.markdown("#### Sanity: do the methods depend on what the model learned?")
+    if verdicts is None:
+        st.caption(f"Cascading model-parameter randomisation (Adebayo et al. 2018) on {SANITY_CASES} flagged cases "
+                   "of the loaded data; computed once per model and data (about a minute on a large model).")
+        st.button("Run the randomisation check", key="trust_sanity_run", on_click=_request_sanity,
+                  args=(loaded.bundle.sha256,), icon=":material/science:")
+    else:
+        san = sanity_result(loaded)
+        r = san["result"]
+        words = [f"**{_title(m)}**: {v}" for m, v in r.verdicts().items()]
+        st.markdown(" · ".join(words))
+        st.caption(f"After randomising every layer, a method whose rank correlation with its original attributions "
+                   f"stays above {r.bound} is marked *not evidence* for this model. Cases: "
+                   + ", ".join(cv.mask(t) for t in san["cases"]) + f" ({r.elapsed_s:.0f} s).")
+        st.plotly_chart(tfig.randomisation_figure(r.table, steps=r.steps, bound=r.bound, height=300),
+                        key="trust_randomisation", config=PLOTLY_CONFIG)
+
+    # ---- agreement -----------------------------------------------------------------------------
+    st.markdown("#### Do the methods agree on which transactions matter?")
+    ag = res["agreement"]
+    if ag is not None:
+        st.plotly_chart(tfig.agreement_heatmap(ag.spearman, bound=ag.bound, height=320),
+                        key="trust_agreement", config=PLOTLY_CONFIG)
+        texts = disagreement_texts(ag)
+        for t in texts:
+            st.warning(t, icon=":material/compare_arrows:")
+        if not texts:
+            st.caption(f"Every pair of methods ranks the {ag.n_transactions} earlier transactions alike "
+                       f"(Spearman ρ ≥ {ag.bound}) or the correlation is undefined.")
+
+    # ---- reasons -------------------------------------------------------------------------------
+    render_reasons(res, currency, key=f"trust_reason_{query}")
+
+
+def render_reasons(res: dict[str, Any], currency: str, key: str) -> None:
+    """The reason codes, each with the transactions it cites; picking one highlights its rows."""
+    st.markdown("#### Why it was flagged (reason codes)")
+    reasons = res["reasons"]
+    if not reasons:
+        st.caption("No reason code: no earlier transaction pushed the score towards fraud in a pattern the reason "
+                   "rules describe.")
+        return
+    rows = res["rows"]
+    ids = [str(t) for t in rows["transaction_id"]]
+    labels = _labels(rows, currency)
+    lab = dict(zip(ids, labels))
+    for i, r in enumerate(reasons):
+        cited = ", ".join(cv.mask(lab.get(t, t)) for t in r.transaction_ids)
+        st.markdown(f"{i + 1}. **{cv.mask(r.text)}** — cites {len(r.transaction_ids)}: {cited}")
+    pick = st.radio("Show the transactions a reason cites", list(range(len(reasons))), key=key, horizontal=True,
+                    format_func=lambda i: f"Reason {i + 1}")
+    cited = set(reasons[pick or 0].transaction_ids)
+    table = _rows_table(rows, labels, currency)
+    table.insert(1, "cited", [t in cited for t in ids])
+    st.dataframe(table.style.apply(
+        lambda row: [f"background-color: {CITED_BG}" if row["cited"] else "" for _ in row], axis=1),
+        key=f"{key}_table", hide_index=True, height=min(36 * (len(table) + 1), 320),
+        column_config={"cited": st.column_config.CheckboxColumn("Cited"),
+                       "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f")})
+
+
+def _rows_table(rows: pd.DataFrame, labels: list[str], currency: str) -> pd.DataFrame:
+    """Display-safe context rows: when, amount and the editable fields present."""
+    cols = [c for c in WHATIF_FIELDS if c in rows]
+    out = pd.DataFrame({"when": labels, "amount": rows["amount"].to_numpy()})
+    for c in cols:
+        out[c] = rows[c].astype(str).to_numpy()
+    return cv.mask_frame(out)
+
+
+# -------------------------------------------------------------------------------------- what-if
+def _edit_fields(loaded) -> list[str]:
+    names = [f.name for f in loaded.source.spec.fields]
+    return [f for f in WHATIF_FIELDS if f in names]
+
+
+def _try_append(loaded, query: str, edit: dict[str, Any]) -> None:
+    """Validate ``edit`` on the entity's rows (engine.trust.whatif.apply_edits) and append it."""
+    from engine.trust.whatif import apply_edits
+
+    ss = st.session_state
+    edits = query_edits(query) + [edit]
+    try:
+        apply_edits(_entity_frame(loaded.source.frame, query), query, edits, loaded.source.spec)
+    except (KeyError, ValueError) as e:
+        ss[WHATIF_ERROR] = f"That edit cannot be applied: {e}"
+        return
+    ss.pop(WHATIF_ERROR, None)
+    _set_edits(query, edits)
+
+
+def _on_apply(loaded, query: str, target: str, fields: list[str], current: dict[str, Any], prefix: str) -> None:
+    ss = st.session_state
+    if ss.get(f"{prefix}_action") == "remove":
+        _try_append(loaded, query, {"op": "remove", "transaction_id": target, "values": {}})
+        return
+    values: dict[str, Any] = {}
+    amt = ss.get(f"{prefix}_amount")
+    if amt is not None and not math.isclose(float(amt), float(current["amount"]), abs_tol=1e-9):
+        values["amount"] = float(amt)
+    ts = (ss.get(f"{prefix}_time") or "").strip()
+    if ts:
+        try:
+            t = pd.Timestamp(ts)
+        except (ValueError, TypeError):
+            ss[WHATIF_ERROR] = f"Not a time: {ts!r} (use YYYY-MM-DD HH:MM:SS)"
+            return
+        if t != pd.Timestamp(current["timestamp"]):
+            values["timestamp"] = t.isoformat()
+    for f in fields:
+        v = ss.get(f"{prefix}_{f}")
+        if v is not None and str(v) != str(current.get(f, "")):
+            values[f] = str(v)
+    if not values:
+        ss[WHATIF_ERROR] = "Nothing changed: edit a value first."
+        return
+    _try_append(loaded, query, {"op": "change", "transaction_id": target, "values": values})
+
+
+def _on_add(loaded, query: str, fields: list[str], prefix: str) -> None:
+    ss = st.session_state
+    try:
+        t = pd.Timestamp((ss.get(f"{prefix}_time") or "").strip())
+    except (ValueError, TypeError):
+        ss[WHATIF_ERROR] = "Not a time (use YYYY-MM-DD HH:MM:SS)"
+        return
+    values: dict[str, Any] = {"timestamp": t.isoformat(), "amount": float(ss.get(f"{prefix}_amount") or 0.0)}
+    for f in fields:
+        v = (ss.get(f"{prefix}_{f}") or "").strip()
+        if v:
+            values[f] = v
+    n = len(query_edits(query)) + 1
+    _try_append(loaded, query, {"op": "add", "transaction_id": f"whatif-{n}", "values": values})
+
+
+def reset_whatif(query: str) -> None:
+    """Drop every what-if edit of ``query``."""
+    _set_edits(query, [])
+    st.session_state.pop(WHATIF_ERROR, None)
+
+
+def _undo_last(query: str) -> None:
+    _set_edits(query, query_edits(query)[:-1])
+    st.session_state.pop(WHATIF_ERROR, None)
+
+
+def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
+    """Edit the history of ``query``'s entity, see the new score and explanations (no retraining)."""
+    ss = st.session_state
+    currency, thr = loaded.source.currency, loaded.threshold
+    edits = query_edits(query)
+    try:
+        base = case_trust(loaded, query)
+        cur = case_trust(loaded, query, edits) if edits else base
+    except Exception as e:  # noqa: BLE001
+        st.warning(f"The what-if could not be computed: {type(e).__name__}: {e}. Reset the edits to start again.")
+        st.button("Reset", key="whatif_reset_err", on_click=reset_whatif, args=(query,), icon=":material/restart_alt:")
+        return
+    p0, p1 = _sigmoid(base["logit"]), _sigmoid(cur["logit"])
+    results = dict(ss.get(WHATIF_RESULT) or {})
+    results[str(query)] = {"logit": cur["logit"], "probability": p1, "original_logit": base["logit"],
+                           "original_probability": p0, "edited_transaction_ids": list(cur["edited_ids"]),
+                           "edits": edits}
+    ss[WHATIF_RESULT] = results
+
+    st.caption("Change, remove or add earlier transactions of this entity: the query is re-scored and re-explained "
+               "with the same model (no retraining). Edits stay until Reset and are included in the export.")
+    m = st.columns(4)
+    m[0].metric("Original probability", f"{p0:.3f}")
+    m[1].metric("What-if probability", f"{p1:.3f}", delta=f"{p1 - p0:+.3f}" if edits else None, delta_color="inverse")
+    m[2].metric("What-if score (logit)", f"{cur['logit']:+.3f}")
+    m[3].metric("What-if decision", "review" if p1 >= thr else "no flag")
+
+    if ss.get(WHATIF_ERROR):
+        st.warning(ss[WHATIF_ERROR], icon=":material/warning:")
+
+    # ---- current edits ------------------------------------------------------------------------
+    c1, c2, c3 = st.columns([4, 1, 1], vertical_alignment="bottom")
+    if edits:
+        c1.dataframe(pd.DataFrame({
+            "edit": [e["op"] for e in edits],
+            "transaction": [cv.mask(str(e.get("transaction_id") or "new")) for e in edits],
+            "values": [cv.mask(", ".join(f"{k}={v}" for k, v in (e.get("values") or {}).items())) for e in edits],
+        }), key="whatif_edits_table", hide_index=True)
+    else:
+        c1.caption("No edits yet: the scores above are the original ones.")
+    c2.button("Undo last", key="whatif_undo", on_click=_undo_last, args=(query,), disabled=not edits,
+              icon=":material/undo:")
+    c3.button("Reset", key="whatif_reset", on_click=reset_whatif, args=(query,), disabled=not edits,
+              icon=":material/restart_alt:", help="drop every edit and go back to the original history")
+
+    # ---- edit form -------------------------------------------------------------------------------
+    rows = cur["rows"]
+    ids = [str(t) for t in rows["transaction_id"]]
+    labels = _labels(rows, currency)
+    lab = dict(zip(ids, labels))
+    fields = _edit_fields(loaded)
+    with st.expander("Change or remove a transaction", expanded=not edits):
+        target = st.selectbox("Transaction", ids[::-1], key=f"whatif_target_{query}",
+                              format_func=lambda t: cv.mask(lab.get(t, t)))
+        r = rows.iloc[ids.index(target)]
+        prefix = f"whatif_{query}_{target}"
+        is_query = target == str(query)
+        st.radio("Action", ["change"] if is_query else ["change", "remove"], key=f"{prefix}_action", horizontal=True)
+        cols = st.columns(2 + len(fields))
+        cols[0].number_input(f"Amount ({currency})", value=float(r["amount"]), key=f"{prefix}_amount", format="%.2f")
+        cols[1].text_input("Time (UTC)", value=str(pd.Timestamp(r["timestamp"])), key=f"{prefix}_time")
+        for i, f in enumerate(fields):
+            cols[2 + i].text_input(f, value=str(r[f]), key=f"{prefix}_{f}")
+        current = {"amount": r["amount"], "timestamp": r["timestamp"], **{f: str(r[f]) for f in fields}}
+        st.button("Apply edit", key="whatif_apply", on_click=_on_apply,
+                  args=(loaded, query, target, fields, current, prefix), icon=":material/edit:")
+    with st.expander("Add a transaction"):
+        prefix = f"whatif_{query}_add"
+        qts = pd.Timestamp(rows["timestamp"].iloc[-1])
+        cols = st.columns(2 + len(fields))
+        cols[0].number_input(f"Amount ({currency})", value=100.0, key=f"{prefix}_amount", format="%.2f")
+        cols[1].text_input("Time (UTC)", value=str(qts - pd.Timedelta(minutes=10)), key=f"{prefix}_time",
+                           help="at or before the query's time")
+        for i, f in enumerate(fields):
+            cols[2 + i].text_input(f, value="", key=f"{prefix}_{f}", placeholder="missing")
+        st.button("Add transaction", key="whatif_add", on_click=_on_add, args=(loaded, query, fields, prefix),
+                  icon=":material/add:")
+
+    # ---- edited context + explanations ------------------------------------------------------------
+    edited = set(cur["edited_ids"])
+    table = _rows_table(rows, labels, currency)
+    table.insert(0, "edited", [t in edited for t in ids])
+    e_sel = cur["explanations"]
+    for mth in ("integrated_gradients", "shap", "occlusion"):
+        if mth in e_sel:
+            table[cv.METHOD_COLUMNS[mth]] = e_sel[mth].values
+    qpos = len(ids) - 1
+    st.markdown("**The history the model sees** (edited rows highlighted, query last)")
+    st.dataframe(table.style.apply(
+        lambda row: [f"background-color: {EDITED_BG}" if row["edited"] else
+                     (f"background-color: {QUERY_BG}" if row.name == qpos else "") for _ in row], axis=1),
+        key="whatif_rows", hide_index=True, height=min(36 * (len(table) + 1), 360),
+        column_config={"edited": st.column_config.CheckboxColumn("Edited"),
+                       "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f")})
+    removed = [e["transaction_id"] for e in edits if e["op"] == "remove"]
+    if removed:
+        st.caption("Removed: " + ", ".join(cv.mask(t) for t in removed))
+    methods = [mth for mth in ("integrated_gradients", "shap", "occlusion") if mth in e_sel]
+    if methods and cur["T"] > 1:
+        mth = st.segmented_control("Explanation", methods, default=methods[0], key="whatif_method",
+                                   format_func=_title) or methods[0]
+        st.plotly_chart(fig.attribution_bars(e_sel[mth], labels=labels, include_query=False), key="whatif_bars",
+                        config=PLOTLY_CONFIG)
+        st.caption(cv.method_caption(e_sel[mth]))
+    render_reasons(cur, currency, key=f"whatif_reason_{query}")
+
+
+__all__ = ["SHOW_KEY", "TAB_LABELS", "WHATIF_EDITS", "WHATIF_RESULT", "case_trust", "disagreement_texts",
+           "edits_key", "faithfulness_summary", "query_edits", "render_case_trust", "render_trust_tab",
+           "render_whatif", "reset_whatif", "sanity_cases", "sanity_result"]

@@ -1,0 +1,230 @@
+"""Case page Trust and What-if tabs through Streamlit's AppTest (dashboard/components/trust.py).
+
+Same set-up as tests/dashboard/test_app.py: a slice of the demo data and a tiny untrained model
+(noise on the weights) in a temp folder, passed through the FRAUDLENS_* environment variables.
+Every number shown is checked against the engine (engine.trust, engine.scoring.score_frame)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from engine import case_view as cv
+from engine.checkpoint import ModelBundle, build_model, save_checkpoint
+from engine.context import build_context
+from engine.features import FeatureEncoder
+from engine.scoring import score_frame
+from engine.trust.agreement import method_agreement
+from engine.trust.figures import METHOD_TITLES as TITLES
+from engine.trust.faithfulness import evaluate_faithfulness
+from engine.trust.reasons import reason_codes
+from engine.trust.sanity import completeness_checks
+from engine.trust.whatif import Edit, apply_edits
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "dashboard" / "app.py")
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trust-dash")
+    data = d / "tx.csv"
+    with open(cv.DEMO_DATA, encoding="utf-8") as f:
+        data.write_text("".join(next(f) for _ in range(1501)), encoding="utf-8")
+    spec = cv.demo_spec_name()
+    src = cv.load_source(data, spec)
+    enc = FeatureEncoder.fit(src.frame, src.spec)
+    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
+                        context_length=16, min_history=6)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    b = ModelBundle(model=model, encoder=enc, spec=src.spec, meta={"name": "tiny-trust", "thresholds": {"review": 0.5}})
+    save_checkpoint(b, d / "model")
+    bundle = cv.load_model(d / "model")
+    scores = cv.score_source(bundle, src.frame)
+    # the query: the highest-scored flagged transaction with at least 8 earlier ones
+    pos = scores.groupby("entity_id", sort=False).cumcount()
+    cand = scores[(pos >= 8) & scores["flagged"]].sort_values("probability", ascending=False)
+    assert len(cand), "the tiny model flags nothing with history; change the seed"
+    q = str(cand["transaction_id"].iloc[0])
+    ent = str(cand["entity_id"].iloc[0])
+    return {"data": data, "spec": spec, "model": d / "model", "bundle": bundle, "scores": scores,
+            "frame": src.frame, "query": q, "entity": ent}
+
+
+@pytest.fixture
+def env(world, monkeypatch):
+    monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
+    monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
+    monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    torch.set_num_threads(1)
+    return world
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _case(env, edits=None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["entity_id"] = env["entity"]
+    at.session_state["query_id"] = env["query"]
+    at.session_state["trust_show"] = True
+    if edits is not None:
+        at.session_state["whatif_edits"] = {env["query"]: [e.to_dict() for e in edits]}
+    at.switch_page("pages/case.py")
+    at.run()
+    _ok(at)
+    return at
+
+
+def _chart(at: AppTest, key: str) -> dict:
+    for c in at.get("plotly_chart"):
+        if c.key == key:
+            return json.loads(c.proto.spec)
+    raise AssertionError(f"no chart {key!r}; have {[c.key for c in at.get('plotly_chart')]}")
+
+
+def _arr(v) -> np.ndarray:
+    """A plotted array from the chart JSON (plotly writes numpy arrays as base64 typed arrays)."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        shape = v.get("shape")
+        return a.reshape([int(x) for x in str(shape).split(",")]) if shape else a
+    return np.asarray(v, dtype=float)
+
+
+def _frame(at: AppTest, column: str):
+    """The displayed table with ``column`` (non-selectable st.dataframe elements carry no key)."""
+    for d in at.dataframe:
+        v = d.value
+        if hasattr(v, "data"):  # a Styler
+            v = v.data
+        if column in v.columns:
+            return v
+    raise AssertionError(f"no table with column {column!r}")
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _engine_trust(env):
+    """What the Trust tab must show, computed with the engine directly."""
+    bundle, fr, q = env["bundle"], env["frame"], env["query"]
+    expls = cv.explain_query(bundle, fr, q)
+    ctx = build_context(bundle, fr[fr.entity_id == env["entity"]].reset_index(drop=True), q)
+    _, expls = completeness_checks(ctx, expls, warn=False)
+    faith = evaluate_faithfulness(ctx, expls, k_max=10, curve_max=20, n_random=5)
+    return ctx, expls, faith, method_agreement(expls), reason_codes(ctx, expls)
+
+
+def test_trust_tab_shows_faithfulness_agreement_and_reasons(env):
+    at = _case(env)
+    assert [t.label for t in at.tabs][-2:] == ["Trust", "What-if"]
+    ctx, expls, faith, agree, reasons = _engine_trust(env)
+    table = _frame(at, "aopc_minus_random")
+    assert table["method"].tolist() == [TITLES.get(m, m) for m in faith]
+    np.testing.assert_allclose(table["aopc"].to_numpy(float), [f.aopc for f in faith.values()], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(table["aopc_random"].to_numpy(float), [f.aopc_random for f in faith.values()],
+                               rtol=1e-5, atol=1e-6)
+    assert table["beats_random"].tolist() == [bool(f.aopc > f.aopc_random) for f in faith.values()]
+    assert set(table["sanity"]) <= {"not run", "not checked"}  # the randomisation check waits for its button
+    # one deletion curve per method: the method's own order is the last trace
+    for m, f in faith.items():
+        spec = _chart(at, f"trust_curve_{m}")
+        np.testing.assert_allclose(_arr(spec["data"][-1]["y"]), f.deletion["logit"].to_numpy(), rtol=1e-5, atol=1e-6)
+    # the agreement matrix
+    z = _arr(_chart(at, "trust_agreement")["data"][0]["z"]).astype(float)
+    np.testing.assert_allclose(z, agree.spearman.to_numpy(), rtol=1e-6, atol=1e-9)
+    n_dis = len(agree.disagreements)
+    assert sum("disagree on this case" in w.value for w in at.warning) == n_dis
+    # reason codes, each with its cited transactions
+    md = [m.value for m in at.markdown]
+    if reasons:
+        for i, r in enumerate(reasons):
+            assert any(v.startswith(f"{i + 1}. **{cv.mask(r.text)}** — cites {len(r.transaction_ids)}") for v in md), md
+        cited = _frame(at, "cited")
+        assert cited["cited"].sum() == len(reasons[0].transaction_ids)
+    else:
+        assert any("No reason code" in c.value for c in at.caption)
+
+
+def test_randomisation_check_runs_behind_its_button(env):
+    at = _case(env)
+    at.button(key="trust_sanity_run").click().run()
+    _ok(at)
+    table = _frame(at, "aopc_minus_random")
+    verdicts = dict(zip(table["method"], table["sanity"]))
+    for m in ("Attention", "Integrated gradients", "SHAP", "Occlusion"):
+        assert verdicts[m] in ("evidence", "not evidence", "undetermined"), verdicts
+    assert _chart(at, "trust_randomisation")["data"]
+    assert env["bundle"].sha256 in at.session_state["trust_sanity_models"]
+
+
+def _expected_whatif(env, edits) -> float:
+    edited, _ = apply_edits(env["frame"], env["query"], edits, env["bundle"].spec)
+    s = score_frame(env["bundle"], edited)
+    return float(s.loc[s.transaction_id == env["query"], "logit"].iloc[0])
+
+
+def _earlier(env, n: int) -> list[str]:
+    fr = env["frame"]
+    ent = fr[fr.entity_id == env["entity"]]
+    ids = ent["transaction_id"].astype(str).tolist()
+    i = ids.index(env["query"])
+    return ids[max(0, i - n):i]
+
+
+def test_whatif_edits_rescore_and_reset_restores(env):
+    e1, e2 = _earlier(env, 3)[-1], _earlier(env, 3)[0]
+    edits = [Edit("change", e1, {"amount": 4321.5, "mcc": "7995"}), Edit("remove", e2)]
+    at = _case(env, edits)
+    expected = _expected_whatif(env, edits)
+    res = at.session_state["whatif_result"][env["query"]]
+    assert res["logit"] == pytest.approx(expected, abs=1e-5)
+    original = float(env["scores"].loc[env["scores"].transaction_id == env["query"], "logit"].iloc[0])
+    assert res["original_logit"] == pytest.approx(original, abs=1e-5)
+    assert abs(res["logit"] - original) > 1e-4, "the edits did not change the score"
+    metrics = _metrics(at)
+    assert metrics["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+    assert metrics["Original probability"] == f"{1 / (1 + np.exp(-original)):.3f}"
+    assert set(res["edited_transaction_ids"]) == {e1, e2}
+    rows = _frame(at, "edited")
+    assert rows["edited"].sum() == 1  # the changed row; the removed one is gone
+    assert _chart(at, "whatif_bars")["data"]
+    # the edits stay in session state (for the export) as Edit dicts
+    assert at.session_state["whatif_edits"][env["query"]] == [e.to_dict() for e in edits]
+    at.button(key="whatif_reset").click().run()
+    _ok(at)
+    assert at.session_state["whatif_edits"][env["query"]] == []
+    res = at.session_state["whatif_result"][env["query"]]
+    assert res["logit"] == pytest.approx(original, abs=1e-5)
+    assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-original)):.3f}"
+
+
+def test_whatif_widgets_add_an_edit(env):
+    at = _case(env)
+    q = env["query"]
+    target = _earlier(env, 1)[0]
+    at.selectbox(key=f"whatif_target_{q}").select(target).run()
+    _ok(at)
+    at.number_input(key=f"whatif_{q}_{target}_amount").set_value(9999.0).run()
+    at.button(key="whatif_apply").click().run()
+    _ok(at)
+    edits = at.session_state["whatif_edits"][q]
+    assert edits == [{"op": "change", "transaction_id": target, "values": {"amount": 9999.0}}]
+    expected = _expected_whatif(env, edits)
+    assert at.session_state["whatif_result"][q]["logit"] == pytest.approx(expected, abs=1e-5)
+    assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
