@@ -278,6 +278,30 @@ def bench_speed(
     speed.run(str(data), spec, model, train_run, out)
 
 
+# ---- bench explanations (engine.trust.bench; owner: explanation trust) ----
+@bench_app.command("explanations")
+def bench_explanations(
+    data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
+    spec: Optional[str] = typer.Option(None, help="spec name or TOML file (default: the model's spec)"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: the demo model)"),
+    max_cases: int = typer.Option(50, min=1, help="flagged test-period cases explained at most"),
+    methods: str = typer.Option("attention,attention_rollout,integrated_gradients,shap,occlusion",
+                                help="comma-separated explanation methods"),
+    seed: int = typer.Option(0, help="case sampling, SHAP coalitions and random orders"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
+):
+    """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
+    ground truth, completeness and time per method over flagged test-period cases."""
+    from .trust.bench import main as explanations_main
+
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    try:
+        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+# ---- end bench explanations ----
+
+
 @app.command()
 def dashboard(
     data: Optional[Path] = typer.Option(None, help="open this file (default: bundled demo)"),
