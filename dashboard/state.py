@@ -12,6 +12,9 @@ Caching (keys are the function arguments):
 Session-state keys (the single source of truth; widgets write them through callbacks):
 ``source`` (dict path/spec/label/max_rows), ``model_path`` (str, "" = demo model), ``entity_id``,
 ``query_id``.
+What-if (owner: dashboard/components/trust.py): ``whatif_edits`` (dict query transaction id ->
+list of ``engine.trust.whatif.Edit.to_dict()`` dicts, applied in order; read by the export) and
+``whatif_result`` (dict query transaction id -> last what-if score); see that module's docstring.
 """
 
 from __future__ import annotations
