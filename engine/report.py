@@ -48,7 +48,6 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .explain.base import ATTENTION_CAVEAT
 from .redact import escape_markup, mask_card_number, neutralise_csv_frame, pseudonymise
 
 SCHEMA_VERSION = "fraudlens-report/1"
@@ -286,6 +285,8 @@ def build_report(
         trust: optional engine.trust results (JSON-able dict: faithfulness, reasons, ...).
         threshold_quality: :func:`threshold_metrics` output, optional.
     """
+    from .explain.base import ATTENTION_CAVEAT  # lazily: the engine.explain package imports torch
+
     expls = dict(expls)
     trust = trust if trust is not None else expls.pop("trust", None)
     expls = {k: v for k, v in expls.items() if hasattr(v, "values") and hasattr(v, "transaction_ids")}
