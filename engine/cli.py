@@ -161,7 +161,10 @@ def score(
         _fail(str(e))
     t0 = time.perf_counter()
     sp, res = _read(data, spec or str(_spec_path(bundle)))
-    scores = score_frame(bundle, res.frame)
+    try:
+        scores = score_frame(bundle, res.frame)
+    except ValueError as e:
+        _fail(f"{data}: {e}")
     run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
     write_scores(run, out)
     _reject_report(res, rejected)
@@ -203,6 +206,12 @@ def explain(
         _fail(str(e))
     sp, res = _read(data, spec or str(_spec_path(bundle)))
     fr = res.frame
+    from .scoring import check_compatible
+
+    try:
+        check_compatible(bundle, fr, str(data))
+    except ValueError as e:
+        _fail(str(e))
     ent = fr[fr["entity_id"] == entity]
     if ent.empty:
         some = ", ".join(fr["entity_id"].drop_duplicates().head(5))

@@ -67,13 +67,32 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def check_compatible(bundle: ModelBundle, frame: pd.DataFrame, source: str = "the data") -> None:
+    """Raise a clear ValueError if ``frame`` lacks a field the model was trained on.
+
+    Raises:
+        ValueError: names the missing fields, the model's spec, and what to do.
+    """
+    need = [f.name for f in bundle.spec.fields] + [c for a in bundle.spec.aggregates for c in a.columns()]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{source} lacks field(s) {missing} that model {bundle.meta.get('name', '')!r} (spec "
+            f"{bundle.spec.name!r}) was trained on; score it with a model trained for this spec "
+            f"(fraudlens train --data FILE --spec SPEC --out DIR, then --model DIR) or use the model's spec"
+        )
+
+
 def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 256) -> pd.DataFrame:
     """Score a canonical frame (see :mod:`engine.io`).
 
     Returns:
         DataFrame with row_number, transaction_id, entity_id, timestamp, amount, label (if known),
         logit (float32) and probability (float64, in [0, 1]), in the frame's row order.
+    Raises:
+        ValueError: the frame lacks a field of the model (see :func:`check_compatible`).
     """
+    check_compatible(bundle, frame)
     enc = bundle.encoder.transform(frame)
     logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), batch_size=batch_size)
     cols = [c for c in ("row_number", "transaction_id", "entity_id", "timestamp", "amount", "label") if c in frame]

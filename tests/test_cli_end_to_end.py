@@ -81,3 +81,10 @@ def test_explain_names_the_problem(handbook_slice, tmp_path):
     r = runner.invoke(app, ["explain", "--data", str(data), "--spec", "handbook", "--entity", "no-such",
                             "--row", "3", "--model", "does-not-exist"])
     assert r.exit_code == 2 and "not found" in r.output
+
+
+def test_score_with_a_model_of_another_spec_says_what_to_do(shared_data, tmp_path):
+    r = runner.invoke(app, ["score", "--data", str(shared_data / "banksim" / "banksim_sample.csv"), "--spec", "banksim",
+                            "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 2
+    assert "lacks field(s)" in r.output and "merchant_city" in r.output and "fraudlens train" in r.output

@@ -77,9 +77,19 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     if trust is None and isinstance(expls.get("trust"), dict):
         trust = expls["trust"]
 
+    if callable(trust):  # lazy provider (trust checks + what-if edits), keyed by the edits in force
+        try:
+            from dashboard.components.trust import edits_key, query_edits
+
+            key = key + ("edits", edits_key(query_edits(query)))
+        except Exception:  # pragma: no cover - trust UI absent
+            pass
+
     def report() -> dict:
-        return _cached(key, lambda: build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who,
-                                                      trust))
+        def make() -> dict:
+            t = trust() if callable(trust) else trust
+            return build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who, t)
+        return _cached(key, make)
 
     def pdf() -> bytes:
         def make() -> bytes:

@@ -557,3 +557,36 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
 __all__ = ["SHOW_KEY", "TAB_LABELS", "WHATIF_EDITS", "WHATIF_RESULT", "case_trust", "disagreement_texts",
            "edits_key", "faithfulness_summary", "query_edits", "render_case_trust", "render_trust_tab",
            "render_whatif", "reset_whatif", "sanity_cases", "sanity_result"]
+
+
+def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:
+    """JSON-able trust results of one case for the compliance export (``trust`` key of the report):
+    faithfulness per method, completeness checks, method agreement, reason codes, and the what-if
+    edits in force for this query with the score they give. Uses the same cached computation as
+    the Trust tab."""
+    import dataclasses
+
+    edits = query_edits(query)
+    res = case_trust(loaded, query, edits)
+    faith = {
+        m: {k: getattr(r, k) for k in ("aopc", "aopc_random", "aopc_attention", "sufficiency", "sufficiency_random",
+                                       "k_max", "full_logit", "alone_logit") if hasattr(r, k)}
+        | {"order": list(r.order)[:10]}
+        for m, r in (res.get("faithfulness") or {}).items()
+    }
+    agree = res.get("agreement")
+    out: dict[str, Any] = {
+        "faithfulness": faith,
+        "completeness": [dataclasses.asdict(c) if dataclasses.is_dataclass(c) else dict(c)
+                         for c in (res.get("completeness") or [])],
+        "agreement": None if agree is None else {
+            "spearman": agree.spearman.round(4).to_dict(), "pairs": agree.pairs.to_dict("records"), "bound": agree.bound},
+        "reasons": [{"kind": r.kind, "text": r.text, "transaction_ids": list(r.transaction_ids),
+                     "fields": list(r.fields), "numbers": dict(r.numbers)} for r in (res.get("reasons") or [])],
+        "attention_caveat": "attention weights are not attributions",
+    }
+    if edits:
+        out["what_if"] = {"edits": edits, "edited_transaction_ids": list(res.get("edited_ids") or []),
+                          "logit": res["logit"], "probability": _sigmoid(res["logit"]),
+                          "original_logit": res["original_logit"]}
+    return out
