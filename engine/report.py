@@ -660,11 +660,47 @@ def to_pdf(report: dict[str, Any], images: dict[str, bytes] | None = None, image
         table(["Time (UTC)", "Analyst", "Note"], [[n["ts"], n["analyst"], n["text"]] for n in d["notes"]],
               [35, 25, 130])
     if report.get("trust"):
-        h2("Trust checks")
-        para(json.dumps(report["trust"], sort_keys=True, ensure_ascii=False)[:4000], 7)
+        _pdf_trust(report["trust"], h2, para, table)
     h2("Library versions")
     para(", ".join(f"{k} {v}" for k, v in report["library_versions"].items()), 7.5)
     return bytes(pdf.output())
+
+
+def _pdf_trust(trust: dict, h2, para, table) -> None:
+    """The trust section of the PDF: faithfulness per method, completeness, method agreement,
+    reason codes and what-if edits, as tables and sentences (the JSON export has every number)."""
+    h2("Trust checks")
+    faith = trust.get("faithfulness") or {}
+    if faith:
+        para("Deletion AOPC: mean score drop (logit) when the method's top-k earlier transactions are removed, "
+             "k = 1..K; compared with random orders. Higher than random = the method points at what the model uses.", 7.5)
+        table(["Method", "AOPC", "AOPC random", "AOPC attention order", "Sufficiency", "K"],
+              [[m, _fmt(v.get("aopc"), "{:+.3f}"), _fmt(v.get("aopc_random"), "{:+.3f}"),
+                _fmt(v.get("aopc_attention"), "{:+.3f}"), _fmt(v.get("sufficiency"), "{:+.3f}"), v.get("k_max", "")]
+               for m, v in faith.items() if isinstance(v, dict)],
+              [45, 25, 28, 38, 28, 12])
+    for c in trust.get("completeness") or []:
+        para(" · ".join(f"{k}: {v}" for k, v in c.items() if not isinstance(v, (dict, list))), 7.5)
+    pairs = ((trust.get("agreement") or {}).get("pairs")) or []
+    bad = [p for p in pairs if p.get("status") == "methods disagree"]
+    if pairs:
+        para(f"Method agreement: {len(pairs) - len(bad)} of {len(pairs)} method pairs agree (Spearman >= bound)"
+             + ("; disagree: " + ", ".join(f"{p['method_a']} vs {p['method_b']} ({p['spearman']:+.2f})" for p in bad)
+                if bad else "."), 7.5)
+    reasons = trust.get("reasons") or []
+    if reasons:
+        table(["Reason", "Transactions cited"],
+              [[r.get("text", ""), ", ".join(r.get("transaction_ids") or [])] for r in reasons], [130, 60])
+    wi = trust.get("what_if")
+    if wi:
+        para(f"What-if edits in force when exported: score {wi.get('probability', 0):.3f} (logit "
+             f"{wi.get('logit', 0):+.3f}) versus original logit {wi.get('original_logit', 0):+.3f}.", 7.5)
+        table(["Operation", "Transaction", "Values"],
+              [[e.get("op", ""), e.get("transaction_id") or "(new)",
+                ", ".join(f"{k}={v}" for k, v in (e.get("values") or {}).items())] for e in wi.get("edits") or []],
+              [30, 50, 110])
+    if trust.get("attention_caveat"):
+        para(f"Note: {trust['attention_caveat']}.", 7.5)
 
 
 def escape_for_html(text: Any) -> str:

@@ -67,11 +67,21 @@ def world(tmp_path_factory):
                  "currency": src.currency},
         expls=expls, context=ctx, thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
         history=store.history(case_id), notes=store.notes(case_id), scored_at="2024-01-01T00:00:00",
-        probabilities=probs, trust={"faithfulness": {"aopc": 0.1}}, salt="test-salt", exported_by="alice",
+        probabilities=probs, trust=TRUST, salt="test-salt", exported_by="alice",
         threshold_quality=rp.threshold_metrics(scores, {"review": 0.5, "decline": 0.8}, bundle.meta),
     )
     return {"report": report, "bundle": bundle, "case": case, "entity": entity, "query": query, "expls": expls,
             "ctx": ctx, "tl": tl, "store": store, "case_id": case_id}
+
+
+TRUST = {
+    "faithfulness": {"shap": {"aopc": 0.41, "aopc_random": 0.05, "aopc_attention": 0.2, "sufficiency": 0.1, "k_max": 5}},
+    "reasons": [{"kind": "burst", "text": "6 online purchases in 35 minutes", "transaction_ids": ["t-edit-1"],
+                 "fields": ["amount"], "numbers": {"count": 6, "minutes": 35}}],
+    "what_if": {"edits": [{"op": "change", "transaction_id": "t-edit-1", "values": {"amount": 4321.5}}],
+                "edited_transaction_ids": ["t-edit-1"], "logit": 1.5, "probability": 0.8176, "original_logit": 0.2},
+    "attention_caveat": "attention weights are not attributions",
+}
 
 
 def test_json_validates_and_matches_case(world):
@@ -99,7 +109,7 @@ def test_json_validates_and_matches_case(world):
     assert data["explanations"]["attention"]["is_attribution"] is False
     assert "not attributions" in data["attention_caveat"]
     assert data["disposition"]["latest"] == "escalate" and data["disposition"]["reviewers"] == ["alice", "bob"]
-    assert data["trust"]["faithfulness"]["aopc"] == 0.1
+    assert data["trust"]["faithfulness"]["shap"]["aopc"] == 0.41
     # card numbers masked everywhere
     text = json.dumps(data)
     assert CARD not in text and "411111******1111" in text
@@ -129,6 +139,19 @@ def test_csv_parsed_and_neutralised(world):
         assert not df[col].str.startswith(("=", "+", "@")).any(), col
     assert [float(x) for x in df["attr:integrated_gradients"]] == pytest.approx(list(e.values))
     assert CARD not in df.to_csv()
+
+
+def test_trust_and_whatif_edits_are_in_json_and_pdf(world):
+    from pypdf import PdfReader
+
+    r = world["report"]
+    doc = json.loads(rp.to_json(r))
+    assert doc["trust"]["what_if"]["edits"] == TRUST["what_if"]["edits"]
+    assert doc["trust"]["faithfulness"]["shap"]["aopc"] == pytest.approx(0.41)
+    flat = " ".join("\n".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(r, images={}))).pages).split())
+    assert "What-if edits in force" in flat and "amount=4321.5" in flat and "t-edit-1" in flat
+    assert "6 online purchases in 35 minutes" in flat
+    assert "+0.410" in flat  # SHAP deletion AOPC in the faithfulness table
 
 
 def test_pdf_text(world):
