@@ -681,6 +681,13 @@ def _pdf_trust(trust: dict, h2, para, table) -> None:
               [45, 25, 28, 38, 28, 12])
     for c in trust.get("completeness") or []:
         para(" · ".join(f"{k}: {v}" for k, v in c.items() if not isinstance(v, (dict, list))), 7.5)
+    rnd = trust.get("randomisation") or {}
+    if rnd.get("verdicts"):
+        para("Model-parameter randomisation (Adebayo et al. 2018): a method whose attributions barely change when "
+             f"the model's weights are randomised (rank correlation above {rnd.get('bound')}) is not evidence.", 7.5)
+        table(["Method", "Verdict", "Rank correlation after randomisation"],
+              [[m, v.get("verdict", ""), _fmt(v.get("final_spearman"), "{:+.2f}")] for m, v in rnd["verdicts"].items()],
+              [50, 40, 70])
     pairs = ((trust.get("agreement") or {}).get("pairs")) or []
     bad = [p for p in pairs if p.get("status") == "methods disagree"]
     if pairs:

@@ -585,6 +585,13 @@ def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:
                      "fields": list(r.fields), "numbers": dict(r.numbers)} for r in (res.get("reasons") or [])],
         "attention_caveat": "attention weights are not attributions",
     }
+    if _sanity_requested(loaded):  # randomisation verdicts, when the analyst ran the check for this model
+        san = sanity_result(loaded)
+        out["randomisation"] = {
+            "cases": list(san["cases"]), "bound": float(san["result"].bound),
+            "verdicts": {str(r["method"]): {"verdict": str(r["verdict"]), "final_spearman": float(r["final_spearman"])}
+                         for r in san["result"].summary.to_dict("records")},
+        }
     if edits:
         out["what_if"] = {"edits": edits, "edited_transaction_ids": list(res.get("edited_ids") or []),
                           "logit": res["logit"], "probability": _sigmoid(res["logit"]),

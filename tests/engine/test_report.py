@@ -81,6 +81,8 @@ TRUST = {
     "what_if": {"edits": [{"op": "change", "transaction_id": "t-edit-1", "values": {"amount": 4321.5}}],
                 "edited_transaction_ids": ["t-edit-1"], "logit": 1.5, "probability": 0.8176, "original_logit": 0.2},
     "attention_caveat": "attention weights are not attributions",
+    "randomisation": {"cases": ["t1"], "bound": 0.5, "verdicts": {"attention": {"verdict": "not evidence",
+                                                                              "final_spearman": 0.93}}},
 }
 
 
@@ -152,6 +154,7 @@ def test_trust_and_whatif_edits_are_in_json_and_pdf(world):
     assert "What-if edits in force" in flat and "amount=4321.5" in flat and "t-edit-1" in flat
     assert "6 online purchases in 35 minutes" in flat
     assert "+0.410" in flat  # SHAP deletion AOPC in the faithfulness table
+    assert "not evidence" in flat and "+0.93" in flat  # randomisation verdict
 
 
 def test_pdf_text(world):
