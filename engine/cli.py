@@ -25,12 +25,13 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _read(data: Path, spec_name: str, max_rows: int | None = None):
+def _read(data: Path, spec, max_rows: int | None = None):
+    """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the accounting."""
     from .io import read_transactions
-    from .spec import load_spec
+    from .spec import DatasetSpec, load_spec
 
     try:
-        spec = load_spec(spec_name)
+        spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
         res = read_transactions(data, spec, max_rows=max_rows)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
@@ -160,7 +161,7 @@ def score(
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     t0 = time.perf_counter()
-    sp, res = _read(data, spec or str(_spec_path(bundle)))
+    sp, res = _read(data, spec or bundle.spec)
     try:
         scores = score_frame(bundle, res.frame)
     except ValueError as e:
@@ -172,15 +173,6 @@ def score(
     console.print(run.accounting())
     console.print(f"{flagged:,} transactions at or above the review threshold {bundle.threshold:.3f}; "
                   f"written to {out} ({run.seconds:.1f} s, model {bundle.short_sha})")
-
-
-def _spec_path(bundle) -> Path:
-    """The model's own spec as a temporary TOML file (so --spec can be omitted)."""
-    import tempfile
-
-    p = Path(tempfile.gettempdir()) / f"fraudlens-spec-{bundle.short_sha}.toml"
-    p.write_text(bundle.spec.to_toml())
-    return p
 
 
 @app.command()
@@ -204,7 +196,7 @@ def explain(
         bundle = load_checkpoint(model)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
-    sp, res = _read(data, spec or str(_spec_path(bundle)))
+    sp, res = _read(data, spec or bundle.spec)
     fr = res.frame
     from .scoring import check_compatible
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -29,7 +29,7 @@ from sklearn.metrics import average_precision_score, precision_recall_curve, roc
 from tqdm.auto import tqdm
 
 from .checkpoint import ModelBundle, build_model
-from .features import FeatureEncoder
+from .features import EncodedFrame, FeatureEncoder
 from .scoring import score_encoded, sigmoid
 from .sequences import build_windows, make_batch, window_entity_start
 from .spec import DatasetSpec
@@ -129,7 +129,7 @@ def fit(
     log: Callable[[str], None] = print,
     progress: bool = True,
     early_stopping: bool = True,
-) -> tuple[ModelBundle, list[dict[str, Any]]]:
+) -> tuple[ModelBundle, list[dict[str, Any]], EncodedFrame]:
     """Fit feature statistics and a model given a per-row split.
 
     Args:
@@ -140,7 +140,8 @@ def fit(
             epochs without gain; if False (or no validation rows), train ``cfg.epochs`` epochs and
             keep the last one (validation AP is still recorded per epoch when there are rows).
     Returns:
-        ``(bundle, history)``; ``history[i]`` holds loss and validation metrics of epoch ``i + 1``.
+        ``(bundle, history, enc)``; ``history[i]`` holds loss and validation metrics of epoch
+        ``i + 1``; ``enc`` is ``frame`` encoded with the fitted statistics (for scoring it again).
     Raises:
         ValueError: no label column or no fraud among the training rows.
     """
@@ -238,7 +239,7 @@ def fit(
         model.load_state_dict(best[1])
     model.eval()
     meta = {"best_epoch": best[2] if best[1] is not None else len(history), "train_config": asdict(cfg), "history": history}
-    return ModelBundle(model=model, encoder=encoder, spec=spec, meta=meta), history
+    return ModelBundle(model=model, encoder=encoder, spec=spec, meta=meta), history, enc
 
 
 def train(
@@ -263,12 +264,11 @@ def train(
     split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
     log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
         f"rows {np.bincount(split, minlength=3).tolist()}")
-    bundle, history = fit(frame, spec, split, cfg, log=log, progress=progress)
+    bundle, history, enc = fit(frame, spec, split, cfg, log=log, progress=progress)
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(label)
     val_rows = np.flatnonzero((split == 1) & known)
     test_rows = np.flatnonzero((split == 2) & known)
-    enc = bundle.encoder.transform(frame)
     ents = frame["entity_id"].to_numpy()
     both = np.concatenate([val_rows, test_rows])
     lg = score_encoded(bundle.model, enc, ents, batch_size=256, rows=both).astype(np.float64)

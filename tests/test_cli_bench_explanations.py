@@ -7,29 +7,18 @@ import torch
 from typer.testing import CliRunner
 
 from engine import case_view as cv
-from engine.checkpoint import ModelBundle, build_model, save_checkpoint
 from engine.cli import app
-from engine.features import FeatureEncoder
+from tiny_models import demo_slice, tiny_checkpoint
 
 METHODS = ["attention", "integrated_gradients", "shap", "occlusion"]
 
 
 def test_bench_explanations_writes_one_row_per_method(tmp_path):
-    data = tmp_path / "tx.csv"
-    with open(cv.DEMO_DATA, encoding="utf-8") as f:
-        data.write_text("".join(next(f) for _ in range(401)), encoding="utf-8")
+    data = demo_slice(tmp_path / "tx.csv", 400)
     spec = cv.demo_spec_name()
     src = cv.load_source(data, spec)
-    enc = FeatureEncoder.fit(src.frame, src.spec)
-    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                        context_length=16, min_history=6)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(0)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
     # review threshold 0: every transaction is flagged, so the bench has cases to explain
-    save_checkpoint(ModelBundle(model=model, encoder=enc, spec=src.spec, meta={"thresholds": {"review": 0.0}}),
-                    tmp_path / "model")
+    tiny_checkpoint(src.frame, src.spec, tmp_path / "model", {"thresholds": {"review": 0.0}})
     out = tmp_path / "bench" / "explanations.md"
     n = torch.get_num_threads()
     torch.set_num_threads(1)

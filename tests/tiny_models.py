@@ -49,3 +49,34 @@ def tiny_frame(n_entities=4, n=40, seed=0) -> pd.DataFrame:
     f.insert(0, "row_number", np.arange(1, len(f) + 1))
     f.insert(1, "transaction_id", [f"t{i}" for i in range(len(f))])
     return f.sort_values(["entity_id", "timestamp", "row_number"]).reset_index(drop=True)
+
+
+def demo_slice(path, n_rows: int):
+    """Write the header and the first ``n_rows`` rows of the committed demo data to ``path``."""
+    from engine.case_view import DEMO_DATA
+
+    with open(DEMO_DATA, encoding="utf-8") as f:
+        path.write_text("".join(next(f) for _ in range(n_rows + 1)), encoding="utf-8")
+    return path
+
+
+def tiny_checkpoint(frame: pd.DataFrame, spec: DatasetSpec, out, meta: dict, *, seed: int = 2, **overrides):
+    """An untrained tiny model (d_model 16, 2 heads, 2 layers, context 16; ``overrides`` replace
+    any of those) fitted to ``frame``, its weights perturbed with N(0, 0.3) noise from generator
+    seed 0 so scores spread, saved with ``meta`` as a checkpoint in ``out``; returns ``out``."""
+    import torch
+
+    from engine.checkpoint import ModelBundle, build_model, save_checkpoint
+    from engine.features import FeatureEncoder
+
+    enc = FeatureEncoder.fit(frame, spec)
+    kw = dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0, context_length=16, min_history=6)
+    kw.update(overrides)
+    model = build_model(enc, seed=seed, **kw)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    model.eval()
+    save_checkpoint(ModelBundle(model=model, encoder=enc, spec=spec, meta=meta), out)
+    return out

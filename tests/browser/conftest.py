@@ -30,27 +30,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def e2e_world(tmp_path_factory):
     """Tiny untrained model + the first 1500 demo rows (as tests/dashboard/test_app.py)."""
-    import torch
-
     from engine import case_view as cv
-    from engine.checkpoint import ModelBundle, build_model, save_checkpoint
-    from engine.features import FeatureEncoder
+    from tiny_models import demo_slice, tiny_checkpoint
 
     d = tmp_path_factory.mktemp("e2e")
-    data = d / "tx.csv"
-    with open(cv.DEMO_DATA, encoding="utf-8") as f:
-        data.write_text("".join(next(f) for _ in range(1501)), encoding="utf-8")
+    data = demo_slice(d / "tx.csv", 1500)
     src = cv.load_source(data, cv.demo_spec_name())
-    enc = FeatureEncoder.fit(src.frame, src.spec)
-    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                        context_length=16, min_history=6)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(0)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    save_checkpoint(ModelBundle(model=model, encoder=enc, spec=src.spec,
-                                meta={"name": "tiny-e2e", "thresholds": {"review": 0.5, "decline": 0.8}}),
-                    d / "model")
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-e2e", "thresholds": {"review": 0.5, "decline": 0.8}})
     return {"dir": d, "data": data, "spec": cv.demo_spec_name(), "model": d / "model"}
 
 

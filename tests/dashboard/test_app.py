@@ -8,12 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from streamlit.testing.v1 import AppTest
 
 from engine import case_view as cv
-from engine.checkpoint import ModelBundle, build_model, save_checkpoint
-from engine.features import FeatureEncoder
+from tiny_models import demo_slice, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "app.py")
@@ -24,23 +22,13 @@ N_CASE_CHARTS = 8  # timeline, IG/SHAP/occlusion bars, field heat map, query fie
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("dash")
-    data = d / "tx.csv"
-    with open(cv.DEMO_DATA, encoding="utf-8") as f:
-        data.write_text("".join(next(f) for _ in range(1501)), encoding="utf-8")
+    data = demo_slice(d / "tx.csv", 1500)
     spec = cv.demo_spec_name()
     src = cv.load_source(data, spec)
-    enc = FeatureEncoder.fit(src.frame, src.spec)
-    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                        context_length=16, min_history=6)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(0)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    b = ModelBundle(model=model, encoder=enc, spec=src.spec,
-                    meta={"name": "tiny-dash", "thresholds": {"review": 0.5, "decline": 0.8},
-                          "metrics": {"validation": {"n": 100, "n_fraud": 3, "auc_roc": 0.6, "average_precision": 0.1}},
-                          "history": [{"epoch": 1, "loss": 0.9, "val_average_precision": 0.1}]})
-    save_checkpoint(b, d / "model")
+    tiny_checkpoint(src.frame, src.spec, d / "model",
+                    {"name": "tiny-dash", "thresholds": {"review": 0.5, "decline": 0.8},
+                     "metrics": {"validation": {"n": 100, "n_fraud": 3, "auc_roc": 0.6, "average_precision": 0.1}},
+                     "history": [{"epoch": 1, "loss": 0.9, "val_average_precision": 0.1}]})
     bundle = cv.load_model(d / "model")
     scores = cv.score_source(bundle, src.frame)
     ranking = cv.rank_entities(scores, bundle.threshold)

@@ -16,9 +16,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from engine import case_view as cv
-from engine.checkpoint import ModelBundle, build_model, save_checkpoint
 from engine.context import build_context
-from engine.features import FeatureEncoder
 from engine.scoring import score_frame
 from engine.trust.agreement import method_agreement
 from engine.trust.figures import METHOD_TITLES as TITLES
@@ -26,6 +24,7 @@ from engine.trust.faithfulness import evaluate_faithfulness
 from engine.trust.reasons import reason_codes
 from engine.trust.sanity import completeness_checks
 from engine.trust.whatif import Edit, apply_edits
+from tiny_models import demo_slice, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "app.py")
@@ -35,20 +34,10 @@ TIMEOUT = 120
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("trust-dash")
-    data = d / "tx.csv"
-    with open(cv.DEMO_DATA, encoding="utf-8") as f:
-        data.write_text("".join(next(f) for _ in range(1501)), encoding="utf-8")
+    data = demo_slice(d / "tx.csv", 1500)
     spec = cv.demo_spec_name()
     src = cv.load_source(data, spec)
-    enc = FeatureEncoder.fit(src.frame, src.spec)
-    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                        context_length=16, min_history=6)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(0)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    b = ModelBundle(model=model, encoder=enc, spec=src.spec, meta={"name": "tiny-trust", "thresholds": {"review": 0.5}})
-    save_checkpoint(b, d / "model")
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-trust", "thresholds": {"review": 0.5}})
     bundle = cv.load_model(d / "model")
     scores = cv.score_source(bundle, src.frame)
     # the query: the highest-scored flagged transaction with at least 8 earlier ones

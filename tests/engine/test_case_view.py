@@ -7,39 +7,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from engine import case_view as cv
-from engine.checkpoint import ModelBundle, build_model, save_checkpoint
-from engine.features import FeatureEncoder
+from tiny_models import demo_slice
+from tiny_models import tiny_checkpoint as _tiny_checkpoint
 
 ROWS = 800
 
 
 def _slice(path: Path, n: int = ROWS) -> Path:
-    with open(cv.DEMO_DATA, encoding="utf-8") as f:
-        lines = [next(f) for _ in range(n + 1)]
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
+    return demo_slice(path, n)
 
 
 def tiny_checkpoint(frame: pd.DataFrame, spec, out: Path) -> Path:
     """An untrained tiny model (weights perturbed so scores spread), saved as a checkpoint."""
-    enc = FeatureEncoder.fit(frame, spec)
-    model = build_model(enc, seed=1, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                        context_length=16, min_history=6)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(0)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    model.eval()
-    b = ModelBundle(model=model, encoder=enc, spec=spec,
-                    meta={"name": "tiny-test", "thresholds": {"review": 0.5, "decline": 0.8},
-                          "metrics": {"test": {"n": 10, "n_fraud": 1, "auc_roc": 0.5}},
-                          "history": [{"epoch": 1, "loss": 1.0}],
-                          "training_data": {"path": "/data/4111111111111111.csv", "sha256": "ab" * 32}})
-    save_checkpoint(b, out)
-    return out
+    return _tiny_checkpoint(frame, spec, out,
+                            {"name": "tiny-test", "thresholds": {"review": 0.5, "decline": 0.8},
+                             "metrics": {"test": {"n": 10, "n_fraud": 1, "auc_roc": 0.5}},
+                             "history": [{"epoch": 1, "loss": 1.0}],
+                             "training_data": {"path": "/data/4111111111111111.csv", "sha256": "ab" * 32}},
+                            seed=1)
 
 
 @pytest.fixture(scope="module")

