@@ -44,7 +44,47 @@ def delayed_aggregates(frame: pd.DataFrame, agg: DelayedAggregateSpec) -> pd.Dat
         count[order], rate[order] = count_s, rate_s  # back to frame order
         out[f"{agg.name}_count_{w}d"] = count
         out[f"{agg.name}_fraud_rate_{w}d"] = rate
+    if agg.recent_labels or agg.fraud_run:
+        out.update(_label_history(sorted_sk, floor, hi, fraud_sorted, t[order], order, agg))
     return pd.DataFrame(out, index=frame.index)[agg.columns()]
+
+
+def _label_history(sorted_sk, floor, hi, fraud_sorted, t_sorted, order, agg) -> dict[str, np.ndarray]:
+    """``recent_fraud_share_k`` and the fraud-run pair (see :class:`DelayedAggregateSpec`).
+
+    All arrays are in (key, time) sorted order; ``hi[i]`` is one past the key's last
+    transaction before ``t_i - delay``, ``gstart[i]`` the key's first row, so the known
+    transactions of row ``i``'s key are ``[gstart[i], hi[i])``.
+    """
+    n = len(sorted_sk)
+    gstart = np.searchsorted(sorted_sk, floor, side="left")
+    n_known = hi - gstart
+    cum = np.concatenate([[0.0], np.cumsum(fraud_sorted)])
+    out: dict[str, np.ndarray] = {}
+
+    def back(x: np.ndarray) -> np.ndarray:
+        y = np.empty_like(x)
+        y[order] = x
+        return y
+
+    for k in agg.recent_labels:
+        kk = np.minimum(n_known, k)
+        share = np.where(kk > 0, (cum[hi] - cum[hi - kk]) / np.maximum(kk, 1), 0.0)
+        out[f"{agg.name}_recent_fraud_share_{k}"] = back(share)
+    if agg.fraud_run:
+        idx = np.arange(n)
+        is_fraud = fraud_sorted > 0
+        first_of_key = np.r_[True, floor[1:] != floor[:-1]]
+        prev_fraud = np.r_[False, is_fraud[:-1]] & ~first_of_key
+        run_first = np.maximum.accumulate(np.where(is_fraud & ~prev_fraud, idx, -1))  # valid where is_fraud
+        last = hi - 1  # the key's last known transaction (valid where n_known > 0)
+        has_run = (n_known > 0) & is_fraud[np.maximum(last, 0)]
+        safe = np.maximum(last, 0)
+        length = np.where(has_run, safe - run_first[safe] + 1, 0).astype(np.float64)
+        days = np.where(has_run, (t_sorted - t_sorted[np.maximum(run_first[safe], 0)]) / DAY_S, 0.0)
+        out[f"{agg.name}_fraud_run_length"] = back(length)
+        out[f"{agg.name}_fraud_run_days"] = back(days)
+    return out
 
 
 def add_aggregates(frame: pd.DataFrame, spec: DatasetSpec) -> pd.DataFrame:

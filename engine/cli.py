@@ -252,7 +252,8 @@ SMALL_GBT_GRID = {"num_leaves": [31], "learning_rate": [0.05, 0.1], "min_child_s
 @bench_app.command("quality")
 def bench_quality(
     data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
-    epochs: int = typer.Option(5, min=1, help="most epochs tried on the validation folds"),
+    epochs: Optional[int] = typer.Option(None, min=1, help="epochs of the learning-rate schedule (default: the bench configuration's)"),
+    seeds: int = typer.Option(3, min=1, help="models per fold (seeds 0..n-1); the transformer row averages their probabilities"),
     full_gbt_grid: bool = typer.Option(False, help="the GBT's full validation grid (48 settings) instead of 4"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "quality.md"),
 ):
@@ -262,7 +263,8 @@ def bench_quality(
     from .bench import quality
 
     grid = None if full_gbt_grid else SMALL_GBT_GRID
-    quality.run(str(data), out=out, cfg=replace(quality.BENCH_CONFIG, epochs=epochs), gbt_grid=grid, log=console.print)
+    cfg = quality.BENCH_CONFIG if epochs is None else replace(quality.BENCH_CONFIG, epochs=epochs)
+    quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=console.print)
 
 
 @bench_app.command("speed")

@@ -19,8 +19,8 @@ attributions can be reported per (transaction, field):
   (blake2b, so buckets do not change between processes).
 * every numeric field: standardised with training mean/std (missing -> 0 + a missing flag bin).
 * every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).
-* every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its ``count`` (log1p) and
-  ``fraud_rate`` columns standardised, all in one field (see :mod:`engine.aggregates`).
+* every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its counts (log1p), rates,
+  recent-label shares and fraud run columns standardised, all in one field (see :mod:`engine.aggregates`).
 """
 
 from __future__ import annotations
@@ -99,14 +99,14 @@ class FeatureEncoder:
             "numeric": {},
             "multi_valued": {},
         }
-        for f in spec.fields_of(FieldKind.CATEGORICAL):
+        for f in spec.fields_of(FieldKind.CATEGORICAL, model_inputs_only=True):
             if f.hashed_buckets:
                 state["categorical"][f.name] = {"hashed_buckets": f.hashed_buckets}
             else:
                 vc = frame[f.name].astype(str).value_counts()
                 vocab = [v for v in vc.index[: f.max_vocab] if v != f.missing]
                 state["categorical"][f.name] = {"vocab": [str(v) for v in vocab]}
-        for f in spec.fields_of(FieldKind.NUMERIC):
+        for f in spec.fields_of(FieldKind.NUMERIC, model_inputs_only=True):
             x = frame[f.name].to_numpy(np.float64)
             state["numeric"][f.name] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6)}
         state["aggregates"] = {}
@@ -114,10 +114,10 @@ class FeatureEncoder:
             cols = {}
             for c in a.columns():
                 x = frame[c].to_numpy(np.float64)
-                x = np.log1p(x) if "_count_" in c else x
-                cols[c] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6), "log": "_count_" in c}
+                x = np.log1p(x) if a.is_count(c) else x
+                cols[c] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6), "log": a.is_count(c)}
             state["aggregates"][a.name] = cols
-        for f in spec.fields_of(FieldKind.MULTI_VALUED):
+        for f in spec.fields_of(FieldKind.MULTI_VALUED, model_inputs_only=True):
             vals = frame[f.name].astype(str).str.split("|").explode()
             vc = vals[vals != ""].value_counts()
             state["multi_valued"][f.name] = {"vocab": [str(v) for v in vc.index[: f.max_vocab]]}

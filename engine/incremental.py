@@ -22,18 +22,19 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as Fnn
+from scipy.special import erf as _erf
 
 from .checkpoint import ModelBundle
-from .model import TransactionBatch
 from .sequences import window_of_position
 
 
 @dataclass
 class _Window:
     start: int  # entity position of the window's first transaction
-    keys: list[torch.Tensor] = field(default_factory=list)  # per layer [H, n, dh]
-    values: list[torch.Tensor] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)  # seconds, per cached row
+    keys: np.ndarray  # [L, H, T, dh] float32, rows [:n] filled
+    values: np.ndarray  # [L, H, T, dh] float32
+    times: np.ndarray  # [T] float64 seconds of the cached rows
+    n: int = 0  # cached rows
     z_sum: float = 0.0  # sum of the standardised log amounts of the cached rows
 
 
@@ -44,12 +45,64 @@ class _EntityState:
     windows: list[_Window] = field(default_factory=list)
 
 
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float32)
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    m = x.mean()
+    d = x - m
+    return d / np.sqrt((d * d).mean() + eps) * w + b
+
+
+class _Weights:
+    """The model's parameters as NumPy float32 arrays, laid out for one-row steps (each ``W``
+    transposed to ``[in, out]``). Plain NumPy: a one-row step is ~40 tiny operations, where
+    NumPy's per-call overhead (~1 us) is far below torch's."""
+
+    def __init__(self, model):
+        rows = model.rows
+        self.D = model.cfg.d_model
+        self.static_bias = _np(rows.field_bias.sum(0) + rows.num_b.sum(0))  # [D]
+        self.num_w = _np(rows.num_w)  # [Fn, D]
+        self.cat_emb = _np(rows.cat_emb.weight)  # [sum(cardinalities), D]
+        self.cat_offsets = rows.cat_offsets.numpy().astype(np.int64)
+        self.multi = [_np(p.weight).T.copy() for p in rows.multi_proj]  # [w, D] each
+        self.multi_w = [w for _, w in model.cfg.multi_slots]
+        self.gap_bins = _np(rows.gap_bins.weight)  # [n_bins + 2, D]
+        self.gap_edges = rows.gap_edges.numpy()
+        self.gap_lin_w, self.gap_lin_b = _np(rows.gap_lin.weight)[:, 0], _np(rows.gap_lin.bias)
+        self.has_hist = rows.hist_field is not None
+        self.hist_w, self.hist_b = _np(rows.hist_lin.weight)[:, 0], _np(rows.hist_lin.bias)
+        self.hist_none = _np(rows.hist_none)
+        self.ln_in = (_np(model.ln_in.weight), _np(model.ln_in.bias), model.ln_in.eps)
+        self.ln_out = (_np(model.ln_out.weight), _np(model.ln_out.bias), model.ln_out.eps)
+        self.head_w, self.head_b = _np(model.head.weight)[0], float(model.head.bias.detach()[0])
+        self.blocks = []
+        for blk in model.blocks:
+            att = blk.attn
+            self.H, self.dh = att.h, att.dh
+            self.blocks.append(dict(
+                ln1=(_np(blk.ln1.weight), _np(blk.ln1.bias), blk.ln1.eps),
+                ln2=(_np(blk.ln2.weight), _np(blk.ln2.bias), blk.ln2.eps),
+                qkv_w=_np(att.qkv.weight).T.copy(), qkv_b=_np(att.qkv.bias),  # [D, 3D], [3D]
+                out_w=_np(att.out.weight).T.copy(), out_b=_np(att.out.bias),
+                ff1_w=_np(blk.ff[0].weight).T.copy(), ff1_b=_np(blk.ff[0].bias),
+                ff2_w=_np(blk.ff[2].weight).T.copy(), ff2_b=_np(blk.ff[2].bias),
+                slope=_np(Fnn.softplus(att.slope_raw.detach()))[:, None],  # [H, 1]
+            ))
+
+
 class IncrementalScorer:
     """Keeps per-entity key/value caches and scores new transactions one at a time.
 
     ``add(entity_id, row) -> logit`` where ``row`` is one canonical-frame row (a dict or Series
     with timestamp, amount and the spec's fields). Returns the fraud logit (float; probability =
     sigmoid). ``add_frame(frame) -> [N] logits`` feeds a canonical frame row by row.
+
+    The step is the model's own function (row encoder, pre-LayerNorm blocks with the time-decay
+    attention bias, head) evaluated in NumPy float32 on the model's weights, copied once at
+    construction; tests check it equal to whole-file scoring with the torch model.
 
     Raises:
         ValueError: a transaction older than the entity's previous one (histories are time-ordered).
@@ -61,68 +114,80 @@ class IncrementalScorer:
         self.cfg = bundle.config
         self.S = self.cfg.context_length - self.cfg.min_history
         self.entities: dict[str, _EntityState] = {}
-        self._slopes = [Fnn.softplus(b.attn.slope_raw.detach()).view(-1, 1) for b in self.model.blocks]  # [H, 1]
+        self.w = _Weights(self.model)
+        self._gelu_c = np.float32(1.0 / math.sqrt(2.0))
 
     # ------------------------------------------------------------------ encoding
-    def _row_embedding(self, row, st: _EntityState) -> tuple[torch.Tensor, float, float]:
-        """Summed field embedding ``[D]`` of one new transaction *without* its window-dependent
-        ``amount_vs_history`` field, its time in seconds and its standardised log amount."""
+    def _row_embedding(self, row, st: _EntityState) -> tuple[np.ndarray, float, float]:
+        """Summed field embedding ``[D]`` float32 of one new transaction *without* its
+        window-dependent ``amount_vs_history`` field, its time in seconds and its standardised
+        log amount (the sum :meth:`RowEncoder.summed` computes for a lone row)."""
         enc = self.bundle.encoder.transform_row(row)
         t = float(enc.time_s[0])
         if not math.isnan(st.last_time) and t < st.last_time:
             raise ValueError(f"transaction at {pd.Timestamp(t, unit='s')} is older than the entity's previous one")
-        # window-relative times are irrelevant for the row embedding: only the gap to the previous row matters
-        batch = TransactionBatch(
-            cat=torch.from_numpy(enc.cat).view(1, 1, -1),
-            num=torch.from_numpy(enc.num).view(1, 1, -1),
-            multi=torch.from_numpy(enc.multi).view(1, 1, -1),
-            time_s=torch.tensor([[t]], dtype=torch.float64),
-            present=torch.ones(1, 1, dtype=torch.bool),
-            prev_time_s=torch.tensor([st.last_time], dtype=torch.float64),
-        )
-        rows = self.model.rows
-        base = rows.summed(batch)[0, 0]  # [1, 1, D] -> [D]
-        if rows.hist_field is not None:
-            base = base - rows.hist_none  # a lone row has "no history": take that part out again
-        return base, t, float(enc.num[0, 0])
+        W = self.w
+        num = enc.num[0]
+        x = W.static_bias + num @ W.num_w  # [Fn] @ [Fn, D] -> [D]
+        if len(W.cat_offsets):
+            x = x + W.cat_emb[enc.cat[0] + W.cat_offsets].sum(0)  # [Fc, D] -> [D]
+        start = 0
+        for wmat, width in zip(W.multi, W.multi_w):
+            x = x + enc.multi[0, start : start + width] @ wmat
+            start += width
+        # time since the entity's previous transaction (window-independent: the previous one is passed in)
+        if math.isnan(st.last_time):
+            x = x + W.gap_bins[len(W.gap_edges) + 1]
+        else:
+            gap = max(t - st.last_time, 0.0)
+            x = x + W.gap_bins[int(np.searchsorted(W.gap_edges, gap, side="left"))]
+            x = x + W.gap_lin_w * np.float32(math.log1p(gap / 60.0) / 5.0) + W.gap_lin_b
+        return x.astype(np.float32), t, float(num[0])
 
-    def _step(self, base: torch.Tensor, w: _Window, t: float, z: float) -> torch.Tensor:
+    def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool) -> np.ndarray | None:
         """Run one new row (``base [D]``, its time ``t`` and log amount ``z``) through every layer
-        against window ``w``'s cache; returns the final hidden state ``[D]`` and appends the row's
-        keys/values to the cache."""
-        rows = self.model.rows
-        if rows.hist_field is not None:
-            n = len(w.times)
-            dev = torch.tensor(z - (w.z_sum / n if n else 0.0))
-            base = base + rows.history_embedding(dev, torch.tensor(n > 0))
-        x = self.model.ln_in(base)
-        times = torch.tensor(w.times + [t], dtype=torch.float64)
-        log_gap = torch.log1p((t - times).clamp(min=0) / 60.0).float()  # [n+1]
-        first = not w.keys
-        for li, blk in enumerate(self.model.blocks):
-            att = blk.attn
-            h = blk.ln1(x)
-            q, k, v = att.qkv(h).split(x.shape[-1])
-            q = q.view(att.h, 1, att.dh)  # [D] -> [H, 1, dh]
-            k = k.view(att.h, 1, att.dh)
-            v = v.view(att.h, 1, att.dh)
-            if first:
-                w.keys.append(k)
-                w.values.append(v)
+        against window ``w``'s cache, appending its keys/values; returns the final hidden state
+        ``[D]``, or None without ``need_output`` (then the last block computes keys/values only)."""
+        W = self.w
+        n = w.n
+        if W.has_hist:
+            if n:
+                dev = np.float32(z - w.z_sum / n)
+                base = base + W.hist_w * dev + W.hist_b
             else:
-                w.keys[li] = torch.cat([w.keys[li], k], dim=1)  # [H, n+1, dh]
-                w.values[li] = torch.cat([w.values[li], v], dim=1)
-            scores = (q @ w.keys[li].transpose(1, 2)).squeeze(1) / math.sqrt(att.dh)  # [H, n+1]
-            scores = scores - self._slopes[li] * log_gap
-            a = torch.softmax(scores, dim=-1).unsqueeze(1) @ w.values[li]  # [H, 1, dh]
-            x = x + att.out(a.reshape(-1))
-            x = x + blk.ff(blk.ln2(x))
-        w.times.append(t)
+                base = base + W.hist_none
+        x = _layer_norm(base, *W.ln_in)
+        w.times[n] = t
+        log_gap = np.log1p(np.maximum(t - w.times[: n + 1], 0.0).astype(np.float32) / np.float32(60.0))  # [n+1]
+        last = len(W.blocks) - 1
+        H, dh, D = W.H, W.dh, W.D
+        for li, B in enumerate(W.blocks):
+            h = _layer_norm(x, *B["ln1"])
+            qkv = h @ B["qkv_w"] + B["qkv_b"]  # [D] @ [D, 3D] -> [3D]
+            w.keys[li, :, n] = qkv[D : 2 * D].reshape(H, dh)
+            w.values[li, :, n] = qkv[2 * D :].reshape(H, dh)
+            if li == last and not need_output:
+                break
+            K, V = w.keys[li, :, : n + 1], w.values[li, :, : n + 1]  # [H, n+1, dh]
+            q = qkv[:D].reshape(H, dh, 1)
+            scores = (K @ q)[..., 0] / np.float32(math.sqrt(dh)) - B["slope"] * log_gap  # [H, n+1]
+            scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+            p = scores / scores.sum(axis=1, keepdims=True)
+            a = (p[:, None, :] @ V).reshape(D)  # [H, 1, n+1] @ [H, n+1, dh] -> [D]
+            x = x + a @ B["out_w"] + B["out_b"]
+            f = _layer_norm(x, *B["ln2"]) @ B["ff1_w"] + B["ff1_b"]
+            f = 0.5 * f * (1.0 + _erf(f * self._gelu_c))  # exact GELU (nn.GELU default)
+            x = x + f @ B["ff2_w"] + B["ff2_b"]
+        w.n = n + 1
         w.z_sum += z
-        return x
+        return x if need_output else None
+
+    def _new_window(self, start: int) -> _Window:
+        L, H, T, dh = len(self.w.blocks), self.w.H, self.cfg.context_length, self.w.dh
+        return _Window(start=start, keys=np.empty((L, H, T, dh), np.float32),
+                       values=np.empty((L, H, T, dh), np.float32), times=np.empty(T, np.float64))
 
     # ------------------------------------------------------------------ public
-    @torch.inference_mode()
     def add(self, entity_id: str, row) -> float:
         """Score one new transaction of ``entity_id`` (appended after its cached history)."""
         st = self.entities.setdefault(str(entity_id), _EntityState())
@@ -131,14 +196,15 @@ class IncrementalScorer:
         T = self.cfg.context_length
         # window k starts at k*S: open it there; drop windows that are full
         if p % self.S == 0:
-            st.windows.append(_Window(start=p))
+            st.windows.append(self._new_window(p))
         st.windows = [w for w in st.windows if p < w.start + T]
         k_score = int(window_of_position(p, T, self.cfg.min_history)) * self.S
         logit = float("nan")
         for w in st.windows:
-            h = self._step(base, w, t, z)
-            if w.start == k_score:
-                logit = float(self.model.head(self.model.ln_out(h)))
+            h = self._step(base, w, t, z, need_output=w.start == k_score)
+            if h is not None:
+                W = self.w
+                logit = float(_layer_norm(h, *W.ln_out) @ W.head_w + W.head_b)
         st.n, st.last_time = p + 1, t
         return logit
 

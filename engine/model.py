@@ -411,6 +411,47 @@ class FraudTransformer(nn.Module):
         logits = self.head(self.ln_out(x)).squeeze(-1)  # [B, T, D] -> [B, T]
         return logits, (tuple(atts) if output_attentions else None)
 
+    def logits_from(self, batch: TransactionBatch, start: int) -> torch.Tensor:
+        """Logits of positions ``start..T-1`` only (the whole-file scorer: a window after an
+        entity's first scores only its last ``T - min_history`` positions).
+
+        Equal to ``forward(batch).logits[:, start:]`` (tested), cheaper: every block but the last
+        runs all ``T`` positions (they are the context), the last block runs only the queries
+        ``start..T-1`` against the keys/values of all positions.
+
+        Args:
+            batch: ``[B, T]`` histories. start: first position whose logit is wanted, ``0 <= start < T``.
+        Returns:
+            ``[B, T - start]`` float32 logits.
+        """
+        B, T = batch.shape
+        if not 0 <= start < T:
+            raise ValueError(f"start: expected 0 <= start < {T}, got {start}")
+        mask, log_gap = self.attention_mask(batch.present, batch.time_s)
+        x = self.ln_in(self.rows.summed(batch))
+        for blk in self.blocks[:-1]:
+            x, _ = blk(x, mask, log_gap)
+        xq = self._last_block_queries(x, mask[..., start:, :], log_gap[..., start:, :], start)  # [B, T-start, D]
+        return self.head(self.ln_out(xq)).squeeze(-1)
+
+    def _last_block_queries(self, x: torch.Tensor, mask: torch.Tensor, log_gap: torch.Tensor, start: int):
+        """The last block for queries ``start..T-1`` of ``x [B, T, D]`` against all keys;
+        ``mask``/``log_gap``: ``[B, 1, T - start, T]`` rows of the queries. Returns ``[B, T - start, D]``."""
+        blk = self.blocks[-1]
+        att = blk.attn
+        n, D = x.shape[0], x.shape[-1]
+        h = blk.ln1(x)  # [B, T, D]
+        w_q, w_kv = att.qkv.weight[:D], att.qkv.weight[D:]
+        b_q, b_kv = att.qkv.bias[:D], att.qkv.bias[D:]
+        q = Fnn.linear(h[:, start:], w_q, b_q).view(n, -1, att.h, att.dh).transpose(1, 2)  # [B, H, Tq, dh]
+        k, v = Fnn.linear(h, w_kv, b_kv).split(D, dim=-1)
+        k = k.view(n, -1, att.h, att.dh).transpose(1, 2)  # [B, H, T, dh]
+        v = v.view(n, -1, att.h, att.dh).transpose(1, 2)
+        bias = torch.addcmul(mask, Fnn.softplus(att.slope_raw).view(1, -1, 1, 1), log_gap, value=-1.0)  # [B, H, Tq, T]
+        y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [B, H, Tq, dh]
+        xq = x[:, start:] + att.out(y.transpose(1, 2).reshape(n, -1, D))  # [B, Tq, D]
+        return xq + blk.ff(blk.ln2(xq))
+
     def query_logits(
         self, batch: TransactionBatch, present: torch.Tensor | None = None, field_embeddings: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -440,20 +481,8 @@ class FraudTransformer(nn.Module):
         x = self.ln_in(row)
         for blk in self.blocks[:-1]:
             x, _ = blk(x, mask, log_gap)
-        blk = self.blocks[-1]
-        att = blk.attn
-        D = x.shape[-1]
-        h = blk.ln1(x)  # [n, T, D]
-        w_q, w_kv = att.qkv.weight[:D], att.qkv.weight[D:]
-        b_q, b_kv = att.qkv.bias[:D], att.qkv.bias[D:]
-        q = Fnn.linear(h[:, -1:], w_q, b_q).view(n, 1, att.h, att.dh).transpose(1, 2)  # [n, H, 1, dh]
-        k, v = Fnn.linear(h, w_kv, b_kv).split(D, dim=-1)
-        k = k.view(n, -1, att.h, att.dh).transpose(1, 2)  # [n, H, T, dh]
-        v = v.view(n, -1, att.h, att.dh).transpose(1, 2)
-        bias = torch.addcmul(mask[..., -1:, :], Fnn.softplus(att.slope_raw).view(1, -1, 1, 1), log_gap[..., -1:, :], value=-1.0)
-        y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [n, H, 1, dh]
-        xq = x[:, -1] + att.out(y.transpose(1, 2).reshape(n, D))  # [n, D]
-        xq = xq + blk.ff(blk.ln2(xq))
+        T = x.shape[1]
+        xq = self._last_block_queries(x, mask[..., -1:, :], log_gap[..., -1:, :], T - 1)[:, 0]  # [n, D]
         return self.head(self.ln_out(xq)).squeeze(-1)
 
     @staticmethod
@@ -466,8 +495,9 @@ class FraudTransformer(nn.Module):
         eye = torch.eye(T, dtype=torch.bool, device=present.device)
         allowed = (causal & present.unsqueeze(1)) | eye  # [B, T(q), T(k)]
         mask = torch.zeros(allowed.shape, dtype=torch.float32, device=present.device).masked_fill_(~allowed, float("-inf"))
-        gap_min = ((time_s.unsqueeze(2) - time_s.unsqueeze(1)).clamp(min=0) / 60.0).float()  # [B, T, T]
-        return mask.unsqueeze(1), torch.log1p(gap_min).unsqueeze(1)
+        # [B, T] -> [B, T, T] float64 differences (exact), then float32 in place: clamp, minutes, log1p
+        gap_min = (time_s.unsqueeze(2) - time_s.unsqueeze(1)).float().clamp_(min=0).div_(60.0)
+        return mask.unsqueeze(1), gap_min.log1p_().unsqueeze(1)
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -48,16 +48,17 @@ def score_encoded(
     out = np.full(len(enc), np.nan, dtype=np.float32)
     model.eval()
     with torch.inference_mode():
-        order = None
-        if rows is not None:
-            need = np.unique(win.row_window[np.asarray(rows)])
-            order = need[np.argsort(win.length[need], kind="stable")]
+        # windows grouped by (first scored position, length): a batch of later windows runs its
+        # last block for the scored positions only (FraudTransformer.logits_from)
+        need = np.arange(win.n_windows) if rows is None else np.unique(win.row_window[np.asarray(rows)])
+        order = need[np.lexsort((win.length[need], win.scored_from[need] > 0))]
         for ids, Tb in length_batches(win, batch_size, order):
+            start = int(min(win.scored_from[ids].min(), Tb - 1))
             batch = make_batch(enc, win.rows[ids, :Tb], ent_start[ids])
-            logits = model(batch).logits.numpy()  # [b, Tb]
-            rows = win.rows[ids, :Tb]
-            take = (rows >= 0) & (np.arange(Tb)[None, :] >= win.scored_from[ids][:, None])
-            out[rows[take]] = logits[take]
+            logits = model.logits_from(batch, start).numpy()  # [b, Tb - start]
+            rows_b = win.rows[ids, start:Tb]
+            take = (rows_b >= 0) & (np.arange(start, Tb)[None, :] >= win.scored_from[ids][:, None])
+            out[rows_b[take]] = logits[take]
             if progress is not None:
                 progress(len(ids))
     return out

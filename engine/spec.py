@@ -37,7 +37,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SPEC_DIR = Path(__file__).parent / "specs"
 
@@ -155,6 +155,9 @@ class FieldSpec(_Strict):
     * ``missing``: what an empty cell means for a categorical (a category name). An empty
       multi-valued cell is the empty set (``""`` in the canonical frame); ``missing`` is unused there.
     * ``normalize``: for categoricals, ``"zip5"`` turns ``"91750.0"`` into ``"91750"``.
+    * ``model_input``: ``false`` keeps the field in the canonical frame (display, reasons,
+      ``[[aggregates]]`` keys) without feeding its value to the model — e.g. a terminal id whose
+      embedding would only memorise the few terminals seen with frauds in a short training period.
     """
 
     name: str
@@ -165,6 +168,7 @@ class FieldSpec(_Strict):
     separator: str = ","
     missing: str = "<empty>"
     normalize: Literal["zip5", "strip", "none"] = "strip"
+    model_input: bool = True
     description: str = ""
 
 
@@ -180,6 +184,19 @@ class DelayedAggregateSpec(_Strict):
     ``count`` and not in ``fraud_rate``'s numerator. The result is one model field called
     ``name`` made of ``2 * len(windows_days)`` numbers.
 
+    Optional label-history columns of the same key, under the same delay (a summary of the
+    key's own delayed label sequence — what a second sequence over the terminal's history would
+    read):
+
+    * ``recent_labels = [k, ...]``: ``recent_fraud_share_k``, the share of frauds among the
+      key's last ``k`` transactions before ``t - delay`` (fewer when it has fewer; 0 when none).
+    * ``fraud_run = true``: ``fraud_run_length``, the number of consecutive frauds ending at
+      the key's last transaction before ``t - delay`` (0 when that one was not a fraud or there
+      is none), and ``fraud_run_days``, the time from the first fraud of that run to ``t`` in
+      days (0 when there is no run; otherwise at least ``delay_days``). A compromised terminal
+      (Handbook scenario 2: every transaction at it is a fraud for 28 days) shows as a run that
+      grows and then ages out; an isolated fraud as a run of 1.
+
     * ``key``: a field name of this spec (e.g. ``"terminal"``).
     """
 
@@ -187,11 +204,29 @@ class DelayedAggregateSpec(_Strict):
     key: str
     windows_days: list[int] = [1, 7, 30]
     delay_days: int = Field(default=7, ge=0)
+    recent_labels: list[int] = []
+    fraud_run: bool = False
     description: str = ""
 
+    @field_validator("recent_labels")
+    @classmethod
+    def _recent_ok(cls, v: list[int]) -> list[int]:
+        if any(k < 1 for k in v) or len(set(v)) != len(v):
+            raise ValueError(f"recent_labels must be distinct positive counts, got {v}")
+        return v
+
     def columns(self) -> list[str]:
-        """Names of the frame columns this aggregate adds (``count`` then ``fraud_rate`` per window)."""
-        return [f"{self.name}_{stat}_{w}d" for w in self.windows_days for stat in ("count", "fraud_rate")]
+        """Names of the frame columns this aggregate adds: ``count`` then ``fraud_rate`` per
+        window, then ``recent_fraud_share_k`` per ``recent_labels``, then the fraud-run pair."""
+        cols = [f"{self.name}_{stat}_{w}d" for w in self.windows_days for stat in ("count", "fraud_rate")]
+        cols += [f"{self.name}_recent_fraud_share_{k}" for k in self.recent_labels]
+        if self.fraud_run:
+            cols += [f"{self.name}_fraud_run_length", f"{self.name}_fraud_run_days"]
+        return cols
+
+    def is_count(self, column: str) -> bool:
+        """True for the columns that are counts (encoded as ``log1p``): ``count_*`` and ``fraud_run_length``."""
+        return "_count_" in column or column.endswith("_fraud_run_length")
 
 
 class DatasetSpec(_Strict):
@@ -275,8 +310,9 @@ class DatasetSpec(_Strict):
         """Raw columns that must exist in the file (everything but ignored ones)."""
         return [c for c, r in self.roles().items() if r is not ColumnRole.IGNORED]
 
-    def fields_of(self, kind: FieldKind) -> list[FieldSpec]:
-        return [f for f in self.fields if f.kind is kind]
+    def fields_of(self, kind: FieldKind, model_inputs_only: bool = False) -> list[FieldSpec]:
+        """Fields of ``kind`` in spec order (only those with ``model_input`` if asked)."""
+        return [f for f in self.fields if f.kind is kind and (f.model_input or not model_inputs_only)]
 
     def to_toml(self) -> str:
         """Serialise back to TOML (used by ``fraudlens inspect`` and checkpoints)."""

@@ -42,6 +42,9 @@ class TrainConfig:
     Attributes:
         context_length / min_history / d_model / n_heads / n_layers / d_ff / dropout: see ModelConfig.
         lr: AdamW learning rate. weight_decay: AdamW weight decay.
+        lr_schedule: ``"constant"``, or ``"cosine"``: the learning rate follows a half cosine from
+            ``lr`` down to ``lr / 20`` over all steps of ``epochs`` epochs (Loshchilov & Hutter,
+            "SGDR", ICLR 2017, without restarts), so the last epochs take small steps.
         batch_size: windows per optimisation step.
         epochs: maximum epochs. patience: epochs without validation-AP improvement before stopping.
         windows_per_epoch: training windows sampled per epoch (None = all).
@@ -60,6 +63,7 @@ class TrainConfig:
     dropout: float = 0.1
     lr: float = 2e-3
     weight_decay: float = 1e-4
+    lr_schedule: str = "constant"
     batch_size: int = 64
     epochs: int = 8
     patience: int = 2
@@ -129,6 +133,7 @@ def fit(
     log: Callable[[str], None] = print,
     progress: bool = True,
     early_stopping: bool = True,
+    stop_after: int | None = None,
 ) -> tuple[ModelBundle, list[dict[str, Any]], EncodedFrame]:
     """Fit feature statistics and a model given a per-row split.
 
@@ -139,6 +144,8 @@ def fit(
         early_stopping: keep the epoch with the best validation AP and stop after ``patience``
             epochs without gain; if False (or no validation rows), train ``cfg.epochs`` epochs and
             keep the last one (validation AP is still recorded per epoch when there are rows).
+        stop_after: stop after this many epochs (the learning-rate schedule still spans
+            ``cfg.epochs``): the snapshot a validation run chose, reproduced without it.
     Returns:
         ``(bundle, history, enc)``; ``history[i]`` holds loss and validation metrics of epoch
         ``i + 1``; ``enc`` is ``frame`` encoded with the fitted statistics (for scoring it again).
@@ -189,6 +196,10 @@ def fit(
     history: list[dict[str, Any]] = []
     best = (-1.0, None, -1)
     per_epoch = len(train_windows) if cfg.windows_per_epoch is None else min(cfg.windows_per_epoch, len(train_windows))
+    if cfg.lr_schedule not in ("constant", "cosine"):
+        raise ValueError(f"lr_schedule: expected 'constant' or 'cosine', got {cfg.lr_schedule!r}")
+    total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_size))
+    step = 0
     for epoch in range(cfg.epochs):
         model.train()
         order = rng.choice(train_windows, size=per_epoch, replace=False)
@@ -210,7 +221,12 @@ def fit(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if cfg.lr_schedule == "cosine":
+                frac = min(step / total_steps, 1.0)
+                for g in opt.param_groups:
+                    g["lr"] = cfg.lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * frac)))
             opt.step()
+            step += 1
             losses.append(loss.item())
             if len(losses) % 20 == 0:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
@@ -234,6 +250,8 @@ def fit(
                 break
         if out_of_time:
             log(f"time budget of {cfg.max_minutes} min reached")
+            break
+        if stop_after is not None and epoch + 1 >= stop_after:
             break
     if best[1] is not None:
         model.load_state_dict(best[1])

@@ -38,6 +38,8 @@ Reason kinds (field that must be citable -> text):
 * ``errors`` (``errors``): "2 with authorisation errors (Bad CVV, Bad PIN)".
 * ``terminal_risk`` (aggregate ``terminal_risk``): "the terminal's fraud rate was 25% (3 of 12
   transactions) in the 7 days ending 7 days before".
+* ``terminal_risk_run`` (aggregate with ``fraud_run``): "this transaction's terminal: its last 4 known
+  transactions were all frauds, a run that began 12 days before it (labels known 7 days late)".
 
 Each :class:`Reason` lists the transaction ids it cites and a ``numbers`` dict holding every
 number of its text unrounded (so a test can check each against the data). Its ``weight`` is the
@@ -326,6 +328,16 @@ def reason_codes(
                           f"transactions) in the {w} days ending {agg.delay_days} days before it",
                 [p], [agg.name],
                 {"fraud_rate": r, "count": c, "n_fraud": n_fraud, "window_days": int(w), "delay_days": int(agg.delay_days)})
+        lc, dc = f"{agg.name}_fraud_run_length", f"{agg.name}_fraud_run_days"
+        if agg.fraud_run and lc in rows and dc in rows:
+            runs = [(float(rows[lc].iloc[p]), float(rows[dc].iloc[p]), int(p)) for p in S if float(rows[lc].iloc[p]) > 0]
+            if runs:
+                length, days, p = max(runs, key=lambda x: (x[0], -x[1]))
+                who = "this transaction's" if p == q else "a cited transaction's"
+                add(f"{agg.name}_run", f"{who} {agg.key}: its last {_fmt_num(length)} known transactions were all frauds, "
+                                       f"a run that began {_fmt_num(days)} days before it (labels known "
+                                       f"{agg.delay_days} days late)",
+                    [p], [agg.name], {"run_length": length, "run_days": days, "delay_days": int(agg.delay_days)})
 
     if field_ranked:  # the reason's own transactions must carry positive attribution on its fields
         out = [r for r in out if r.weight > 0]

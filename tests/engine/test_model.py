@@ -129,6 +129,19 @@ def test_query_logits_fast_path_equals_full_forward(bundle):
     )
 
 
+@pytest.mark.parametrize("start", [0, 6, 15])
+def test_logits_from_equals_full_forward(bundle, start):
+    fr = tiny_frame(2, 16)
+    enc = bundle.encoder.transform(fr)
+    b = make_batch(enc, np.stack([np.arange(16), np.r_[np.arange(16, 29), -1, -1, -1]]), np.array([0, 16]))
+    full = bundle.model(b).logits[:, start:]
+    got = bundle.model.logits_from(b, start)
+    assert got.shape == (2, 16 - start)
+    torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="start"):
+        bundle.model.logits_from(b, 16)
+
+
 def test_removing_by_mask_equals_deleting_the_row(bundle):
     fr = tiny_frame(1, 12)
     b = _batch(bundle, fr, np.arange(12))

@@ -177,3 +177,40 @@ def test_reasons_on_the_trained_model_cite_top_transactions_and_true_numbers():
                     assert not set(rows.loc[r.transaction_ids, f]) & set(rows.loc[base, f])
                     assert r.numbers["n_new"] == len(r.transaction_ids)
     assert n_reasons > 0
+
+
+def test_terminal_run_reason_matches_the_delayed_labels():
+    """Handbook spec: the query's terminal had frauds every day from 12 days before it; known 7
+    days late, the run at the query holds the frauds of days -12..-8 (5 of them)."""
+    from engine.aggregates import add_aggregates
+
+    spec = load_spec("handbook")
+    t0 = pd.Timestamp("2018-08-20 12:00")
+    other = pd.DataFrame({"entity_id": "C2", "timestamp": [t0 + pd.Timedelta(days=d, hours=1) for d in range(-20, 0)],
+                          "amount": 30.0, "terminal": "T9", "label": 0})
+    term = pd.DataFrame({"entity_id": "C3", "timestamp": [t0 + pd.Timedelta(days=d, hours=2) for d in range(-20, -7)],
+                         "amount": 40.0, "terminal": "T1", "label": [int(d >= -12) for d in range(-20, -7)]})
+    cust = pd.DataFrame({"entity_id": "C1", "timestamp": [t0 + pd.Timedelta(days=d) for d in range(-20, 1)],
+                         "amount": 50.0, "terminal": ["T9"] * 20 + ["T1"], "label": 0})
+    f = pd.concat([cust, other, term], ignore_index=True)
+    f["label"] = pd.array(f["label"].to_numpy(), dtype="Int8")
+    f["TX_FRAUD_SCENARIO"] = 0
+    f.insert(0, "row_number", np.arange(1, len(f) + 1))
+    f.insert(1, "transaction_id", [f"r{i}" for i in f["row_number"]])
+    f = add_aggregates(f.sort_values(["entity_id", "timestamp"]).reset_index(drop=True), spec)
+    enc = FeatureEncoder.fit(f, spec)
+    assert "terminal" not in enc.field_names()  # model_input = false in the handbook spec
+    model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
+                        context_length=32, min_history=8).eval()
+    ctx = build_context(ModelBundle(model=model, encoder=enc, spec=spec), f, "r21")
+    names = list(ctx.field_names)
+    fv = np.zeros((ctx.T, len(names)))
+    fv[-1, names.index("terminal_risk")] = 2.0
+    e = Explanation(method="integrated_gradients", entity_id=ctx.entity_id, transaction_ids=list(ctx.transaction_ids),
+                    query_transaction_id="r21", values=fv.sum(1), units="logit", signed=True, baseline="test",
+                    params={}, score_logit=0.0, field_values=fv, field_names=names)
+    by = {r.kind: r for r in reason_codes(ctx, {"integrated_gradients": e}, top_k=3, max_reasons=10)}
+    run = by["terminal_risk_run"]
+    assert run.numbers["run_length"] == 5 and run.numbers["run_days"] == pytest.approx(12 - 2 / 24)
+    assert run.transaction_ids == ["r21"]
+    assert run.text.startswith("this transaction's terminal: its last 5 known transactions were all frauds")

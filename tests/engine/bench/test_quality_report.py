@@ -1,0 +1,29 @@
+"""The quality benchmark's table: targets judged on the fold means, both transformer rows, the
+information ceiling and the model choice are printed (the benchmark itself takes ~40 min)."""
+
+import pandas as pd
+
+from engine.bench.quality import BENCH_CONFIG, _report
+
+
+def _per_fold(ap, auc, cp, silent=0.2):
+    return pd.DataFrame({"fold": [f"test-{i}" for i in range(4)], "AUC ROC": auc, "Average precision": ap,
+                         "Card Precision@100": cp, "Recall@100 scenario 1": 1.0, "Recall@100 scenario 2": 0.6,
+                         "Recall@100 scenario 3": 0.9, "Frauds without delayed signal": silent})
+
+
+def test_report_judges_targets_on_fold_means(tmp_path):
+    ens = _per_fold([0.73, 0.71, 0.74, 0.72], [0.89, 0.90, 0.88, 0.89], [0.33, 0.31, 0.32, 0.32])
+    one = _per_fold([0.70, 0.69, 0.71, 0.70], [0.88] * 4, [0.31] * 4)
+    gbt = _per_fold([0.68] * 4, [0.87] * 4, [0.30] * 4)
+    out = tmp_path / "q.md"
+    text = _report({"ensemble": ens, "single": one}, gbt, 4, [0.6, 0.65, 0.66, 0.67, 0.66], BENCH_CONFIG, (0, 1, 2),
+                   60.0, "data.parquet", out, log=lambda *a: None)
+    assert out.read_text() == text
+    assert "| fraudlens transformer (mean probability of 3 seeds) | 0.890 ± 0.007 | 0.725 ± 0.011 | 0.320 ± 0.007 | this run |" in text
+    assert "| average precision >= 0.72 | 0.725 yes | 0.700 **no** |" in text
+    assert "| AUC ROC >= 0.89 | 0.890 yes | 0.880 **no** |" in text
+    assert "| average precision above the GBT of this run (0.680) | 0.725 yes | 0.700 yes |" in text
+    assert "| LightGBM on the Handbook features | 0.870 ± 0.000 | 0.680 ± 0.000 | 0.300 ± 0.000 | this run |" in text
+    assert "recall at a useful precision is at most 80.0%" in text
+    assert "-> the snapshot after 4 of 5 epochs" in text
