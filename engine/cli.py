@@ -94,7 +94,7 @@ def train(
     patience: int = typer.Option(2, min=1, help="epochs without validation-AP gain before stopping"),
     windows_per_epoch: int = typer.Option(6000, min=1, help="training windows sampled per epoch"),
     context_length: int = typer.Option(128, min=4),
-    min_history: int = typer.Option(64, min=0),
+    min_history: int = typer.Option(32, min=0),
     d_model: int = typer.Option(64, min=8),
     n_layers: int = typer.Option(2, min=1),
     n_heads: int = typer.Option(4, min=1),

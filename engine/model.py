@@ -64,7 +64,7 @@ class ModelConfig:
     d_ff: int = 128
     dropout: float = 0.1
     context_length: int = 128
-    min_history: int = 64
+    min_history: int = 32
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:

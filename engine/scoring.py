@@ -25,7 +25,7 @@ def score_encoded(
     enc: EncodedFrame,
     entity_ids,
     *,
-    batch_size: int = 256,
+    batch_size: int = 64,
     progress=None,
     rows: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -84,7 +84,7 @@ def check_compatible(bundle: ModelBundle, frame: pd.DataFrame, source: str = "th
         )
 
 
-def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 256) -> pd.DataFrame:
+def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 64) -> pd.DataFrame:
     """Score a canonical frame (see :mod:`engine.io`).
 
     Returns:
@@ -118,7 +118,7 @@ class ScoreRun:
         )
 
 
-def score_file(bundle: ModelBundle, path: str | Path, spec=None, *, batch_size: int = 256) -> ScoreRun:
+def score_file(bundle: ModelBundle, path: str | Path, spec=None, *, batch_size: int = 64) -> ScoreRun:
     """Read ``path`` with ``spec`` (default: the model's spec), score every accepted row.
 
     Raises:

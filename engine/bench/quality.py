@@ -36,8 +36,10 @@ from .speed import machine_info
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ("AUC ROC", "Average precision", "Card Precision@100")
-BENCH_CONFIG = TrainConfig(context_length=64, min_history=32, epochs=5, windows_per_epoch=None, batch_size=64,
-                           lr=2e-3, max_minutes=30.0, dropout=0.1)
+#: chosen on the validation folds only (cosine decay over 6 epochs beat a constant rate: mean validation AP of
+#: the best snapshot 0.70 vs 0.68 on folds 0-1; see the epoch curve printed with each run)
+BENCH_CONFIG = TrainConfig(context_length=64, min_history=32, epochs=6, windows_per_epoch=None, batch_size=64,
+                           lr=2e-3, lr_schedule="cosine", max_minutes=30.0, dropout=0.1)
 #: one model per seed on every fold; the reported "fraudlens transformer" averages their probabilities
 BENCH_SEEDS = (0, 1, 2)
 

@@ -171,7 +171,7 @@ def run(data: str, spec_name: str = "handbook", model_dir: Path | None = None, t
     t_enc = time.perf_counter() - t0
     ents = frame["entity_id"].to_numpy()
     t0 = time.perf_counter()
-    score_encoded(bundle.model, enc, ents, batch_size=256)
+    score_encoded(bundle.model, enc, ents)
     t_score = time.perf_counter() - t0
     one_pass = len(frame) / t_score
     naive = rescoring_rate(bundle, frame, enc, n=rescoring_sample)
