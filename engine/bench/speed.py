@@ -116,8 +116,11 @@ def incremental_latency(bundle: ModelBundle, frame: pd.DataFrame, n_entities: in
         limits.restore_original_limits()
 
 
-def case_open_times(bundle: ModelBundle, frame: pd.DataFrame, n: int = 7, ig_steps: int = 50):
-    """p50/p95 seconds of all explanations for queries with 128 earlier transactions."""
+def case_open_times(bundle: ModelBundle, frame: pd.DataFrame, n: int = 15, ig_steps: int = 50):
+    """p50/p95 seconds of all explanations for queries with ``T - 1`` earlier transactions.
+
+    One more case runs first, untimed: the first explanation in a process pays one-time costs
+    (lazy imports inside shap and captum, kernel set-up) that a running dashboard has paid already."""
     from ..context import build_context
     from ..explain import explain_all
 
@@ -128,8 +131,10 @@ def case_open_times(bundle: ModelBundle, frame: pd.DataFrame, n: int = 7, ig_ste
         # positions with exactly T - 1 earlier transactions in their window (full first window)
         if l >= T:
             cand.append(s + T - 1)
-        if len(cand) >= n:
+        if len(cand) >= n + 1:
             break
+    warm = frame["transaction_id"].iloc[cand.pop(0)]
+    explain_all(build_context(bundle, frame, warm), ig_steps=ig_steps, seed=0)
     times = []
     for q in cand:
         tid = frame["transaction_id"].iloc[q]
@@ -194,7 +199,7 @@ def run(data: str, spec_name: str = "handbook", model_dir: Path | None = None, t
         ("encoding the file (features, once)", f"{len(frame) / t_enc:,.0f} tx/s", "", ""),
         (f"incremental: one new transaction, cached history (1 thread, n={n_inc})",
          f"p50 {p50_inc:.2f} ms / p99 {p99_inc:.2f} ms", "p99 <= 2 ms", ok(p99_inc <= 2.0)),
-        (f"case open: attention + IG(50) + SHAP + occlusion, T={T_case} (n={n_case})",
+        (f"case open: attention + IG(50) + SHAP + occlusion, T={T_case} (n={n_case}, after 1 untimed warm-up case)",
          f"p50 {p50_case:.2f} s / p95 {p95_case:.2f} s", "p50 <= 1 s", ok(p50_case <= 1.0)),
         (f"peak RSS, read + score whole file ({rss_rows:,} rows, {rss_wall:.0f} s)", f"{rss:,.0f} MiB",
          "<= 2,048 MiB", ok(rss <= 2048)),

@@ -117,11 +117,50 @@ def query_logits(ctx: "QueryContext", present: torch.Tensor, batch_size: int = D
         raise ValueError("present: the query (last position) must always be present")
     if batch_size < 1:
         raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
-    out = []
-    with eval_mode(ctx.bundle.model):
-        for s in range(0, present.shape[0], batch_size):
-            out.append(ctx.logits(present[s : s + batch_size]).double().cpu().numpy())
-    return np.concatenate(out) if out else np.zeros(0)
+    n = present.shape[0]
+    if n == 0:
+        return np.zeros(0)
+    # removal = deletion, so a mask with m present rows is a history of m rows: score the packed
+    # histories, masks of similar m together (SHAP coalitions are often small: far less work)
+    m = present.sum(dim=1)
+    order = torch.argsort(m, stable=True)
+    out = torch.empty(n, dtype=torch.float64)
+    model = ctx.bundle.model
+    with eval_mode(model), torch.no_grad():
+        for s in range(0, n, batch_size):
+            idx = order[s : s + batch_size]
+            out[idx] = model.query_logits(pack_present(ctx.batch, present[idx])).double()
+    return out.numpy()
+
+
+def pack_present(batch, present: torch.Tensor):
+    """``[1, T]`` history + presence masks ``[n, T]`` -> a ``[n, M]`` batch of the present rows only.
+
+    Each row holds its mask's present transactions in their order, right-aligned (the query, always
+    present, stays last) after absent padding; ``M`` is the largest present count. Under the removal
+    rule the query's logit is the same (tested): absent rows are invisible and time-since-previous
+    already skips them, so dropping them changes nothing but the cost.
+
+    Args:
+        batch: :class:`engine.model.TransactionBatch` with ``B = 1``.
+        present: ``[n, T]`` bool, last column all True.
+    Returns:
+        ``TransactionBatch`` ``[n, M]``.
+    """
+    from ..model import TransactionBatch
+
+    n, T = present.shape
+    m = present.sum(dim=1)  # [n]
+    M = int(m.max())
+    dest = present.cumsum(dim=1) - 1 + (M - m).unsqueeze(1)  # [n, T] packed position of each present row
+    src = torch.zeros(n, M, dtype=torch.long)  # [n, M] source position (padding: 0, never present)
+    rows = torch.arange(n).unsqueeze(1).expand(n, T)
+    src[rows[present], dest[present]] = torch.arange(T).expand(n, T)[present]
+    packed = torch.arange(M).unsqueeze(0) >= (M - m).unsqueeze(1)  # [n, M]
+    return TransactionBatch(
+        cat=batch.cat[0][src], num=batch.num[0][src], multi=batch.multi[0][src],  # [T, ..] -> [n, M, ..]
+        time_s=batch.time_s[0][src], present=packed & batch.present[0][src], prev_time_s=batch.prev_time_s.expand(n),
+    )
 
 
 def coalition_logits(ctx: "QueryContext", keep: np.ndarray, players: np.ndarray | None = None,
