@@ -14,8 +14,8 @@ attributions can be reported per (transaction, field):
 * ``time_since_prev``: seconds since the entity's previous (present) transaction, computed
   inside the model from timestamps so that removing a transaction re-computes it.
 * ``hour`` and ``weekday`` of the timestamp (UTC).
-* every categorical field of the spec: a vocabulary of the most frequent training values
-  (index 0 = unseen, 1 = missing) or, with ``hashed_buckets``, a stable hash bucket
+* every categorical model-input field of the spec (``model_input = false`` fields are skipped):
+  a vocabulary of the most frequent training values (index 0 = unseen, 1 = missing) or, with ``hashed_buckets``, a stable hash bucket
   (blake2b, so buckets do not change between processes).
 * every numeric field: standardised with training mean/std (missing -> 0 + a missing flag bin).
 * every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).

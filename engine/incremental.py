@@ -31,9 +31,9 @@ from .sequences import window_of_position
 @dataclass
 class _Window:
     start: int  # entity position of the window's first transaction
-    keys: np.ndarray  # [L, H, T, dh] float32, rows [:n] filled
-    values: np.ndarray  # [L, H, T, dh] float32
-    times: np.ndarray  # [T] float64 seconds of the cached rows
+    keys: np.ndarray  # [L, H, capacity, dh] float32, rows [:n] filled; capacity doubles up to T
+    values: np.ndarray  # [L, H, capacity, dh] float32
+    times: np.ndarray  # [capacity] float64 seconds of the cached rows
     n: int = 0  # cached rows
     z_sum: float = 0.0  # sum of the standardised log amounts of the cached rows
 
@@ -149,6 +149,7 @@ class IncrementalScorer:
         against window ``w``'s cache, appending its keys/values; returns the final hidden state
         ``[D]``, or None without ``need_output`` (then the last block computes keys/values only)."""
         W = self.w
+        self._reserve(w)
         n = w.n
         if W.has_hist:
             if n:
@@ -182,10 +183,24 @@ class IncrementalScorer:
         w.z_sum += z
         return x if need_output else None
 
-    def _new_window(self, start: int) -> _Window:
-        L, H, T, dh = len(self.w.blocks), self.w.H, self.cfg.context_length, self.w.dh
-        return _Window(start=start, keys=np.empty((L, H, T, dh), np.float32),
-                       values=np.empty((L, H, T, dh), np.float32), times=np.empty(T, np.float64))
+    def _new_window(self, start: int, capacity: int = 8) -> _Window:
+        L, H, dh = len(self.w.blocks), self.w.H, self.w.dh
+        return _Window(start=start, keys=np.empty((L, H, capacity, dh), np.float32),
+                       values=np.empty((L, H, capacity, dh), np.float32), times=np.empty(capacity, np.float64))
+
+    def _reserve(self, w: _Window) -> None:
+        """Room for one more cached row: the buffers double when full (at most ``T`` rows), so an
+        entity with few transactions holds little memory."""
+        cap = w.times.shape[0]
+        if w.n < cap:
+            return
+        new = min(2 * cap, self.cfg.context_length)
+        keys = np.empty(w.keys.shape[:2] + (new,) + w.keys.shape[3:], np.float32)
+        values = np.empty_like(keys)
+        keys[:, :, :cap], values[:, :, :cap] = w.keys, w.values
+        times = np.empty(new, np.float64)
+        times[:cap] = w.times
+        w.keys, w.values, w.times = keys, values, times
 
     # ------------------------------------------------------------------ public
     def add(self, entity_id: str, row) -> float:

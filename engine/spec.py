@@ -48,7 +48,7 @@ class ColumnRole(str, enum.Enum):
     ENTITY = "entity"  #: part of the key a history belongs to (card, customer)
     TIMESTAMP = "timestamp"  #: the time of the transaction (or a part of it)
     AMOUNT = "amount"  #: signed amount in the file's currency; negative = refund
-    CATEGORICAL = "categorical"  #: model input, one category per row (MCC, merchant)
+    CATEGORICAL = "categorical"  #: a field, one category per row (MCC, merchant); model input unless model_input = false
     NUMERIC = "numeric"  #: model input, one real number per row
     MULTI_VALUED = "multi_valued"  #: model input, a set of categories per row ("Errors?")
     LABEL = "label"  #: known fraud label (never model input)
@@ -143,7 +143,7 @@ class LabelSpec(_Strict):
 
 
 class FieldSpec(_Strict):
-    """One model input field.
+    """One field of the canonical frame: a model input unless ``model_input = false``.
 
     * ``name``: canonical name used everywhere downstream (explanations, figures).
     * ``column``: the raw column it is read from.
@@ -182,7 +182,8 @@ class DelayedAggregateSpec(_Strict):
     period is used — the "delayed terminal risk" of the Fraud Detection Handbook (Le Borgne et
     al., chapter 3.4, "Baseline feature transformation"). Rows without a known label count in
     ``count`` and not in ``fraud_rate``'s numerator. The result is one model field called
-    ``name`` made of ``2 * len(windows_days)`` numbers.
+    ``name`` made of all the numbers of :meth:`columns` (``2 * len(windows_days)``, plus
+    ``len(recent_labels)``, plus 2 with ``fraud_run``).
 
     Optional label-history columns of the same key, under the same delay (a summary of the
     key's own delayed label sequence — what a second sequence over the terminal's history would
@@ -190,6 +191,8 @@ class DelayedAggregateSpec(_Strict):
 
     * ``recent_labels = [k, ...]``: ``recent_fraud_share_k``, the share of frauds among the
       key's last ``k`` transactions before ``t - delay`` (fewer when it has fewer; 0 when none).
+      As for ``fraud_rate``, a transaction whose label is unknown counts as not a fraud (it
+      also ends a fraud run).
     * ``fraud_run = true``: ``fraud_run_length``, the number of consecutive frauds ending at
       the key's last transaction before ``t - delay`` (0 when that one was not a fraud or there
       is none), and ``fraud_run_days``, the time from the first fraud of that run to ``t`` in

@@ -78,9 +78,11 @@ def transformer_fold(frame: pd.DataFrame, spec, raw: pd.DataFrame, fold, cfg: Tr
         hists.append(hist)
     ids = sub["transaction_id"].iloc[rows].to_numpy()
     out = {}
-    # information ceiling: scenario-2 frauds whose terminal has no known fraud at all as of
-    # 7 days before (no delayed rate, no recent label): nothing the protocol allows points at them
-    t = sub.iloc[rows].set_index("transaction_id").loc[test_df["TRANSACTION_ID"].astype(str)]
+    # information ceiling: scenario-2 frauds whose terminal shows no known fraud as of 7 days
+    # before (no fraud in the 1/7/30-day rates, none among its last 10 known labels)
+    t = sub.iloc[rows].set_index("transaction_id").reindex(test_df["TRANSACTION_ID"].astype(str))
+    if t["timestamp"].isna().any():
+        raise RuntimeError(f"{fold.name}: {int(t['timestamp'].isna().sum())} test rows are missing from the read frame")
     silent = np.ones(len(t), bool)
     for c in [c for c in t.columns if c.startswith("terminal_risk_fraud_rate_") or "_recent_fraud_share_" in c]:
         silent &= t[c].to_numpy() == 0
@@ -174,8 +176,8 @@ def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log)
         ns = ens["Frauds without delayed signal"]
         lines += ["", f"Information ceiling: on the test folds {ns.mean():.1%} (min {ns.min():.1%}, max {ns.max():.1%}) of "
                   "the frauds are scenario-2 frauds (compromised terminal) whose terminal had no known fraud as of 7 "
-                  "days before them (no delayed fraud rate, no fraud among its last known labels): the compromise began "
-                  "less than 7 days earlier, or nothing was known from it yet. The simulator leaves those "
+                  "days before them (no fraud in its 1/7/30-day delayed rates, none among its last 10 known labels): the "
+                  "compromise began less than 7 days earlier, or nothing was known from it yet. The simulator leaves those "
                   "transactions otherwise unchanged, so no model under this protocol ranks them above chance: "
                   f"recall at a useful precision is at most {1 - ns.mean():.1%}, and average precision is bounded "
                   "by about the same share."]

@@ -133,6 +133,8 @@ def case_open_times(bundle: ModelBundle, frame: pd.DataFrame, n: int = 15, ig_st
             cand.append(s + T - 1)
         if len(cand) >= n + 1:
             break
+    if len(cand) < 2:
+        raise ValueError(f"case open: expected at least 2 entities with >= {T} transactions, got {len(cand)}")
     warm = frame["transaction_id"].iloc[cand.pop(0)]
     explain_all(build_context(bundle, frame, warm), ig_steps=ig_steps, seed=0)
     times = []

@@ -106,7 +106,10 @@ def leave_one_out_masks(ctx: "QueryContext") -> torch.Tensor:
 def query_logits(ctx: "QueryContext", present: torch.Tensor, batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
     """Query logits ``[n]`` float64 for presence masks ``present [n, T]`` bool, in chunks of ``batch_size``.
 
-    Uses :meth:`engine.context.QueryContext.logits` (no gradients) with the model in eval mode.
+    Each mask is scored as the packed history of its present rows (:func:`pack_present`; equal to
+    :meth:`engine.context.QueryContext.logits` with the mask, tested), masks sorted by their number
+    of present rows so a chunk pads little; no gradients, model in eval mode. Results are in the
+    order of ``present``.
 
     Raises:
         ValueError: ``present`` is not ``[n, T]`` bool, removes the query, or ``batch_size < 1``.

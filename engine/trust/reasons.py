@@ -29,7 +29,8 @@ Reason kinds (field that must be citable -> text):
 * ``channel`` (``use_chip``): "5 of 6 were online purchases, against 8% of the card's other
   transactions".
 * ``new_<field>`` (``merchant``, ``terminal``, ``mcc``, ``merchant_city``, or any categorical
-  field): "4 of 6 at merchants not seen in the card's other 40 transactions".
+  model-input field): "4 of 6 at merchants not seen in the card's other 40 transactions". A field
+  with ``model_input = false`` (the Handbook terminal) carries no attribution and is not cited.
 * ``location`` (``merchant_state``): "in 3 states (CA, NV, TX) not seen in the card's other ...".
 * ``amount`` (``amount`` or ``amount_vs_history``): "amounts 4.2x the card's median (median
   52.10 USD of 6 cited purchases against 12.40 USD of 30 other purchases)", when the ratio of the
@@ -334,9 +335,10 @@ def reason_codes(
             if runs:
                 length, days, p = max(runs, key=lambda x: (x[0], -x[1]))
                 who = "this transaction's" if p == q else "a cited transaction's"
-                add(f"{agg.name}_run", f"{who} {agg.key}: its last {_fmt_num(length)} known transactions were all frauds, "
-                                       f"a run that began {_fmt_num(days)} days before it (labels known "
-                                       f"{agg.delay_days} days late)",
+                what = (f"its last {_fmt_num(length)} known transactions were all frauds, a run that began "
+                        f"{_fmt_num(days)} days before it" if length > 1 else
+                        f"its last known transaction, {_fmt_num(days)} days before it, was a fraud")
+                add(f"{agg.name}_run", f"{who} {agg.key}: {what} (labels known {agg.delay_days} days late)",
                     [p], [agg.name], {"run_length": length, "run_days": days, "delay_days": int(agg.delay_days)})
 
     if field_ranked:  # the reason's own transactions must carry positive attribution on its fields

@@ -32,3 +32,16 @@ def test_interleaved_entities_and_time_order(bundle):  # noqa: F811
     older = fr.iloc[0].to_dict()
     with pytest.raises(ValueError, match="older than the entity's previous"):
         inc.add(older["entity_id"], older)
+
+
+def test_cache_grows_with_the_rows_it_holds(bundle):  # noqa: F811
+    """A window's key/value buffers start small and double (capped at T): an entity with few
+    transactions holds little memory; scores are unaffected (checked above)."""
+    fr = tiny_frame(1, 12, seed=3)
+    inc = IncrementalScorer(bundle)
+    inc.add_frame(fr.iloc[:3])
+    (w,) = inc.entities["c0"].windows
+    assert w.n == 3 and w.keys.shape[2] == 8
+    inc.add_frame(fr.iloc[3:12])
+    w = inc.entities["c0"].windows[0]
+    assert w.n == 12 and w.keys.shape[2] == min(16, bundle.config.context_length)

@@ -26,4 +26,4 @@ def test_report_judges_targets_on_fold_means(tmp_path):
     assert "| average precision above the GBT of this run (0.680) | 0.725 yes | 0.700 yes |" in text
     assert "| LightGBM on the Handbook features | 0.870 ± 0.000 | 0.680 ± 0.000 | 0.300 ± 0.000 | this run |" in text
     assert "recall at a useful precision is at most 80.0%" in text
-    assert "-> the snapshot after 4 of 5 epochs" in text
+    assert f"-> the snapshot after 4 of {BENCH_CONFIG.epochs} epochs" in text
