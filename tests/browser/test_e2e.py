@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from engine import report as rp
 
@@ -27,7 +28,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     page.set_default_timeout(T)
     page.goto(app_url + "/queue")
     page.get_by_role("heading", name="Case queue").wait_for()
-    assert page.get_by_role("textbox", name="Analyst (your name)").input_value() == "e2e"
+    expect(page.get_by_role("textbox", name="Analyst (your name)")).to_have_value("e2e", timeout=T)
     page.get_by_role("button", name=re.compile("Open case")).click()
 
     # the case page: top case, explained transaction, charts
@@ -57,7 +58,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     page.get_by_role("button", name=re.compile("Download JSON")).scroll_into_view_if_needed()
     page.screenshot(path=str(output_dir / "case_page.png"), full_page=True)
 
-    with page.expect_download(timeout=T) as dl:
+    with page.expect_download(timeout=2 * T) as dl:
         page.get_by_role("button", name=re.compile("Download JSON")).click()
     jpath = tmp_path / "r.json"
     dl.value.save_as(jpath)
@@ -70,7 +71,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     assert report["model"]["name"] == "tiny-e2e"
     assert report["score"]["transaction_id"] in second
 
-    with page.expect_download(timeout=T) as dl:
+    with page.expect_download(timeout=2 * T) as dl:
         page.get_by_role("button", name=re.compile("Download PDF")).click()
     ppath = tmp_path / "r.pdf"
     dl.value.save_as(ppath)
