@@ -18,7 +18,7 @@ def test_report_judges_targets_on_fold_means(tmp_path):
     gbt = _per_fold([0.68] * 4, [0.87] * 4, [0.30] * 4)
     out = tmp_path / "q.md"
     text = _report({"ensemble": ens, "single": one}, gbt, 4, [0.6, 0.65, 0.66, 0.67, 0.66], BENCH_CONFIG, (0, 1, 2),
-                   60.0, "data.parquet", out, log=lambda *a: None)
+                   60.0, "data.parquet", out, log=lambda *a: None, oracle=_per_fold([0.78] * 4, [0.9] * 4, [0.31] * 4))
     assert out.read_text() == text
     assert "| fraudlens transformer (mean probability of 3 seeds) | 0.890 ± 0.007 | 0.725 ± 0.011 | 0.320 ± 0.007 | this run |" in text
     assert "| average precision >= 0.72 | 0.725 yes | 0.700 **no** |" in text
@@ -26,4 +26,6 @@ def test_report_judges_targets_on_fold_means(tmp_path):
     assert "| average precision above the GBT of this run (0.680) | 0.725 yes | 0.700 yes |" in text
     assert "| LightGBM on the Handbook features | 0.870 ± 0.000 | 0.680 ± 0.000 | 0.300 ± 0.000 | this run |" in text
     assert "recall at a useful precision is at most 80.0%" in text
+    assert ("| information-limited oracle: every label known except the silent scenario-2 frauds (below) | "
+            "0.900 ± 0.000 | 0.780 ± 0.000 | 0.310 ± 0.000 | upper bound |") in text
     assert f"-> the snapshot after 4 of {BENCH_CONFIG.epochs} epochs" in text
