@@ -326,7 +326,8 @@ def reason_codes(
             who = "this transaction's" if p == q else "a cited transaction's"
             n_fraud = r * c
             add(agg.name, f"{who} {key} had a fraud rate of {_pct(r)} ({_fmt_num(n_fraud)} of {_fmt_num(c)} "
-                          f"transactions) in the {w} days ending {agg.delay_days} days before it",
+                          f"{_plural(int(round(c)), 'transaction')}) in the {_plural(int(w), 'day', f'{w} days')} ending "
+                          f"{agg.delay_days} days before it",
                 [p], [agg.name],
                 {"fraud_rate": r, "count": c, "n_fraud": n_fraud, "window_days": int(w), "delay_days": int(agg.delay_days)})
         lc, dc = f"{agg.name}_fraud_run_length", f"{agg.name}_fraud_run_days"
