@@ -95,8 +95,8 @@ def incremental_latency(bundle: ModelBundle, frame: pd.DataFrame, n_entities: in
     from threadpoolctl import threadpool_limits
 
     prev = torch.get_num_threads()
+    limits = threadpool_limits(1)  # BLAS and OpenMP on 1 thread (the step is NumPy; torch's pool too)
     torch.set_num_threads(1)
-    limits = threadpool_limits(1)  # NumPy's BLAS on 1 thread too (the step is NumPy)
     try:
         starts, lengths = entity_bounds(frame["entity_id"].to_numpy())
         pick = np.argsort(-lengths)[:n_entities]
@@ -112,8 +112,8 @@ def incremental_latency(bundle: ModelBundle, frame: pd.DataFrame, n_entities: in
                 lat.append((time.perf_counter() - t0) * 1e3)
         return float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), len(lat)
     finally:
+        limits.restore_original_limits()  # before torch's own setting: restoring OpenMP would undo it
         torch.set_num_threads(prev)
-        limits.restore_original_limits()
 
 
 def case_open_times(bundle: ModelBundle, frame: pd.DataFrame, n: int = 15, ig_steps: int = 50):

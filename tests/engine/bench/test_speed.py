@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from engine.bench.speed import case_open_times, incremental_latency, rescoring_rate
 from engine.checkpoint import load_checkpoint
@@ -18,8 +19,10 @@ def bundle(tmp_path_factory):
 
 def test_incremental_latency_counts_every_new_transaction(bundle):
     fr = tiny_frame(3, 40, seed=2)
+    before = torch.get_num_threads()
     p50, p99, n = incremental_latency(bundle, fr, n_entities=2, n_new=5)
     assert n == 10 and 0 < p50 <= p99
+    assert torch.get_num_threads() == before  # the 1-thread setting does not leak into later measurements
 
 
 def test_case_open_times_explains_full_contexts_after_a_warm_up(bundle):
