@@ -301,28 +301,35 @@ class CausalSelfAttention(nn.Module):
         # slope_h = softplus(raw): heads start from no decay to strong decay
         self.slope_raw = nn.Parameter(torch.linspace(-4.0, 1.0, cfg.n_heads))
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor, log_gap: torch.Tensor, need_weights: bool = False):
-        """x: ``[B, T, D]``; allowed: ``[B, 1, T, T]`` float32 additive mask (0 allowed, -inf not);
-        log_gap: ``[B, 1, T, T]`` float32.
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor, log_gap: torch.Tensor, need_weights: bool = False,
+                query_start: int = 0):
+        """x: ``[B, T, D]``; allowed: ``[B, 1, Tq, T]`` float32 additive mask (0 allowed, -inf not)
+        and log_gap: ``[B, 1, Tq, T]`` float32, rows of the queries ``query_start..T-1``
+        (``Tq = T - query_start``; all ``T`` rows by default). Keys and values are every position.
 
-        Returns ``(y [B, T, D], weights [B, H, T, T] or None)``. Without ``need_weights`` the
+        Returns ``(y [B, Tq, D], weights [B, H, Tq, T] or None)``. Without ``need_weights`` the
         fused ``scaled_dot_product_attention`` kernel computes the same function (tested equal).
         """
         B, T, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)
-        q = q.view(B, T, self.h, self.dh).transpose(1, 2)  # [B, T, D] -> [B, H, T, dh]
-        k = k.view(B, T, self.h, self.dh).transpose(1, 2)
+        if query_start:  # only the queries' rows of W_q
+            q = Fnn.linear(x[:, query_start:], self.qkv.weight[:D], self.qkv.bias[:D])
+            k, v = Fnn.linear(x, self.qkv.weight[D:], self.qkv.bias[D:]).split(D, dim=-1)
+        else:
+            q, k, v = self.qkv(x).split(D, dim=-1)
+        Tq = T - query_start
+        q = q.view(B, Tq, self.h, self.dh).transpose(1, 2)  # [B, Tq, D] -> [B, H, Tq, dh]
+        k = k.view(B, T, self.h, self.dh).transpose(1, 2)  # [B, T, D] -> [B, H, T, dh]
         v = v.view(B, T, self.h, self.dh).transpose(1, 2)
-        # allowed: additive mask [B, 1, T, T] (0 or -inf); bias = mask - slope_h * log_gap
+        # allowed: additive mask [B, 1, Tq, T] (0 or -inf); bias = mask - slope_h * log_gap
         bias = torch.addcmul(allowed, Fnn.softplus(self.slope_raw).view(1, -1, 1, 1), log_gap, value=-1.0)
         if need_weights:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh) + bias  # [B, H, T, T]
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh) + bias  # [B, H, Tq, T]
             w = torch.softmax(scores, dim=-1)  # rows sum to 1 over allowed keys
-            y = w @ v  # [B, H, T, dh]
+            y = w @ v  # [B, H, Tq, dh]
         else:
             w = None
-            y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [B, H, T, dh]
-        y = y.transpose(1, 2).reshape(B, T, D)  # [B, H, T, dh] -> [B, T, D]
+            y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [B, H, Tq, dh]
+        y = y.transpose(1, 2).reshape(B, Tq, D)  # [B, H, Tq, dh] -> [B, Tq, D]
         return self.out(y), w
 
 
@@ -339,9 +346,11 @@ class Block(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, allowed, log_gap, need_weights: bool = False):
-        a, w = self.attn(self.ln1(x), allowed, log_gap, need_weights)
-        x = x + self.drop(a)
+    def forward(self, x, allowed, log_gap, need_weights: bool = False, query_start: int = 0):
+        """``x [B, T, D]`` -> ``([B, T - query_start, D], weights | None)``: the outputs of
+        positions ``query_start..T-1`` (see :meth:`CausalSelfAttention.forward` for the masks)."""
+        a, w = self.attn(self.ln1(x), allowed, log_gap, need_weights, query_start)
+        x = x[:, query_start:] + self.drop(a)
         x = x + self.ff(self.ln2(x))
         return x, w
 
@@ -431,26 +440,8 @@ class FraudTransformer(nn.Module):
         x = self.ln_in(self.rows.summed(batch))
         for blk in self.blocks[:-1]:
             x, _ = blk(x, mask, log_gap)
-        xq = self._last_block_queries(x, mask[..., start:, :], log_gap[..., start:, :], start)  # [B, T-start, D]
+        xq, _ = self.blocks[-1](x, mask[..., start:, :], log_gap[..., start:, :], query_start=start)  # [B, T-start, D]
         return self.head(self.ln_out(xq)).squeeze(-1)
-
-    def _last_block_queries(self, x: torch.Tensor, mask: torch.Tensor, log_gap: torch.Tensor, start: int):
-        """The last block for queries ``start..T-1`` of ``x [B, T, D]`` against all keys;
-        ``mask``/``log_gap``: ``[B, 1, T - start, T]`` rows of the queries. Returns ``[B, T - start, D]``."""
-        blk = self.blocks[-1]
-        att = blk.attn
-        n, D = x.shape[0], x.shape[-1]
-        h = blk.ln1(x)  # [B, T, D]
-        w_q, w_kv = att.qkv.weight[:D], att.qkv.weight[D:]
-        b_q, b_kv = att.qkv.bias[:D], att.qkv.bias[D:]
-        q = Fnn.linear(h[:, start:], w_q, b_q).view(n, -1, att.h, att.dh).transpose(1, 2)  # [B, H, Tq, dh]
-        k, v = Fnn.linear(h, w_kv, b_kv).split(D, dim=-1)
-        k = k.view(n, -1, att.h, att.dh).transpose(1, 2)  # [B, H, T, dh]
-        v = v.view(n, -1, att.h, att.dh).transpose(1, 2)
-        bias = torch.addcmul(mask, Fnn.softplus(att.slope_raw).view(1, -1, 1, 1), log_gap, value=-1.0)  # [B, H, Tq, T]
-        y = Fnn.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [B, H, Tq, dh]
-        xq = x[:, start:] + att.out(y.transpose(1, 2).reshape(n, -1, D))  # [B, Tq, D]
-        return xq + blk.ff(blk.ln2(xq))
 
     def query_logits(
         self, batch: TransactionBatch, present: torch.Tensor | None = None, field_embeddings: torch.Tensor | None = None
@@ -482,7 +473,7 @@ class FraudTransformer(nn.Module):
         for blk in self.blocks[:-1]:
             x, _ = blk(x, mask, log_gap)
         T = x.shape[1]
-        xq = self._last_block_queries(x, mask[..., -1:, :], log_gap[..., -1:, :], T - 1)[:, 0]  # [n, D]
+        xq = self.blocks[-1](x, mask[..., -1:, :], log_gap[..., -1:, :], query_start=T - 1)[0][:, 0]  # [n, D]
         return self.head(self.ln_out(xq)).squeeze(-1)
 
     @staticmethod
