@@ -151,7 +151,7 @@ def build_model(encoder: FeatureEncoder, seed: int = 0, **overrides) -> FraudTra
         num_field_index=[fidx[f] for _, f in encoder.num_columns()],
         multi_slots=[(fidx[n], w) for n, w in encoder.multi_slots()],
         field_names=names,
-        **overrides,
+        **{"num_ple_edges": encoder.num_ple_edges(), **overrides},
     )
     torch.manual_seed(seed)
     return FraudTransformer(cfg)

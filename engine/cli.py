@@ -253,7 +253,7 @@ SMALL_GBT_GRID = {"num_leaves": [31], "learning_rate": [0.05, 0.1], "min_child_s
 def bench_quality(
     data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
     epochs: Optional[int] = typer.Option(None, min=1, help="epochs of the learning-rate schedule (default: the bench configuration's)"),
-    seeds: int = typer.Option(3, min=1, help="models per fold (seeds 0..n-1); the transformer row averages their probabilities"),
+    seeds: int = typer.Option(5, min=1, help="models per fold (seeds 0..n-1, as engine.bench.quality.BENCH_SEEDS); the transformer row averages their probabilities"),
     full_gbt_grid: bool = typer.Option(False, help="the GBT's full validation grid (48 settings) instead of 4"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "quality.md"),
 ):

@@ -7,7 +7,7 @@ Fields (``F`` of them, in this order) — each becomes one ``D``-vector in the r
 attributions can be reported per (transaction, field):
 
 * ``amount``: sign (refund / zero / purchase) + log-magnitude quantile bin (16 quantile bins plus
-  tail bins at the 97 / 99 / 99.5 / 99.8 / 99.9 / 99.95 % quantiles) + standardised ``log1p(|amount|)``
+  tail bins at the 97 / 99 / 99.5 / 99.75 / 99.8 / 99.85 / 99.9 / 99.95 % quantiles) + standardised ``log1p(|amount|)``
   + its piecewise-linear encoding over the same bin edges.
 * ``amount_vs_history``: the standardised log amount minus its mean over the earlier *present*
   transactions of the window, computed inside the model (so removing a transaction updates it).
@@ -21,6 +21,9 @@ attributions can be reported per (transaction, field):
 * every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).
 * every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its counts (log1p), rates,
   recent-label shares and fraud run columns standardised, all in one field (see :mod:`engine.aggregates`).
+  Each also gets ``AGGREGATE_PLE_BINS`` piecewise-linear bins at quantiles of its training values above
+  the minimum (edges stored here, :meth:`FeatureEncoder.num_ple_edges`; the model expands them), so the
+  model can learn thresholds such as "the terminal's fraud run began 28 days ago".
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ import pandas as pd
 from .spec import DatasetSpec, FieldKind
 
 N_AMOUNT_BINS = 16
-TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.998, 0.999, 0.9995]
+TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.9975, 0.998, 0.9985, 0.999, 0.9995]
+#: Piecewise-linear bins per delayed-label aggregate column, placed at quantiles of its values above
+#: the minimum (most transactions sit at the minimum, e.g. a fraud rate of 0).
+AGGREGATE_PLE_BINS = 16
 #: Boundaries (seconds) of the time-since-previous-transaction bins used by the model.
 TIME_GAP_BOUNDARIES_S = [
     60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 4 * 86400,
@@ -115,7 +121,8 @@ class FeatureEncoder:
             for c in a.columns():
                 x = frame[c].to_numpy(np.float64)
                 x = np.log1p(x) if a.is_count(c) else x
-                cols[c] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6), "log": a.is_count(c)}
+                cols[c] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6), "log": a.is_count(c),
+                           "ple_edges": _aggregate_edges(x, AGGREGATE_PLE_BINS)}
             state["aggregates"][a.name] = cols
         for f in spec.fields_of(FieldKind.MULTI_VALUED, model_inputs_only=True):
             vals = frame[f.name].astype(str).str.split("|").explode()
@@ -153,6 +160,20 @@ class FeatureEncoder:
         out += [(n, n) for n in self.state["numeric"]]
         for name, cols in self.state.get("aggregates", {}).items():
             out += [(c, name) for c in cols]
+        return out
+
+    def num_ple_edges(self) -> list[list[float]]:
+        """Per ``num`` column (same order as :meth:`num_columns`), the edges of the piecewise-linear
+        code the model computes from it, in the column's *standardised* units; ``[]`` = none.
+        Only the delayed-label aggregates have them (the amount's code is precomputed in ``num``).
+        The model expands them itself, so the encoded frame stays one float per column (memory)."""
+        out: list[list[float]] = [[] for _ in self.num_columns()]
+        i = len(out) - sum(len(cols) for cols in self.state.get("aggregates", {}).values())
+        for cols in self.state.get("aggregates", {}).values():
+            for st in cols.values():
+                e = st.get("ple_edges", [])
+                out[i] = [(v - st["mean"]) / st["std"] for v in e] if len(e) > 1 else []
+                i += 1
         return out
 
     def multi_slots(self) -> list[tuple[str, int]]:
@@ -290,6 +311,20 @@ def piecewise_linear(x: np.ndarray, edges) -> np.ndarray:
         return np.zeros((len(x), 0), np.float32)
     width = np.maximum(np.diff(e), 1e-9)
     return np.clip((np.asarray(x, np.float64)[:, None] - e[None, :-1]) / width[None, :], 0.0, 1.0).astype(np.float32)
+
+
+def _aggregate_edges(x: np.ndarray, bins: int) -> list[float]:
+    """Piecewise-linear bin edges for one aggregate column ``x [n]`` (training rows; NaN ignored):
+    its minimum, then ``bins`` quantile bins over the values above the minimum (duplicates
+    dropped). Returns ``[]`` when there is nothing above the minimum or ``bins`` is 0."""
+    x = x[~np.isnan(x)]
+    if bins <= 0 or len(x) == 0:
+        return []
+    lo = float(x.min())
+    above = x[x > lo]
+    if len(above) == 0:
+        return []
+    return np.unique(np.concatenate([[lo], np.quantile(above, np.linspace(0, 1, bins + 1))])).tolist()
 
 
 def _to_seconds(ts: pd.Series) -> np.ndarray:

@@ -65,6 +65,8 @@ class _Weights:
         self.D = model.cfg.d_model
         self.static_bias = _np(rows.field_bias.sum(0) + rows.num_b.sum(0))  # [D]
         self.num_w = _np(rows.num_w)  # [Fn, D]
+        self.ple = None if rows.ple_w is None else (  # piecewise-linear codes of some num columns
+            rows.ple_cols.numpy(), rows.ple_lo.numpy(), rows.ple_width.numpy(), _np(rows.ple_w))  # [P], [P, K] x2, [P, K, D]
         self.cat_emb = _np(rows.cat_emb.weight)  # [sum(cardinalities), D]
         self.cat_offsets = rows.cat_offsets.numpy().astype(np.int64)
         self.multi = [_np(p.weight).T.copy() for p in rows.multi_proj]  # [w, D] each
@@ -73,7 +75,8 @@ class _Weights:
         self.gap_edges = rows.gap_edges.numpy()
         self.gap_lin_w, self.gap_lin_b = _np(rows.gap_lin.weight)[:, 0], _np(rows.gap_lin.bias)
         self.has_hist = rows.hist_field is not None
-        self.hist_w, self.hist_b = _np(rows.hist_lin.weight)[:, 0], _np(rows.hist_lin.bias)
+        self.hist_w, self.hist_b = _np(rows.hist_lin.weight).T.copy(), _np(rows.hist_lin.bias)  # [1 + K-1, D]
+        self.hist_edges = rows.hist_edges.numpy().astype(np.float32)
         self.hist_none = _np(rows.hist_none)
         self.ln_in = (_np(model.ln_in.weight), _np(model.ln_in.bias), model.ln_in.eps)
         self.ln_out = (_np(model.ln_out.weight), _np(model.ln_out.bias), model.ln_out.eps)
@@ -129,6 +132,10 @@ class IncrementalScorer:
         W = self.w
         num = enc.num[0]
         x = W.static_bias + num @ W.num_w  # [Fn] @ [Fn, D] -> [D]
+        if W.ple is not None:
+            cols, lo, width, pw = W.ple
+            code = np.clip((num[cols, None] - lo) / width, 0.0, 1.0).astype(np.float32)  # [P, K]
+            x = x + np.einsum("pk,pkd->d", code, pw)
         if len(W.cat_offsets):
             x = x + W.cat_emb[enc.cat[0] + W.cat_offsets].sum(0)  # [Fc, D] -> [D]
         start = 0
@@ -154,7 +161,9 @@ class IncrementalScorer:
         if W.has_hist:
             if n:
                 dev = np.float32(z - w.z_sum / n)
-                base = base + W.hist_w * dev + W.hist_b
+                e = W.hist_edges
+                feats = np.concatenate([[dev], np.clip((dev - e[:-1]) / (e[1:] - e[:-1]), 0.0, 1.0)]) if len(e) > 1 else np.array([dev])
+                base = base + feats.astype(np.float32) @ W.hist_w + W.hist_b
             else:
                 base = base + W.hist_none
         x = _layer_norm(base, *W.ln_in)

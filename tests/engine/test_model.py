@@ -190,3 +190,29 @@ def test_checkpoint_roundtrip_and_tamper_detection(bundle, tmp_path):
     (tmp_path / "ck" / "checkpoint.json").write_text(meta)
     with pytest.raises(ValueError, match="sha256 mismatch"):
         load_checkpoint(tmp_path / "ck")
+
+
+def test_history_deviation_gets_piecewise_linear_bins(bundle):
+    """``amount_vs_history`` enters as the deviation plus its piecewise-linear code over
+    ``cfg.history_edges``; a checkpoint config without the field loads with the linear form only."""
+    from engine.model import DEFAULT_HISTORY_EDGES, ModelConfig
+
+    rows = bundle.model.rows
+    e = list(bundle.model.cfg.history_edges)
+    assert e == list(DEFAULT_HISTORY_EDGES) and rows.hist_lin.in_features == len(e)
+    dev = torch.tensor([-5.0, e[3] + 0.25 * (e[4] - e[3]), 10.0])
+    got = rows.history_embedding(dev, torch.tensor([True, True, True]))
+    code = torch.zeros(3, len(e) - 1)
+    code[1, :3] = 1.0
+    code[1, 3] = 0.25
+    code[2, :] = 1.0
+    want = rows.hist_lin(torch.cat([dev[:, None], code], dim=1))
+    torch.testing.assert_close(got, want)
+    none = rows.history_embedding(dev, torch.tensor([False, True, True]))
+    torch.testing.assert_close(none[0], rows.hist_none)
+
+    legacy = {k: v for k, v in bundle.model.cfg.to_dict().items() if k != "history_edges"}
+    cfg = ModelConfig.from_dict(legacy)
+    assert cfg.history_edges == []
+    from engine.model import FraudTransformer
+    assert FraudTransformer(cfg).rows.hist_lin.in_features == 1
