@@ -216,3 +216,13 @@ def test_history_deviation_gets_piecewise_linear_bins(bundle):
     assert cfg.history_edges == []
     from engine.model import FraudTransformer
     assert FraudTransformer(cfg).rows.hist_lin.in_features == 1
+
+
+def test_config_checks_one_edge_list_per_num_column(bundle):
+    from engine.model import ModelConfig
+
+    d = bundle.model.cfg.to_dict()
+    n = len(d["num_field_index"])
+    with pytest.raises(ValueError, match=f"num_ple_edges: expected {n} lists"):
+        ModelConfig(**{**d, "num_ple_edges": [[0.0, 1.0]] * (n + 1)})
+    assert ModelConfig(**{**d, "num_ple_edges": [[]] * n}).num_ple_edges == [[]] * n
