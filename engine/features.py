@@ -21,8 +21,8 @@ attributions can be reported per (transaction, field):
 * every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).
 * every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its counts (log1p), rates,
   recent-label shares and fraud run columns standardised, all in one field (see :mod:`engine.aggregates`).
-  Each also gets ``AGGREGATE_PLE_BINS`` piecewise-linear bins at quantiles of its training values above
-  the minimum (edges stored here, :meth:`FeatureEncoder.num_ple_edges`; the model expands them), so the
+  Each also gets up to ``AGGREGATE_PLE_BINS + 1`` piecewise-linear bins: minimum -> first value above it,
+  then quantiles of its training values above the minimum (edges stored here, :meth:`FeatureEncoder.num_ple_edges`; the model expands them), so the
   model can learn thresholds such as "the terminal's fraud run began 28 days ago".
 """
 
@@ -39,8 +39,9 @@ from .spec import DatasetSpec, FieldKind
 
 N_AMOUNT_BINS = 16
 TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.9975, 0.998, 0.9985, 0.999, 0.9995]
-#: Piecewise-linear bins per delayed-label aggregate column, placed at quantiles of its values above
-#: the minimum (most transactions sit at the minimum, e.g. a fraud rate of 0).
+#: Quantile bins per delayed-label aggregate column over its values above the minimum (most
+#: transactions sit at the minimum, e.g. a fraud rate of 0); with the bin from the minimum to the
+#: first value above it, a column gets up to ``AGGREGATE_PLE_BINS + 1`` piecewise-linear bins.
 AGGREGATE_PLE_BINS = 16
 #: Boundaries (seconds) of the time-since-previous-transaction bins used by the model.
 TIME_GAP_BOUNDARIES_S = [
@@ -167,13 +168,13 @@ class FeatureEncoder:
         code the model computes from it, in the column's *standardised* units; ``[]`` = none.
         Only the delayed-label aggregates have them (the amount's code is precomputed in ``num``).
         The model expands them itself, so the encoded frame stays one float per column (memory)."""
-        out: list[list[float]] = [[] for _ in self.num_columns()]
-        i = len(out) - sum(len(cols) for cols in self.state.get("aggregates", {}).values())
-        for cols in self.state.get("aggregates", {}).values():
-            for st in cols.values():
-                e = st.get("ple_edges", [])
-                out[i] = [(v - st["mean"]) / st["std"] for v in e] if len(e) > 1 else []
-                i += 1
+        agg = {(name, c): st for name, cols in self.state.get("aggregates", {}).items() for c, st in cols.items()}
+        out: list[list[float]] = []
+        for col, field_name in self.num_columns():  # looked up by (field, column) name, not position
+            st = agg.get((field_name, col), {})
+            e = st.get("ple_edges", [])
+            std = [float(np.float32((v - st["mean"]) / st["std"])) for v in e] if len(e) > 1 else []
+            out.append(sorted(set(std)) if len(set(std)) > 1 else [])  # distinct once in float32
         return out
 
     def multi_slots(self) -> list[tuple[str, int]]:

@@ -66,7 +66,7 @@ class _Weights:
         self.static_bias = _np(rows.field_bias.sum(0) + rows.num_b.sum(0))  # [D]
         self.num_w = _np(rows.num_w)  # [Fn, D]
         self.ple = None if rows.ple_w is None else (  # piecewise-linear codes of some num columns
-            rows.ple_cols.numpy(), rows.ple_lo.numpy(), rows.ple_width.numpy(), _np(rows.ple_w))  # [P], [P, K] x2, [P, K, D]
+            rows.ple_cols.numpy(), rows.ple_lo.numpy(), rows.ple_scale.numpy(), _np(rows.ple_w))  # [P], [P, K] x2, [P, K, D]
         self.cat_emb = _np(rows.cat_emb.weight)  # [sum(cardinalities), D]
         self.cat_offsets = rows.cat_offsets.numpy().astype(np.int64)
         self.multi = [_np(p.weight).T.copy() for p in rows.multi_proj]  # [w, D] each
@@ -133,8 +133,8 @@ class IncrementalScorer:
         num = enc.num[0]
         x = W.static_bias + num @ W.num_w  # [Fn] @ [Fn, D] -> [D]
         if W.ple is not None:
-            cols, lo, width, pw = W.ple
-            code = np.clip((num[cols, None] - lo) / width, 0.0, 1.0).astype(np.float32)  # [P, K]
+            cols, lo, scale, pw = W.ple
+            code = np.clip((num[cols, None] - lo) * scale, 0.0, 1.0).astype(np.float32)  # [P, K], as RowEncoder.num_ple_code
             x = x + np.einsum("pk,pkd->d", code, pw)
         if len(W.cat_offsets):
             x = x + W.cat_emb[enc.cat[0] + W.cat_offsets].sum(0)  # [Fc, D] -> [D]

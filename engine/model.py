@@ -98,6 +98,10 @@ class ModelConfig:
             raise ValueError(
                 f"num_ple_edges: expected {len(self.num_field_index)} lists (one per num column), got {len(self.num_ple_edges)}"
             )
+        for name, lists in (("history_edges", [self.history_edges]), ("num_ple_edges", self.num_ple_edges)):
+            for j, e in enumerate(lists):
+                if len(e) > 1 and not all(b > a for a, b in zip(e[:-1], e[1:])):
+                    raise ValueError(f"{name}: expected strictly increasing edges (list {j}), got {list(e)}")
 
     @property
     def n_fields(self) -> int:
@@ -227,18 +231,16 @@ class RowEncoder(nn.Module):
         # piecewise-linear codes of some num columns: P columns, up to K bins each (padding bins never fire)
         ple = [(j, e) for j, e in enumerate(cfg.num_ple_edges) if len(e) > 1]
         K = max((len(e) - 1 for _, e in ple), default=0)
-        lo = torch.full((len(ple), K), 1e30)
-        width = torch.ones(len(ple), K)
+        lo = torch.zeros(len(ple), K)
+        scale = torch.zeros(len(ple), K)  # padding bins: scale 0 -> code 0 for any finite input
         for p, (_, e) in enumerate(ple):
             e = torch.tensor(e, dtype=torch.float32)
             lo[p, : len(e) - 1] = e[:-1]
-            width[p, : len(e) - 1] = (e[1:] - e[:-1]).clamp(min=1e-6)
+            scale[p, : len(e) - 1] = 1.0 / (e[1:] - e[:-1])
         self.register_buffer("ple_cols", torch.tensor([j for j, _ in ple], dtype=torch.int64), persistent=False)
         self.register_buffer("ple_lo", lo, persistent=False)
-        self.register_buffer("ple_width", width, persistent=False)
-        self.register_buffer("ple_scale", 1.0 / width, persistent=False)  # code = x * scale + shift
-        self.register_buffer("ple_shift", -lo / width, persistent=False)
-        self.ple_w = nn.Parameter(torch.randn(len(ple), K, D) * 0.1) if ple else None
+        self.register_buffer("ple_scale", scale, persistent=False)
+        self.ple_w = nn.Parameter(torch.randn(len(ple), K, D) * 0.1 * (scale > 0).unsqueeze(-1)) if ple else None
         self.time_field = cfg.field_names.index("time_since_prev")
         self.hist_field = cfg.field_names.index("amount_vs_history") if "amount_vs_history" in cfg.field_names else None
         edges = torch.tensor(cfg.history_edges, dtype=torch.float32)
@@ -261,7 +263,7 @@ class RowEncoder(nn.Module):
         "On Embeddings for Numerical Features in Tabular Deep Learning", arXiv:2203.05556):
         bin ``k`` is ``clip((x - e_k) / (e_{k+1} - e_k), 0, 1)``; padding bins are 0."""
         x = num.index_select(-1, self.ple_cols).unsqueeze(-1)  # [..., Fn] -> [..., P, 1]
-        return torch.addcmul(self.ple_shift, x, self.ple_scale).clamp_(0.0, 1.0)  # (x - lo) / width: [..., P, K]
+        return ((x - self.ple_lo) * self.ple_scale).clamp_(0.0, 1.0)  # [..., P, K]
 
     def num_ple(self, num: torch.Tensor) -> torch.Tensor:
         """``[..., Fn]`` -> ``[..., P, D]``: the embedding of each coded column's code."""

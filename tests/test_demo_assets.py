@@ -1,7 +1,11 @@
 """The bundled demo model loads (sha256 verified) and scores the bundled demo data: a model change
 without retraining assets/demo_model fails here, not in front of a stakeholder."""
 
+import json
+
+import numpy as np
 import pandas as pd
+import pytest
 
 from engine.checkpoint import ASSET_MODEL_DIR, load_checkpoint
 from engine.io import read_transactions
@@ -21,3 +25,25 @@ def test_demo_model_loads_and_scores_the_demo_data():
     fraud, legit = labelled[labelled.label == 1].probability, labelled[labelled.label == 0].probability
     assert fraud.median() > 10 * legit.median()
     assert pd.Series(bundle.meta["thresholds"]).between(0, 1).all()
+
+
+#: logits of assets/demo_model on the demo data, computed with the code that wrote it (commit b2810ed)
+LEGACY_LOGITS = {"r1": -4.244875, "r1441": 3.821565, "r4368": -4.756974, "r7182": -4.836442, "r9999": -4.90856,
+                 "r12812": -4.726915, "r15627": -4.452305, "r18441": -4.815416, "r21256": -4.547793}
+
+
+def test_a_checkpoint_from_before_the_piecewise_linear_codes_scores_as_before():
+    """The demo model's config has no ``history_edges`` / ``num_ple_edges``: it loads without the
+    codes and gives the logits it gave when it was made, on the batch and on the incremental path."""
+    from engine.incremental import IncrementalScorer
+
+    bundle = load_checkpoint()
+    assert "history_edges" not in json.loads((ASSET_MODEL_DIR / "checkpoint.json").read_text())["model_config"]
+    assert bundle.model.cfg.history_edges == [] and bundle.model.rows.ple_w is None
+    frame = read_transactions("demo_data/transactions.csv", load_spec("demo")).frame
+    s = score_frame(bundle, frame).set_index("transaction_id")["logit"]
+    for tid, want in LEGACY_LOGITS.items():
+        assert float(s[tid]) == pytest.approx(want, abs=1e-4), tid
+    sub = frame[frame["entity_id"].isin(frame["entity_id"].unique()[:3])].reset_index(drop=True)
+    got = IncrementalScorer(bundle).add_frame(sub)
+    np.testing.assert_allclose(got, s.loc[sub["transaction_id"]].to_numpy(), rtol=1e-4, atol=1e-4)

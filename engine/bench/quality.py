@@ -217,8 +217,8 @@ def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log,
               f"{best_epochs} of {cfg.epochs} epochs.",
               f"Configuration: context {cfg.context_length}, min_history {cfg.min_history}, d_model {cfg.d_model}, "
               f"{cfg.n_layers} layers, {cfg.n_heads} heads, lr {cfg.lr} ({cfg.lr_schedule}), batch {cfg.batch_size}, "
-              f"dropout {cfg.dropout}, weight decay {cfg.weight_decay}; {AGGREGATE_PLE_BINS} piecewise-linear bins per "
-              f"delayed terminal aggregate, amount-vs-history bins at {list(DEFAULT_HISTORY_EDGES)} (standard deviations).", "",
+              f"dropout {cfg.dropout}, weight decay {cfg.weight_decay}; piecewise-linear codes of each delayed terminal "
+              f"aggregate ({AGGREGATE_PLE_BINS} quantile bins above its minimum, plus one from it) and of amount-vs-history (edges {list(DEFAULT_HISTORY_EDGES)}, standard deviations).", "",
               "Machine and packages:", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine_info().items()]
     text = "\n".join(lines) + "\n"

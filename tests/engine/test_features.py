@@ -10,7 +10,7 @@ import torch
 
 from engine.aggregates import delayed_aggregates
 from engine.checkpoint import ModelBundle, build_model
-from engine.features import AGGREGATE_PLE_BINS, FeatureEncoder, _aggregate_edges
+from engine.features import AGGREGATE_PLE_BINS, FeatureEncoder, _aggregate_edges, piecewise_linear
 from engine.incremental import IncrementalScorer
 from engine.scoring import score_frame
 from engine.sequences import make_batch
@@ -58,8 +58,27 @@ def test_every_aggregate_column_gets_standardised_bin_edges(fitted):
     edges = enc.num_ple_edges()
     assert len(edges) == len(names)
     assert all(e == [] for c, e in zip(names, edges) if not c.startswith("merchant_risk"))
-    got = edges[names.index("merchant_risk_fraud_rate_7d")]
-    np.testing.assert_allclose(got, (np.asarray(st["ple_edges"]) - st["mean"]) / st["std"])
+    assert all(len(e) == 0 or np.all(np.diff(e) > 0) for e in edges)
+
+
+def test_model_codes_equal_the_code_of_the_raw_aggregate(fitted, agg_bundle):
+    """End to end through the standardisation: the model's code of each aggregate column is the
+    piecewise-linear code of the raw value (log1p for counts) over the raw-unit edges."""
+    spec, fr, enc = fitted
+    rows = agg_bundle.model.rows
+    names = [c for c, _ in enc.num_columns()]
+    num = torch.from_numpy(enc.transform(fr).num)  # [N, Fn]
+    code = rows.num_ple_code(num)  # [N, P, K]
+    cols = enc.state["aggregates"]["merchant_risk"]
+    for p, j in enumerate(rows.ple_cols.tolist()):
+        st = cols[names[j]]
+        raw = fr[names[j]].to_numpy(np.float64)
+        raw = np.log1p(raw) if st["log"] else raw
+        want = piecewise_linear(raw, st["ple_edges"])  # [N, K_j]
+        k = want.shape[1]
+        np.testing.assert_allclose(code[:, p, :k].numpy(), want, atol=2e-5)
+        assert torch.all(code[:, p, k:] == 0)  # padding bins never fire
+        assert want[:, -1].max() == 1.0  # the column reaches its last bin in this data
 
 
 def test_one_row_path_equals_the_batch_path_with_aggregates(fitted):
@@ -103,7 +122,11 @@ def test_model_adds_each_code_to_its_aggregate_field(fitted, agg_bundle):
     names = [c for c, _ in enc.num_columns()]
     assert rows.ple_w is not None and len(rows.ple_cols) == len(enc.spec.aggregates[0].columns())
     e = enc.num_ple_edges()
-    batch = make_batch(enc.transform(fr), np.arange(16)[None, :], np.array([0]))
+    # 16 rows where every aggregate is above its minimum somewhere (late in the terminals' histories)
+    late = np.flatnonzero(fr["merchant_risk_fraud_run_length"].to_numpy() > 0)[-16:]
+    batch = make_batch(enc.transform(fr), late[None, :], np.array([0]))
+    code = rows.num_ple_code(batch.num)  # [1, T, P, K]
+    assert bool((code.amax(dim=(0, 1, 3)) > 0).all())  # every coded column contributes
     fields = rows(batch)  # [1, T, F, D]
     torch.testing.assert_close(fields.sum(2), rows.summed(batch), rtol=1e-4, atol=1e-4)
     # the aggregate field, by hand: linear term + bias + code embedding of each of its columns

@@ -226,3 +226,9 @@ def test_config_checks_one_edge_list_per_num_column(bundle):
     with pytest.raises(ValueError, match=f"num_ple_edges: expected {n} lists"):
         ModelConfig(**{**d, "num_ple_edges": [[0.0, 1.0]] * (n + 1)})
     assert ModelConfig(**{**d, "num_ple_edges": [[]] * n}).num_ple_edges == [[]] * n
+    with pytest.raises(ValueError, match="history_edges: expected strictly increasing edges"):
+        ModelConfig(**{**d, "history_edges": [0.0, 1.0, 1.0, 2.0]})
+    bad = [[] for _ in range(n)]
+    bad[-1] = [0.5, 0.2]
+    with pytest.raises(ValueError, match=f"num_ple_edges: expected strictly increasing edges \\(list {n - 1}\\)"):
+        ModelConfig(**{**d, "num_ple_edges": bad})
