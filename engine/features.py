@@ -22,8 +22,9 @@ attributions can be reported per (transaction, field):
 * every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its counts (log1p), rates,
   recent-label shares and fraud run columns standardised, all in one field (see :mod:`engine.aggregates`).
   Each also gets up to ``AGGREGATE_PLE_BINS + 1`` piecewise-linear bins: minimum -> first value above it,
-  then quantiles of its training values above the minimum (edges stored here, :meth:`FeatureEncoder.num_ple_edges`; the model expands them), so the
-  model can learn thresholds such as "the terminal's fraud run began 28 days ago".
+  then quantiles of its training values above the minimum (edges stored here,
+  :meth:`FeatureEncoder.num_ple_edges`; the model expands them), so the model can learn thresholds
+  such as "the terminal's fraud run began 28 days ago".
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import torch.nn.functional as Fnn
 from scipy.special import erf as _erf
 
 from .checkpoint import ModelBundle
+from .features import piecewise_linear
 from .sequences import window_of_position
 
 
@@ -161,8 +162,7 @@ class IncrementalScorer:
         if W.has_hist:
             if n:
                 dev = np.float32(z - w.z_sum / n)
-                e = W.hist_edges
-                feats = np.concatenate([[dev], np.clip((dev - e[:-1]) / (e[1:] - e[:-1]), 0.0, 1.0)]) if len(e) > 1 else np.array([dev])
+                feats = np.concatenate([[dev], piecewise_linear(np.array([dev]), W.hist_edges)[0]])  # [1 + K-1]
                 base = base + feats.astype(np.float32) @ W.hist_w + W.hist_b
             else:
                 base = base + W.hist_none
