@@ -77,9 +77,8 @@ def _label_history(sorted_sk, floor, hi, fraud_sorted, t_sorted, order, agg) -> 
         first_of_key = np.r_[True, floor[1:] != floor[:-1]]
         prev_fraud = np.r_[False, is_fraud[:-1]] & ~first_of_key
         run_first = np.maximum.accumulate(np.where(is_fraud & ~prev_fraud, idx, -1))  # valid where is_fraud
-        last = hi - 1  # the key's last known transaction (valid where n_known > 0)
-        has_run = (n_known > 0) & is_fraud[np.maximum(last, 0)]
-        safe = np.maximum(last, 0)
+        safe = np.maximum(hi - 1, 0)  # the key's last known transaction (valid where n_known > 0)
+        has_run = (n_known > 0) & is_fraud[safe]
         length = np.where(has_run, safe - run_first[safe] + 1, 0).astype(np.float64)
         days = np.where(has_run, (t_sorted - t_sorted[np.maximum(run_first[safe], 0)]) / DAY_S, 0.0)
         out[f"{agg.name}_fraud_run_length"] = back(length)

@@ -235,7 +235,7 @@ def fit(
                     break  # time budget: evaluate this partial epoch, then stop
         rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan")}
         if len(val_rows):
-            pv = sigmoid(score_encoded(model, enc, ents, batch_size=64, rows=val_rows)[val_rows].astype(np.float64))
+            pv = sigmoid(score_encoded(model, enc, ents, rows=val_rows)[val_rows].astype(np.float64))
             rec.update({f"val_{k}": v for k, v in binary_metrics(label[val_rows], pv).items()})
         rec["minutes"] = (time.perf_counter() - t_start) / 60
         history.append(rec)
@@ -289,7 +289,7 @@ def train(
     test_rows = np.flatnonzero((split == 2) & known)
     ents = frame["entity_id"].to_numpy()
     both = np.concatenate([val_rows, test_rows])
-    lg = score_encoded(bundle.model, enc, ents, batch_size=64, rows=both).astype(np.float64)
+    lg = score_encoded(bundle.model, enc, ents, rows=both).astype(np.float64)
     pv, pt = sigmoid(lg[val_rows]), sigmoid(lg[test_rows])
     thresholds = choose_thresholds(label[val_rows].astype(int), pv)
     test_m = binary_metrics(label[test_rows], pt, thresholds["review"])
