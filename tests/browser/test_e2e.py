@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from engine import report as rp
@@ -20,6 +21,18 @@ T = 90_000  # ms: first explanation of a case on a shared 2-core machine
 
 def _subheader(page) -> str:
     return page.locator("h3", has_text=re.compile(r"^Transaction ")).first.inner_text(timeout=T)
+
+
+def _scroll_to(locator, tries: int = 5) -> None:
+    """Scroll to ``locator``; the rerun after a disposition may re-render it between Playwright's
+    resolving and scrolling ("Element is not attached to the DOM"): resolve it again then."""
+    for i in range(tries):
+        try:
+            locator.scroll_into_view_if_needed()
+            return
+        except PlaywrightError as e:
+            if "not attached" not in str(e) or i == tries - 1:
+                raise
 
 
 def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
@@ -55,7 +68,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     page.get_by_role("textbox", name="Note (required)").fill(note)
     page.get_by_role("button", name="Record disposition").click()
     page.get_by_text("Recorded escalate by e2e").wait_for()
-    page.get_by_role("button", name=re.compile("Download JSON")).scroll_into_view_if_needed()
+    _scroll_to(page.get_by_role("button", name=re.compile("Download JSON")))
     page.screenshot(path=str(output_dir / "case_page.png"), full_page=True)
 
     with page.expect_download(timeout=2 * T) as dl:
