@@ -267,6 +267,18 @@ def bench_quality(
     quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=console.print)
 
 
+@bench_app.command("ceiling")
+def bench_ceiling(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    draws: int = typer.Option(10, min=1, help="random tie-breaks averaged per fold"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "ceiling.md"),
+):
+    """The expected AUC ROC / AP / CP@100 ceiling of any model on the Handbook protocol (no model, ~1 min)."""
+    from .bench import ceiling
+
+    ceiling.run(str(data), out=out, draws=draws, log=console.print)
+
+
 @bench_app.command("speed")
 def bench_speed(
     data: Path = typer.Option(HANDBOOK, exists=True),
