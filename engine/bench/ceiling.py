@@ -157,8 +157,11 @@ def report(test: pd.DataFrame, validation: pd.DataFrame | None = None, *, draws:
              "A scenario-2 fraud is *silent* when no scenario-2 fraud of the same compromise (same terminal, "
              f"within the last {COMPROMISE_DAYS} days) is at least {DELAY_DAYS} days older: under the label delay "
              "nothing points at it, and the simulator left it unchanged, so no model ranks it above chance in "
-             "expectation. The oracle ranks every other fraud first, perfectly, then the rest by the customer's "
-             "number of transactions that day. Its metrics bound the expected metrics of any model from above.", ""]
+             "expectation. The oracle ranks every other fraud first, perfectly (optimistic); below them it ties the rest "
+             "(AUC ROC: the mean over random orders), orders them at random (average precision) or by the customer's "
+             "number of transactions that day (Card Precision@100, which that can only raise). Its metrics bound the "
+             "expected metrics of any model from above; a single run can exceed them by a lucky order of the silent "
+             "frauds.", ""]
     lines += table(test, "Test folds (training starts 2018-08-15, 08-08, 08-01, 07-25)")
     if validation is not None:
         lines += table(validation, "Validation folds (14 days earlier)")
