@@ -41,26 +41,52 @@ def test_evidence_is_a_scenario_2_fraud_of_the_same_terminal_known_under_the_del
     assert not ceiling.silent_frauds(q2, history).any()
 
 
-def test_oracle_ranks_known_frauds_first_and_the_rest_by_activity_or_at_random():
-    history = _tx([(1, 0 * DAY, 1, 2, 0, 0)])
+def test_evidence_never_crosses_terminals():
+    """An early query next to a late fraud at the adjacent terminal id (sort-key blocks)."""
+    history = _tx([(7, 365 * DAY, 1, 2, 0, 365), (6, 0 * DAY, 0, 0, 0, 0)])
+    query = _tx([(6, 10 * DAY, 1, 2, 1, 10), (8, 10 * DAY, 1, 2, 1, 10), (7, 372 * DAY, 1, 2, 1, 372)])
+    assert ceiling.compromise_evidence(query, history).tolist() == [False, False, True]
+    # terminal 8 has no history: the prior is the whole compromise length; terminal 6's last
+    # known transaction is on day 0, so a compromise could have begun on days 1..10
+    assert ceiling.compromise_prior_days(query, history).tolist() == [10, 28, 7]
+
+
+def test_prior_days_count_the_days_since_the_last_known_transaction():
+    history = _tx([(1, 0 * DAY, 0, 0, 0, 0), (1, 3 * DAY, 0, 0, 0, 3), (2, 0 * DAY, 0, 0, 0, 0)])
     query = _tx([
-        (1, 8 * DAY, 1, 2, 10, 8),   # known compromise -> first
-        (5, 8 * DAY, 1, 3, 11, 8),   # scenario 3 -> first
-        (6, 8 * DAY, 1, 2, 12, 8),   # silent -> with the rest
-        (7, 8 * DAY, 0, 0, 13, 8),   # customer 13: three transactions that day
-        (8, 8 * DAY, 0, 0, 13, 8),
-        (9, 8 * DAY, 0, 0, 13, 8),
-        (9, 8 * DAY, 0, 0, 14, 8),   # customer 14: one
+        (1, 10 * DAY, 0, 0, 1, 10),                             # last known: day 3 (t - 7 d exactly)
+        (1, 10 * DAY - pd.Timedelta(seconds=1), 0, 0, 1, 9),    # day 3 not known yet: day 0
+        (2, 40 * DAY, 0, 0, 1, 40),                             # quiet for 40 days: capped at 28
+    ])
+    assert ceiling.compromise_prior_days(query, history).tolist() == [7, 9, 28]
+
+
+def test_terminal_ids_that_would_overflow_the_sort_key_are_refused():
+    history = _tx([(1 << 22, 0 * DAY, 1, 2, 0, 0)])
+    with pytest.raises(ValueError, match=r"TERMINAL_ID: expected integers in \[0, 2\*\*22\), got 4194304"):
+        ceiling.compromise_evidence(history, history)
+
+
+def test_oracle_ranks_known_frauds_first_and_the_rest_by_the_quiet_terminal_prior():
+    history = _tx([(1, 0 * DAY, 1, 2, 0, 0), (7, 7 * DAY, 0, 0, 0, 7), (8, 3 * DAY, 0, 0, 0, 3)])
+    query = _tx([
+        (1, 8 * DAY, 1, 2, 10, 8),    # known compromise -> first
+        (5, 8 * DAY, 1, 3, 11, 8),    # scenario 3 -> first
+        (6, 8 * DAY, 1, 2, 12, 8),    # silent, terminal 6 never seen: prior 28
+        (7, 14 * DAY, 0, 0, 13, 14),  # customer 13, day 14: terminal 7 known on day 7 -> 7
+        (8, 14 * DAY, 0, 0, 13, 14),  # terminal 8 known on day 3 -> 11
+        (7, 14 * DAY, 0, 0, 14, 14),  # customer 14: 7
     ])
     tie = ceiling.oracle_scores(query, history, None)
-    assert tie.tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert (tie[:2] == 2.0).all() and (tie[2:] < 1).all()
+    assert tie[2] > tie[4] > tie[3] == tie[5]
     rng = np.random.default_rng(0)
     r = ceiling.oracle_scores(query, history, rng)
-    assert (r[:2] >= 2).all() and (r[2:] < 1).all()
-    a = ceiling.oracle_scores(query, history, rng, by_activity=True)
-    assert (a[:2] >= 2).all()
-    assert (a[3:6] >= 3e-3).all() and (a[3:6] < 4e-3).all()      # three transactions that day
-    assert a[2] < 2e-3 and a[6] < 2e-3                           # one each
+    assert (r[:2] >= 2).all() and (r[2:] < 1).all() and r[2] > r[4] > max(r[3], r[5])
+    day = ceiling.oracle_scores(query, history, rng, per_customer_day=True)
+    assert (day[:2] >= 2).all()
+    # per customer and day: the silent customer (28) > customer 13 (7 + 11 = 18, both rows) > customer 14 (7)
+    assert day[2] > day[3] and day[3] == pytest.approx(day[4], abs=1e-4) and day[4] > day[5]
 
 
 def test_information_ceiling_rejects_zero_draws():
@@ -69,18 +95,18 @@ def test_information_ceiling_rejects_zero_draws():
 
 
 def test_ceiling_on_the_handbook_test_folds(shared_data):
-    """The real figures: AUC ROC is exact (ties), AP and CP@100 are means of 2 draws."""
+    """The real figures: AUC ROC is exact (ties kept), AP and CP@100 are means of 2 draws."""
     from engine.bench.handbook_features import load_handbook_dataset
 
     raw = load_handbook_dataset(shared_data / "handbook" / "transactions.parquet")
     c = ceiling.information_ceiling(raw, "test", draws=2)
     assert c["fold"].tolist() == ["test-0", "test-1", "test-2", "test-3"]
     assert c["Silent fraud share"].round(4).tolist() == [0.2536, 0.2010, 0.2403, 0.2156]
-    assert c["AUC ROC"].mean() == pytest.approx(0.8862, abs=5e-4)
-    assert c["Average precision"].mean() == pytest.approx(0.779, abs=0.005)
-    # the Card Precision@100 target (0.32) and the AUC ROC target (0.89) are above the ceiling
+    assert c["AUC ROC"].round(4).tolist() == [0.8916, 0.8848, 0.8879, 0.8988]
+    assert c["Average precision"].mean() == pytest.approx(0.780, abs=0.005)
+    # the Card Precision@100 target (0.32) is above the ceiling; the AUC ROC one (0.89) just below
     assert 0.31 < c["Card Precision@100"].mean() < 0.32
-    assert c["AUC ROC"].mean() < 0.89
+    assert 0.89 < c["AUC ROC"].mean() < 0.892
     # every non-silent fraud is ranked first: recall@100 of scenarios 1 and 3 is perfect
     assert (c["Recall@100 scenario 1"] == 1.0).all() and (c["Recall@100 scenario 3"] == 1.0).all()
 
@@ -96,5 +122,7 @@ def test_cli_bench_ceiling_writes_both_fold_sets_and_the_targets(shared_data, tm
     assert res.exit_code == 0, res.output
     text = out.read_text()
     assert "| validation-3 |" in text and "| test-0 |" in text
-    assert "| AUC ROC >= 0.89 | 0.886 | **no** |" in text
-    assert "| Average precision >= 0.72 | 0.7" in text and "| yes |" in text
+    assert "| AUC ROC >= 0.89 | 0.891 | yes |" in text
+    assert "| Card Precision@100 >= 0.32 | 0.31" in text and "| Card Precision@100 >= 0.32 | 0.32" not in text
+    ap_row = next(line for line in text.splitlines() if line.startswith("| Average precision >= 0.72 |"))
+    assert ap_row.endswith("| yes |") and 0.77 < float(ap_row.split("|")[2]) < 0.79
