@@ -27,7 +27,22 @@ def test_report_judges_targets_on_fold_means(tmp_path):
     assert "| average precision above the GBT of this run (0.680) | 0.725 yes | 0.700 yes | 0.780 |" in text
     assert "Gap of the transformer (3 seeds) to the ceiling: AUC ROC -0.010, Average precision -0.055, Card Precision@100 +0.010." in text
     assert "| LightGBM on the Handbook features | 0.870 ± 0.000 | 0.680 ± 0.000 | 0.300 ± 0.000 | this run |" in text
-    assert "on the test folds 20.0% (min 20.0%, max 20.0%) of the frauds are *silent* scenario-2 frauds" in text
+    assert "Silent frauds: on the test folds 20.0% (min 20.0%, max 20.0%) of the frauds are scenario-2 frauds" in text
+    assert "It is not a strict bound" in text
     assert ("| information ceiling: every fraud but the silent scenario-2 ones ranked first (below) | "
             "0.900 ± 0.000 | 0.780 ± 0.000 | 0.310 ± 0.000 | `fraudlens bench ceiling` |") in text
     assert f"-> the snapshot after 4 of {BENCH_CONFIG.epochs} epochs" in text
+
+
+def test_report_prints_the_ceiling_spread_over_tie_breaks(tmp_path):
+    ens = _per_fold([0.72] * 4, [0.88] * 4, [0.30] * 4)
+    oracle = _per_fold([0.78] * 4, [0.891] * 4, [0.316] * 4)
+    oracle.attrs["draws"] = pd.DataFrame({"fold": [f"test-{i}" for i in range(4)] * 2, "draw": [0] * 4 + [1] * 4,
+                                          "AUC ROC": [0.889] * 4 + [0.893] * 4, "Average precision": [0.78] * 8,
+                                          "Card Precision@100": [0.315] * 4 + [0.317] * 4})
+    text = _report({"ensemble": ens, "single": ens}, None, 4, [0.6] * 6, BENCH_CONFIG, (0,), 60.0, "d.parquet",
+                   tmp_path / "q.md", log=lambda *a: None, oracle=oracle)
+    assert ("Ceiling (mean of the 4 test folds) over its random tie-breaks: AUC ROC 0.889..0.893, "
+            "Average precision 0.780..0.780, Card Precision@100 0.315..0.317.") in text
+    assert "| Card Precision@100 >= 0.32 | 0.300 **no** | 0.300 **no** | 0.316: target above it |" in text
+    assert "| AUC ROC >= 0.89 | 0.880 **no** | 0.880 **no** | 0.891 |" in text
