@@ -101,8 +101,11 @@ def compromise_evidence(df: pd.DataFrame, history: pd.DataFrame, *, delay_days: 
 def silent_frauds(df: pd.DataFrame, history: pd.DataFrame, **kw) -> np.ndarray:
     """``[len(df)]`` bool: scenario-2 frauds without :func:`compromise_evidence` (nothing known
     under the label delay points at them). ``kw`` as :func:`compromise_evidence`."""
-    s2 = (df["TX_FRAUD"].to_numpy() == 1) & (df["TX_FRAUD_SCENARIO"].to_numpy() == 2)
-    return s2 & ~compromise_evidence(df, history, **kw)
+    return _silent(df, compromise_evidence(df, history, **kw))
+
+
+def _silent(df: pd.DataFrame, evidence: np.ndarray) -> np.ndarray:
+    return (df["TX_FRAUD"].to_numpy() == 1) & (df["TX_FRAUD_SCENARIO"].to_numpy() == 2) & ~evidence
 
 
 def compromise_prior_days(df: pd.DataFrame, history: pd.DataFrame, *, delay_days: int = DELAY_DAYS,
@@ -131,25 +134,30 @@ def compromise_prior_days(df: pd.DataFrame, history: pd.DataFrame, *, delay_days
     return c.astype(np.int64)
 
 
+def oracle_prior(df: pd.DataFrame, history: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(known, prior)`` for :func:`oracle_scores`, both ``[len(df)]``: ``known`` (bool) marks
+    every fraud except the silent ones; ``prior`` (float64) is :func:`compromise_prior_days`,
+    or 0 where :func:`compromise_evidence` says the row cannot be silent (a known compromise
+    that did not mark it)."""
+    evidence = compromise_evidence(df, history)
+    known = (df["TX_FRAUD"].to_numpy() == 1) & ~_silent(df, evidence)
+    return known, np.where(evidence, 0, compromise_prior_days(df, history)).astype(np.float64)
+
+
 def oracle_scores(df: pd.DataFrame, history: pd.DataFrame, rng: np.random.Generator | None,
-                  per_customer_day: bool = False) -> np.ndarray:
+                  per_customer_day: bool = False, prior: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """``[len(df)]`` float64 scores of the oracle (module docstring).
 
-    Every fraud except the silent ones scores ``2 + u``. The rest score by the prior of a
-    silent fraud: :func:`compromise_prior_days` ``c``, or 0 where :func:`compromise_evidence`
-    says the row cannot be silent (a known compromise that did not mark it). With
-    ``per_customer_day``, each row gets its customer's sum that day of the largest ``c`` per
-    terminal (about the chance that the customer met a silently compromised terminal that day,
-    which is what Card Precision@100 counts). Scaled into ``[0, 1)`` with ``u / 1000`` added to
-    break ties. ``u`` is uniform ``[0, 1)`` from ``rng``, or 0 when ``rng`` is None (ties kept:
-    AUC ROC then equals its mean over random tie-breaks). Needs the columns of
-    :func:`silent_frauds` plus ``CUSTOMER_ID`` and ``TX_TIME_DAYS``.
+    Every fraud except the silent ones scores ``2 + u``; the rest score by the prior of a silent
+    fraud (:func:`oracle_prior`; pass ``prior`` to reuse one). With ``per_customer_day``, each
+    row gets its customer's sum that day of the largest prior per terminal (about the chance
+    that the customer met a silently compromised terminal that day, which is what Card
+    Precision@100 counts). Scaled into ``[0, 1)`` with ``u / 1000`` added to break ties. ``u`` is
+    uniform ``[0, 1)`` from ``rng``, or 0 when ``rng`` is None (ties kept: AUC ROC then equals its
+    mean over random tie-breaks). Needs the columns of :func:`silent_frauds` plus
+    ``CUSTOMER_ID`` and ``TX_TIME_DAYS``.
     """
-    evidence = compromise_evidence(df, history)
-    fraud = df["TX_FRAUD"].to_numpy() == 1
-    silent = fraud & (df["TX_FRAUD_SCENARIO"].to_numpy() == 2) & ~evidence
-    known = fraud & ~silent
-    c = np.where(evidence, 0, compromise_prior_days(df, history)).astype(np.float64)
+    known, c = prior if prior is not None else oracle_prior(df, history)
     if per_customer_day:
         keys = [df["CUSTOMER_ID"].to_numpy(), df["TX_TIME_DAYS"].to_numpy()]
         per_terminal = pd.Series(c).groupby(keys + [df["TERMINAL_ID"].to_numpy()], sort=False).max()
@@ -186,14 +194,15 @@ def information_ceiling(raw: pd.DataFrame, kind: str = "test", *, draws: int = 1
         _, test_df = fold_sets(raw, f)
         test_df = test_df.copy()
         fraud = test_df["TX_FRAUD"].to_numpy() == 1
-        share = float(silent_frauds(test_df, raw).sum() / max(1, int(fraud.sum())))
-        test_df["predictions"] = oracle_scores(test_df, raw, None)
+        prior = oracle_prior(test_df, raw)
+        share = float((fraud & ~prior[0]).sum() / max(1, int(fraud.sum())))  # the silent frauds
+        test_df["predictions"] = oracle_scores(test_df, raw, None, prior=prior)
         auc = evaluate_scores(test_df)["AUC ROC"]
         act = []
         for i in range(draws):
-            test_df["predictions"] = oracle_scores(test_df, raw, rng)
+            test_df["predictions"] = oracle_scores(test_df, raw, rng, prior=prior)
             m = evaluate_scores(test_df)
-            test_df["predictions"] = oracle_scores(test_df, raw, rng, per_customer_day=True)
+            test_df["predictions"] = oracle_scores(test_df, raw, rng, per_customer_day=True, prior=prior)
             act.append(evaluate_scores(test_df))
             per_draw.append({"fold": f.name, "draw": i, "AUC ROC": m["AUC ROC"], "Average precision": m["Average precision"],
                              "Card Precision@100": act[-1]["Card Precision@100"]})
