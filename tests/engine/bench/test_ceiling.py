@@ -131,6 +131,10 @@ def test_ceiling_on_the_handbook_test_folds(shared_data):
     # the Card Precision@100 target (0.32) is above the ceiling; the AUC ROC one (0.89) just below
     assert 0.31 < c["Card Precision@100"].mean() < 0.32
     assert 0.89 < c["AUC ROC"].mean() < 0.893
+    assert c["Silent frauds"].tolist() == [107, 82, 93, 83]
+    assert c["Silent terminals"].tolist() == [27, 23, 23, 24]
+    # the prior alone orders the silent frauds against genuine transactions little better than chance
+    assert c["Prior AUC ROC"].round(3).tolist() == [0.574, 0.430, 0.536, 0.532]
     spread = ceiling.draw_spread(c)
     assert set(spread) == {"AUC ROC", "Average precision", "Card Precision@100"}
     assert all(lo <= hi for lo, hi in spread.values())
@@ -148,7 +152,8 @@ def test_cli_bench_ceiling_writes_both_fold_sets_and_the_targets(shared_data, tm
                                    "--draws", "1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = out.read_text()
-    assert "| validation-3 |" in text and "| test-0 |" in text
+    assert "| validation-3 |" in text and "| test-0 | 0.892 | 0.7" in text and "| 107 (25.4%) | 27 | 0.574 |" in text
+    assert "ceiling: test-0: 107 silent frauds of 422, 1 draws" in res.output
     assert "| AUC ROC >= 0.89 | 0.891 | 0.8" in text and "| 0.891 | 0.8" in text
     assert "| Card Precision@100 >= 0.32 | 0.31" in text and "| Card Precision@100 >= 0.32 | 0.32" not in text
     ap_row = next(line for line in text.splitlines() if line.startswith("| Average precision >= 0.72 |"))
