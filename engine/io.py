@@ -529,6 +529,8 @@ def _timestamps(raw: pd.DataFrame, spec: DatasetSpec, probs: _Problems) -> np.nd
     if "time" in parts:
         col = parts["time"]
         def tsec(x: str) -> float:
+            if not x.strip():
+                return -2.0  # empty
             m = re.fullmatch(r"\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*", x)
             if not m:
                 return -1.0
@@ -536,6 +538,7 @@ def _timestamps(raw: pd.DataFrame, spec: DatasetSpec, probs: _Problems) -> np.nd
             return float(h * 3600 + mi * 60 + se) if h < 24 and mi < 60 and se < 60 else -1.0
 
         tv = _map_text(raw[col], tsec, dtype=np.float64)
+        probs.flag(tv == -2.0, col, "", "timestamp part time is empty")
         probs.flag(tv < 0, col, raw[col], "timestamp part time is not HH:MM or HH:MM:SS")
         secs += np.where(tv < 0, 0, tv).astype(np.int64)
     secs += ints.get("hour", 0) * 3600 + ints.get("minute", 0) * 60

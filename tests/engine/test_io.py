@@ -223,6 +223,7 @@ def test_bad_amount(tmp_path, tab):
         ({"Month": "2", "Day": "30"}, "Year/Month/Day", "2020/2/30", "timestamp parts do not form a valid date"),
         ({"Time": "25:00"}, "Time", "25:00", "timestamp part time is not HH:MM or HH:MM:SS"),
         ({"Time": "10h30"}, "Time", "10h30", "timestamp part time is not HH:MM or HH:MM:SS"),
+        ({"Time": ""}, "Time", "", "timestamp part time is empty"),
         ({"Is_Fraud": "Maybe"}, "Is Fraud?", "Maybe", "label value 'Maybe' is not one of Yes/No"),
         ({"Card": ""}, "Card", "", "entity key is empty"),
         ({"User": "  "}, "User", "", "entity key is empty"),
