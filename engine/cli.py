@@ -216,7 +216,11 @@ def explain(
     if row is not None:
         hit = ent[ent["row_number"] == row]
         if hit.empty:
-            _fail(f"row {row} of {data} is not a transaction of entity {entity!r} (or was rejected)")
+            rej = res.rejected[res.rejected["row_number"] == row]
+            if len(rej):
+                r = rej.iloc[0]
+                _fail(f"row {row} of {data} was rejected ({r['column']}: {r['reason']}), so it has no score to explain")
+            _fail(f"row {row} of {data} is not a transaction of entity {entity!r}")
     else:
         try:
             hit = ent.iloc[[position]]

@@ -75,6 +75,17 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     ig = ex["integrated_gradients"]
     assert sum(ig["values"]) == pytest.approx(ig["score_logit"] - ig["reference_logit"], abs=abs(ig["convergence_delta"]) + 1e-3)
 
+    # asking for the rejected row says why it cannot be explained; another entity's row says so
+    r = runner.invoke(app, ["explain", "--data", str(data), "--spec", "handbook", "--model", str(model_dir),
+                            "--entity", str(top["entity_id"]), "--row", "8", "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2
+    assert "row 8 of" in r.output and "was rejected (TX_AMOUNT: amount is not a number)" in r.output
+    other = scored[scored["entity_id"] != top["entity_id"]].iloc[0]
+    r = runner.invoke(app, ["explain", "--data", str(data), "--spec", "handbook", "--model", str(model_dir),
+                            "--entity", str(top["entity_id"]), "--row", str(int(other["row_number"])),
+                            "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and f"is not a transaction of entity {str(top['entity_id'])!r}" in r.output
+
 
 def test_explain_names_the_problem(handbook_slice, tmp_path):
     data, _, _ = handbook_slice
