@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .gbt import evaluate_scores
+from .gbt import METRICS, evaluate_scores
 from .handbook_protocol import fold_sets, folds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,6 @@ DAY_S = 86400
 #: the simulator's compromise length (days) and the protocol's label delay (days)
 COMPROMISE_DAYS = 28
 DELAY_DAYS = 7
-METRICS = ("AUC ROC", "Average precision", "Card Precision@100")
 #: the issue's targets (mean of the 4 test folds)
 TARGETS = {"Average precision": 0.72, "AUC ROC": 0.89, "Card Precision@100": 0.32}
 

@@ -9,7 +9,7 @@ from engine.bench.quality import BENCH_CONFIG, _report
 def _per_fold(ap, auc, cp, silent=0.2):
     return pd.DataFrame({"fold": [f"test-{i}" for i in range(4)], "AUC ROC": auc, "Average precision": ap,
                          "Card Precision@100": cp, "Recall@100 scenario 1": 1.0, "Recall@100 scenario 2": 0.6,
-                         "Recall@100 scenario 3": 0.9, "Frauds without delayed signal": silent})
+                         "Recall@100 scenario 3": 0.9, "Silent fraud share": silent})
 
 
 def test_report_judges_targets_on_fold_means(tmp_path):
