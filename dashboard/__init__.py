@@ -1,2 +1,2 @@
-"""fraudlens dashboard (Streamlit). Pages call engine.case_view / engine.explain / engine.figures;
+"""fraudlens dashboard (Streamlit). Pages call engine.cases.view / engine.explain / engine.cases.figures;
 nothing here imports torch."""

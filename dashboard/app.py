@@ -15,7 +15,7 @@ if str(_ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only das
 import streamlit as st  # noqa: E402
 
 from dashboard import state  # noqa: E402
-from engine.case_view import mask  # noqa: E402
+from engine.cases.view import mask  # noqa: E402
 
 # page icon: an emoji becomes an inline SVG favicon; a :material/...: icon would be fetched from a CDN
 st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")

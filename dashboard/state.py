@@ -30,7 +30,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine import case_view as cv
+from engine.cases import view as cv
 
 ENTITY, QUERY, SOURCE, MODEL = "entity_id", "query_id", "source", "model_path"
 UPLOAD_DIR = Path(tempfile.gettempdir()) / "fraudlens-uploads"
@@ -153,7 +153,7 @@ def selected_row_id(key: str, ids: list[str]) -> str | None:
 
 def selected_point_id(key: str, ids: list[str]) -> str | None:
     """The id of the first point selected in the ``st.plotly_chart`` with widget ``key``; the
-    points carry their row position in ``customdata[0]`` (see engine.figures.timeline_figure)."""
+    points carry their row position in ``customdata[0]`` (see engine.cases.figures.timeline_figure)."""
     for p in _get(_get(st.session_state.get(key), "selection"), "points", []) or []:
         cd = _get(p, "customdata")
         if cd is None:
@@ -235,7 +235,7 @@ def _source(path: str, spec: str, sha: str, max_rows: int | None):
 
 
 def get_source(src: dict[str, Any]):
-    """The :class:`engine.case_view.Source` for a source dict (path, spec, max_rows)."""
+    """The :class:`engine.cases.view.Source` for a source dict (path, spec, max_rows)."""
     return _source(src["path"], src["spec"], file_sha(src["path"]), src.get("max_rows"))
 
 

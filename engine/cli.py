@@ -30,8 +30,8 @@ def _fail(msg: str) -> None:
 
 def _read(data: Path, spec, max_rows: int | None = None):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the accounting."""
-    from .io import read_transactions
-    from .spec import DatasetSpec, load_spec
+    from engine.data.io import read_transactions
+    from engine.data.spec import DatasetSpec, load_spec
 
     try:
         spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
@@ -59,7 +59,7 @@ def inspect(
     force: bool = typer.Option(False, "--force", help="overwrite an existing spec file"),
 ):
     """Guess a dataset spec (column roles) for an unknown file and write it for you to edit."""
-    from .inspect import guess_spec, write_spec
+    from engine.data.inspect import guess_spec, write_spec
 
     try:
         spec = guess_spec(file, name=name)
@@ -83,7 +83,7 @@ def simulate(
     out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
 ):
     """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes."""
-    from .simulate import main
+    from engine.data.simulate import main
 
     console.print(main(customers, seed, str(out)))
 
@@ -112,8 +112,8 @@ def train(
     progress: bool = typer.Option(True, help="show progress bars"),
 ):
     """Train the sequence transformer with a time split; print and save test metrics."""
-    from .checkpoint import file_sha256, save_checkpoint
-    from .train import TrainConfig, train as train_fn
+    from engine.model.checkpoint import file_sha256, save_checkpoint
+    from engine.model.train import TrainConfig, train as train_fn
 
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
@@ -156,8 +156,8 @@ def score(
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting."""
-    from .checkpoint import load_checkpoint
-    from .scoring import score_frame, ScoreRun, write_scores
+    from engine.model.checkpoint import load_checkpoint
+    from engine.model.scoring import score_frame, ScoreRun, write_scores
 
     try:
         bundle = load_checkpoint(model)
@@ -192,8 +192,8 @@ def explain(
     seed: int = typer.Option(0),
 ):
     """Explain one scored transaction with every method; write one JSON file."""
-    from .checkpoint import load_checkpoint
-    from .explain import explain_transaction
+    from engine.model.checkpoint import load_checkpoint
+    from engine.explain import explain_transaction
 
     try:
         bundle = load_checkpoint(model)
@@ -201,7 +201,7 @@ def explain(
         _fail(str(e))
     sp, res = _read(data, spec or bundle.spec)
     fr = res.frame
-    from .scoring import check_compatible
+    from engine.model.scoring import check_compatible
 
     try:
         check_compatible(bundle, fr, str(data))
@@ -267,7 +267,7 @@ def bench_quality(
     """Transformer vs LightGBM vs the Handbook's published numbers on the Handbook protocol."""
     from dataclasses import replace
 
-    from .bench import quality
+    from engine.bench import quality
 
     grid = None if full_gbt_grid else SMALL_GBT_GRID
     cfg = quality.BENCH_CONFIG if epochs is None else replace(quality.BENCH_CONFIG, epochs=epochs)
@@ -281,7 +281,7 @@ def bench_ceiling(
     out: Path = typer.Option(ROOT / "bench" / "results" / "ceiling.md"),
 ):
     """Oracle reference for the Handbook protocol (no model, ~1-2 min): AUC ROC / AP / CP@100 when every fraud but the silent scenario-2 ones is ranked perfectly."""
-    from .bench import ceiling
+    from engine.bench import ceiling
 
     ceiling.run(str(data), out=out, draws=draws, log=plain_log)
 
@@ -295,7 +295,7 @@ def bench_speed(
     out: Path = typer.Option(ROOT / "bench" / "results" / "speed.md"),
 ):
     """Scoring throughput vs re-scoring, incremental latency, case-open time, memory, training time."""
-    from .bench import speed
+    from engine.bench import speed
 
     speed.run(str(data), spec, model, train_run, out)
 
@@ -314,7 +314,7 @@ def bench_explanations(
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
     ground truth, completeness and time per method over flagged test-period cases."""
-    from .trust.bench import main as explanations_main
+    from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from typer.testing import CliRunner
 
-from engine import case_view as cv
+from engine.cases import view as cv
 from engine.cli import app
 from tiny_models import demo_slice, tiny_checkpoint
 

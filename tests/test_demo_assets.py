@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.checkpoint import ASSET_MODEL_DIR, load_checkpoint
-from engine.io import read_transactions
-from engine.scoring import score_frame
-from engine.spec import load_spec
+from engine.model.checkpoint import ASSET_MODEL_DIR, load_checkpoint
+from engine.data.io import read_transactions
+from engine.model.scoring import score_frame
+from engine.data.spec import load_spec
 
 
 def test_demo_model_loads_and_scores_the_demo_data():
@@ -35,7 +35,7 @@ LEGACY_LOGITS = {"r1": -4.244875, "r1441": 3.821565, "r4368": -4.756974, "r7182"
 def test_a_checkpoint_from_before_the_piecewise_linear_codes_scores_as_before():
     """The demo model's config has no ``history_edges`` / ``num_ple_edges``: it loads without the
     codes and gives the logits it gave when it was made, on the batch and on the incremental path."""
-    from engine.incremental import IncrementalScorer
+    from engine.model.incremental import IncrementalScorer
 
     bundle = load_checkpoint()
     assert "history_edges" not in json.loads((ASSET_MODEL_DIR / "checkpoint.json").read_text())["model_config"]

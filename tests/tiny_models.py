@@ -4,7 +4,7 @@
 import numpy as np
 import pandas as pd
 
-from engine.spec import DatasetSpec
+from engine.data.spec import DatasetSpec
 
 
 def tiny_spec() -> DatasetSpec:
@@ -53,7 +53,7 @@ def tiny_frame(n_entities=4, n=40, seed=0) -> pd.DataFrame:
 
 def demo_slice(path, n_rows: int):
     """Write the header and the first ``n_rows`` rows of the committed demo data to ``path``."""
-    from engine.case_view import DEMO_DATA
+    from engine.cases.view import DEMO_DATA
 
     with open(DEMO_DATA, encoding="utf-8") as f:
         path.write_text("".join(next(f) for _ in range(n_rows + 1)), encoding="utf-8")
@@ -66,8 +66,8 @@ def tiny_checkpoint(frame: pd.DataFrame, spec: DatasetSpec, out, meta: dict, *, 
     seed 0 so scores spread, saved with ``meta`` as a checkpoint in ``out``; returns ``out``."""
     import torch
 
-    from engine.checkpoint import ModelBundle, build_model, save_checkpoint
-    from engine.features import FeatureEncoder
+    from engine.model.checkpoint import ModelBundle, build_model, save_checkpoint
+    from engine.data.features import FeatureEncoder
 
     enc = FeatureEncoder.fit(frame, spec)
     kw = dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0, context_length=16, min_history=6)

@@ -1,6 +1,6 @@
 """Shared dashboard pieces for the case queue, dispositions and exports (no torch here).
 
-* :func:`get_store` - the :class:`engine.cases.CaseStore` (``$FRAUDLENS_DATA_DIR`` or the user
+* :func:`get_store` - the :class:`engine.cases.store.CaseStore` (``$FRAUDLENS_DATA_DIR`` or the user
   data dir), one per process and database path;
 * :func:`analyst` / :func:`identity_sidebar` - the acting analyst: a login-free name prompt in
   the sidebar (session state ``analyst``), else ``$FRAUDLENS_ANALYST``;
@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from engine.cases import ENV_ANALYST, CaseStore, MissingAnalystError, default_db_path, resolve_analyst
+from engine.cases.store import ENV_ANALYST, CaseStore, MissingAnalystError, default_db_path, resolve_analyst
 
 ANALYST = "analyst"
 _INPUT = "analyst_name_input"
@@ -31,7 +31,7 @@ def _store(path: str, four_eyes: bool) -> CaseStore:
 
 def get_store() -> CaseStore:
     """The case store of this process (path and four-eyes rule from the environment)."""
-    from engine.cases import four_eyes_from_env
+    from engine.cases.store import four_eyes_from_env
 
     return _store(str(default_db_path()), four_eyes_from_env())
 
@@ -65,7 +65,7 @@ def identity_sidebar() -> str | None:
 
 
 def case_rows(loaded: Any) -> pd.DataFrame:
-    """One row per entity of the scored source, in :data:`engine.cases.CASE_INPUT_COLUMNS`."""
+    """One row per entity of the scored source, in :data:`engine.cases.store.CASE_INPUT_COLUMNS`."""
     rk = loaded.ranking
     amt = loaded.source.frame.groupby("entity_id", sort=False)["amount"].max()
     return pd.DataFrame({

@@ -12,9 +12,9 @@ from typing import Any
 import streamlit as st
 
 from dashboard import components as comp
-from engine import case_view as cv
-from engine.cases import DISPOSITIONS, CaseStoreError, ConflictError
-from engine.report import decision_band
+from engine.cases import view as cv
+from engine.cases.store import DISPOSITIONS, CaseStoreError, ConflictError
+from engine.cases.report import decision_band
 
 DISPOSITION_LABELS = {"confirmed_fraud": "Confirmed fraud", "false_positive": "False positive",
                       "escalate": "Escalate"}

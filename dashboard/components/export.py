@@ -1,4 +1,4 @@
-"""Compliance downloads of the case on screen: PDF, JSON, CSV (built by engine.report).
+"""Compliance downloads of the case on screen: PDF, JSON, CSV (built by engine.cases.report).
 
 Nothing is recomputed: the report is built from the explanations the case page already has
 (cached by ``dashboard.state``); the report dict and each format's bytes are cached per
@@ -18,8 +18,8 @@ from typing import Any, Callable
 import streamlit as st
 
 from dashboard import components as comp
-from engine import case_view as cv
-from engine import report as rp
+from engine.cases import view as cv
+from engine.cases import report as rp
 
 _LOCK = threading.Lock()
 _CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
@@ -48,7 +48,7 @@ def report_key(loaded: Any, case: dict, query: str, thresholds: dict) -> tuple:
 
 def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
                       scored_at: str | None, who: str | None, trust: dict | None = None) -> dict:
-    """The report model (engine.report.build_report) from what the case page holds."""
+    """The report model (engine.cases.report.build_report) from what the case page holds."""
     store = comp.get_store()
     src = loaded.source
     ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, src.frame)
@@ -106,7 +106,7 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
         return _cached(key + ("csv",), lambda: rp.to_csv(report()))
 
     st.markdown("**Export for compliance**")
-    st.caption("PDF, JSON (schema `engine/report_schema.json`) and per-transaction attributions (CSV) of "
+    st.caption("PDF, JSON (schema `engine/cases/report/report_schema.json`) and per-transaction attributions (CSV) of "
                f"transaction {cv.mask(query)}; card numbers masked, entity pseudonymised. The PDF carries the "
                "JSON report's id and sha256.")
     c = st.columns(3)

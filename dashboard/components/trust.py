@@ -45,8 +45,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import state
-from engine import case_view as cv
-from engine import figures as fig
+from engine.cases import view as cv
+from engine.cases import figures as fig
 from engine.trust import figures as tfig
 
 WHATIF_EDITS = "whatif_edits"
@@ -108,7 +108,7 @@ def _entity_frame(frame: pd.DataFrame, transaction_id: str) -> pd.DataFrame:
 def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
                 edits_hash: str, _path: str, _model_path: str, _edits: tuple = ()) -> dict[str, Any]:
     """Everything the two tabs show for one (possibly edited) case; plain, picklable data."""
-    from engine.context import build_context
+    from engine.explain.context import build_context
     from engine.trust.agreement import method_agreement
     from engine.trust.faithfulness import evaluate_faithfulness
     from engine.trust.reasons import reason_codes
@@ -168,7 +168,7 @@ def sanity_cases(scores: pd.DataFrame, n: int = SANITY_CASES, min_position: int 
 @st.cache_data(show_spinner="Randomising the model's parameters layer by layer…", max_entries=8)
 def _sanity(model_sha: str, data_sha: str, spec: str, max_rows: int | None, n_cases: int, _path: str,
             _model_path: str) -> dict[str, Any]:
-    from engine.context import build_context
+    from engine.explain.context import build_context
     from engine.explain import ShapConfig
     from engine.trust.sanity import randomisation_check
 

@@ -7,8 +7,8 @@ from functools import partial
 import streamlit as st
 
 from dashboard import state
-from engine import case_view as cv
-from engine import figures as fig
+from engine.cases import view as cv
+from engine.cases import figures as fig
 from engine.explain.base import ATTENTION_CAVEAT
 
 state.ensure_entrypoint()

@@ -8,9 +8,9 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import state
-from engine import case_view as cv
-from engine import figures as fig
-from engine.spec import builtin_specs
+from engine.cases import view as cv
+from engine.cases import figures as fig
+from engine.data.spec import builtin_specs
 
 state.ensure_entrypoint()
 ss = st.session_state

@@ -8,8 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import state
-from engine import case_view as cv
-from engine import figures as fig
+from engine.cases import view as cv
+from engine.cases import figures as fig
 
 state.ensure_entrypoint()
 ss = st.session_state

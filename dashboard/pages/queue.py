@@ -9,9 +9,9 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard import state
-from engine import case_view as cv
-from engine.cases import STATES, CaseStoreError
-from engine.report import threshold_metrics
+from engine.cases import view as cv
+from engine.cases.store import STATES, CaseStoreError
+from engine.cases.report import threshold_metrics
 
 state.ensure_entrypoint()
 ss = st.session_state

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .gbt import METRICS, evaluate_scores
-from .handbook_protocol import fold_sets, folds
+from engine.bench.gbt import METRICS, evaluate_scores
+from engine.bench.handbook_protocol import fold_sets, folds
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY_S = 86400
@@ -285,7 +285,7 @@ def report(test: pd.DataFrame, validation: pd.DataFrame | None = None, *, draws:
 
 def run(data: str, *, out: Path = ROOT / "bench" / "results" / "ceiling.md", draws: int = 10, log=print) -> str:
     """Compute the ceiling on the test and validation folds; print and write the markdown."""
-    from .handbook_features import load_handbook_dataset
+    from engine.bench.handbook_features import load_handbook_dataset
 
     log(f"ceiling: reading {data}")
     raw = load_handbook_dataset(data)

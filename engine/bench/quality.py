@@ -24,18 +24,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..features import AGGREGATE_PLE_BINS
-from ..io import read_transactions
-from ..model import DEFAULT_HISTORY_EDGES
-from ..scoring import score_encoded, sigmoid
-from ..spec import load_spec
-from ..train import TrainConfig, fit
-from . import published
-from .ceiling import TARGETS, draw_spread, information_ceiling
-from .gbt import METRICS, evaluate_scores, run_gbt_bench
-from .handbook_features import load_handbook_dataset
-from .handbook_protocol import fold_sets, folds
-from .speed import machine_info
+from engine.data.features import AGGREGATE_PLE_BINS
+from engine.data.io import read_transactions
+from engine.model.transformer import DEFAULT_HISTORY_EDGES
+from engine.model.scoring import score_encoded, sigmoid
+from engine.data.spec import load_spec
+from engine.model.train import TrainConfig, fit
+from engine.bench import published
+from engine.bench.ceiling import TARGETS, draw_spread, information_ceiling
+from engine.bench.gbt import METRICS, evaluate_scores, run_gbt_bench
+from engine.bench.handbook_features import load_handbook_dataset
+from engine.bench.handbook_protocol import fold_sets, folds
+from engine.bench.speed import machine_info
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET_LABELS = {"AUC ROC": "AUC ROC", "Average precision": "average precision", "Card Precision@100": "Card Precision@100"}

@@ -10,7 +10,7 @@ Measurements (default model configuration: d_model 64, 2 layers, 4 heads, T 128)
    re-scoring each transaction as the last position of its own history window (one forward pass
    per transaction), the latter timed on a sample and reported as a rate;
 2. incremental scoring of one new transaction for an entity whose history is cached
-   (:class:`engine.incremental.IncrementalScorer`), p50 / p99 latency on 1 thread;
+   (:class:`engine.model.incremental.IncrementalScorer`), p50 / p99 latency on 1 thread;
 3. case open: attention + Integrated Gradients (50 steps) + SHAP + occlusion for one query with
    128 earlier transactions, p50 / p95;
 4. peak resident memory while scoring the whole handbook file (a child process), and the wall
@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..checkpoint import ModelBundle, build_model, load_checkpoint, package_versions
-from ..features import FeatureEncoder
-from ..io import read_transactions
-from ..sequences import entity_bounds, make_batch
-from ..spec import load_spec
+from engine.model.checkpoint import ModelBundle, build_model, load_checkpoint, package_versions
+from engine.data.features import FeatureEncoder
+from engine.data.io import read_transactions
+from engine.model.sequences import entity_bounds, make_batch
+from engine.data.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def rescoring_rate(bundle: ModelBundle, frame: pd.DataFrame, enc, n: int = 1000,
 def incremental_latency(bundle: ModelBundle, frame: pd.DataFrame, n_entities: int = 20, n_new: int = 30):
     """p50/p99 latency (ms) of ``IncrementalScorer.add`` for the last ``n_new`` transactions of
     ``n_entities`` entities whose earlier history was fed first. 1 torch thread, 1 BLAS thread."""
-    from ..incremental import IncrementalScorer
+    from engine.model.incremental import IncrementalScorer
 
     from threadpoolctl import threadpool_limits
 
@@ -121,8 +121,8 @@ def case_open_times(bundle: ModelBundle, frame: pd.DataFrame, n: int = 15, ig_st
 
     One more case runs first, untimed: the first explanation in a process pays one-time costs
     (lazy imports inside shap and captum, kernel set-up) that a running dashboard has paid already."""
-    from ..context import build_context
-    from ..explain import explain_all
+    from engine.explain.context import build_context
+    from engine.explain import explain_all
 
     starts, lengths = entity_bounds(frame["entity_id"].to_numpy())
     T = bundle.config.context_length
@@ -151,8 +151,8 @@ def peak_rss_scoring(data: str, spec: str, model_dir: Path | None) -> tuple[floa
     """(peak RSS in MiB, wall seconds, rows) of scoring the whole file in a child process."""
     code = (
         "import resource, sys, time, json\n"
-        "from engine.io import read_transactions\nfrom engine.spec import load_spec\n"
-        "from engine.scoring import score_frame\nfrom engine.bench.speed import _bundle\n"
+        "from engine.data.io import read_transactions\nfrom engine.data.spec import load_spec\n"
+        "from engine.model.scoring import score_frame\nfrom engine.bench.speed import _bundle\n"
         "t=time.perf_counter(); sp=load_spec(sys.argv[2]); r=read_transactions(sys.argv[1], sp)\n"
         "b=_bundle(r.frame, sp, None if sys.argv[3]=='-' else sys.argv[3]); s=score_frame(b, r.frame)\n"
         "print(json.dumps({'rss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024,"
@@ -167,7 +167,7 @@ def peak_rss_scoring(data: str, spec: str, model_dir: Path | None) -> tuple[floa
 def run(data: str, spec_name: str = "handbook", model_dir: Path | None = None, train_run: Path | None = None,
         out: Path = ROOT / "bench" / "results" / "speed.md", rescoring_sample: int = 1000) -> str:
     """Run every measurement, print and write the markdown report; returns the markdown."""
-    from ..scoring import score_encoded
+    from engine.model.scoring import score_encoded
 
     spec = load_spec(spec_name)
     res = read_transactions(data, spec)

@@ -15,6 +15,12 @@ name                       units               signed  file
 
 Removing a transaction (occlusion, SHAP) always means the presence-mask rule of
 :mod:`engine.explain.removal`. No explainer leaves hooks on, or changes, the shared model.
+
+Package map: :mod:`~engine.explain.context` (the :class:`QueryContext`: exactly the window the
+scorer used, query last), :mod:`~engine.explain.base` (the :class:`Explanation` type),
+:mod:`~engine.explain.removal` (the shared presence-mask machinery), then one file per method
+(table above). Imports :mod:`engine.data` and :mod:`engine.model`; never :mod:`engine.trust` or
+:mod:`engine.cases`.
 """
 
 from __future__ import annotations
@@ -23,11 +29,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from .attention import AttentionConfig, AttentionExplainer, AttentionRolloutExplainer, RolloutConfig
-from .base import ATTENTION_CAVEAT, Explanation
-from .integrated_gradients import IGConfig, IntegratedGradientsExplainer
-from .occlusion import OcclusionConfig, OcclusionExplainer
-from .shap_values import ShapConfig, ShapExplainer
+from engine.explain.attention import AttentionConfig, AttentionExplainer, AttentionRolloutExplainer, RolloutConfig
+from engine.explain.base import ATTENTION_CAVEAT, Explanation
+from engine.explain.integrated_gradients import IGConfig, IntegratedGradientsExplainer
+from engine.explain.occlusion import OcclusionConfig, OcclusionExplainer
+from engine.explain.shap_values import ShapConfig, ShapExplainer
 
 METHODS: dict[str, type] = {
     e.name: e
@@ -41,7 +47,10 @@ METHODS: dict[str, type] = {
 }
 DEFAULT_METHODS: tuple[str, ...] = ("attention", "attention_rollout", "integrated_gradients", "shap", "occlusion")
 
+from engine.explain.context import QueryContext, build_context  # noqa: E402
+
 __all__ = [
+    "QueryContext", "build_context",
     "ATTENTION_CAVEAT", "DEFAULT_METHODS", "METHODS", "AttentionConfig", "Explanation", "IGConfig",
     "OcclusionConfig", "RolloutConfig", "ShapConfig", "explain_all", "explain_transaction",
 ]
@@ -56,10 +65,10 @@ def explain_all(
     shap_samples: int | None = None,
     configs: dict[str, Any] | None = None,
 ) -> dict[str, Explanation]:
-    """Run several explainers on one :class:`~engine.context.QueryContext`.
+    """Run several explainers on one :class:`~engine.explain.context.QueryContext`.
 
     Args:
-        ctx: the query context (``engine.context.build_context``).
+        ctx: the query context (``engine.explain.context.build_context``).
         methods: names from :data:`METHODS`, run in this order.
         seed: SHAP coalition-sampling seed.
         ig_steps: Integrated Gradients initial path points (``IGConfig.n_steps``; adaptive
@@ -98,6 +107,6 @@ def explain_transaction(bundle, frame: pd.DataFrame, transaction_id: str, **kw) 
     Raises:
         KeyError: the transaction id is not in the frame.
     """
-    from ..context import build_context
+    from engine.explain.context import build_context
 
     return explain_all(build_context(bundle, frame, transaction_id), **kw)

@@ -27,9 +27,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..context import QueryContext
-from .base import ATTENTION_CAVEAT, Explanation
-from .removal import eval_mode
+from engine.explain.context import QueryContext
+from engine.explain.base import ATTENTION_CAVEAT, Explanation
+from engine.explain.removal import eval_mode
 
 UNITS = "attention weight"
 BASELINE = "none (attention weights are read from one forward pass of the unmodified context)"

@@ -62,9 +62,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..context import QueryContext
-from .base import Explanation
-from .removal import eval_mode
+from engine.explain.context import QueryContext
+from engine.explain.base import Explanation
+from engine.explain.removal import eval_mode
 
 UNITS = "logit"
 DEFAULT_BREAKPOINTS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)

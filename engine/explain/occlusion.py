@@ -25,9 +25,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..context import QueryContext
-from .base import Explanation
-from .removal import DEFAULT_BATCH_SIZE, REMOVAL_RULE, leave_one_out_masks, query_logits
+from engine.explain.context import QueryContext
+from engine.explain.base import Explanation
+from engine.explain.removal import DEFAULT_BATCH_SIZE, REMOVAL_RULE, leave_one_out_masks, query_logits
 
 UNITS = "logit"
 BASELINE = "f(x) - f(x with that one earlier transaction removed); query's own value 0. " + REMOVAL_RULE

@@ -3,7 +3,7 @@
 Removal rule
 ------------
 A transaction is removed by setting its entry of the model's **presence mask** to ``False``
-(:class:`engine.model.TransactionBatch` ``present``). The model then treats it exactly as if
+(:class:`engine.model.transformer.TransactionBatch` ``present``). The model then treats it exactly as if
 the row had been deleted from the entity's history *within this context window*:
 
 * no transaction attends to it (it is masked out of every attention row);
@@ -16,7 +16,7 @@ the row had been deleted from the entity's history *within this context window*:
 So ``f(context without j)`` equals the score of the history with row ``j`` deleted (tested in
 ``tests/engine/test_model.py`` and, against a re-built context, in
 ``tests/engine/explain/test_occlusion.py``). The one difference from deleting a row of the raw
-file: for a query in a later scoring window (``engine.sequences``), deleting a row of the file
+file: for a query in a later scoring window (``engine.model.sequences``), deleting a row of the file
 would move the window start one row earlier; the removal rule keeps the window the scorer used.
 
 The query (last position) is **never removed**: its logit is the quantity being explained. Every
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..context import QueryContext
+    from engine.explain.context import QueryContext
 
 REMOVAL_RULE = (
     "Removing a transaction = presence mask False: it is treated exactly as if deleted from the "
@@ -107,7 +107,7 @@ def query_logits(ctx: "QueryContext", present: torch.Tensor, batch_size: int = D
     """Query logits ``[n]`` float64 for presence masks ``present [n, T]`` bool, in chunks of ``batch_size``.
 
     Each mask is scored as the packed history of its present rows (:func:`pack_present`; equal to
-    :meth:`engine.context.QueryContext.logits` with the mask, tested), masks sorted by their number
+    :meth:`engine.explain.context.QueryContext.logits` with the mask, tested), masks sorted by their number
     of present rows so a chunk pads little; no gradients, model in eval mode. Results are in the
     order of ``present``.
 
@@ -145,12 +145,12 @@ def pack_present(batch, present: torch.Tensor):
     already skips them, so dropping them changes nothing but the cost.
 
     Args:
-        batch: :class:`engine.model.TransactionBatch` with ``B = 1``.
+        batch: :class:`engine.model.transformer.TransactionBatch` with ``B = 1``.
         present: ``[n, T]`` bool, last column all True.
     Returns:
         ``TransactionBatch`` ``[n, M]``.
     """
-    from ..model import TransactionBatch
+    from engine.model.sequences import TransactionBatch
 
     n, T = present.shape
     m = present.sum(dim=1)  # [n]

@@ -34,9 +34,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..context import QueryContext
-from .base import Explanation
-from .removal import DEFAULT_BATCH_SIZE, REMOVAL_RULE, coalition_logits
+from engine.explain.context import QueryContext
+from engine.explain.base import Explanation
+from engine.explain.removal import DEFAULT_BATCH_SIZE, REMOVAL_RULE, coalition_logits
 
 UNITS = "logit"
 BASELINE = (

@@ -15,7 +15,7 @@ split), at most ``max_cases`` of them drawn uniformly with ``seed``:
 * scores **ground truth** where the data carries it (evaluation-only passthrough columns, never
   model input):
 
-  - demo data (``engine.simulate``, spec ``demo``): ``Fraud Episode`` — the earlier context
+  - demo data (``engine.data.simulate``, spec ``demo``): ``Fraud Episode`` — the earlier context
     transactions of the query's own episode;
   - Fraud Detection Handbook (spec ``handbook``): ``TX_FRAUD_SCENARIO`` — scenario 3
     (compromised customer credentials): the earlier fraudulent (scenario 3) transactions of the
@@ -46,12 +46,12 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..checkpoint import ModelBundle, package_versions
-from ..context import QueryContext, build_context
-from ..explain import DEFAULT_METHODS, explain_all
-from ..scoring import score_encoded, sigmoid
-from .faithfulness import evaluate_faithfulness, ranking_order
-from .sanity import COMPLETENESS_TOLERANCE, completeness_checks
+from engine.model.checkpoint import ModelBundle, package_versions
+from engine.explain.context import QueryContext, build_context
+from engine.explain import DEFAULT_METHODS, explain_all
+from engine.model.scoring import score_encoded, sigmoid
+from engine.trust.faithfulness import evaluate_faithfulness, ranking_order
+from engine.trust.sanity import COMPLETENESS_TOLERANCE, completeness_checks
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "bench" / "results" / "explanations.md"
 EPISODE_COLUMN = "Fraud Episode"
@@ -288,9 +288,9 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
     """
-    from ..checkpoint import load_checkpoint
-    from ..io import read_transactions
-    from ..spec import DatasetSpec, load_spec
+    from engine.model.checkpoint import load_checkpoint
+    from engine.data.io import read_transactions
+    from engine.data.spec import DatasetSpec, load_spec
 
     t0 = time.perf_counter()
     bundle = load_checkpoint(model)

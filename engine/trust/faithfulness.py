@@ -44,9 +44,9 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-from ..context import QueryContext
-from ..explain.base import Explanation
-from ..explain.removal import DEFAULT_BATCH_SIZE, REMOVAL_RULE, presence_masks, query_logits
+from engine.explain.context import QueryContext
+from engine.explain.base import Explanation
+from engine.explain.removal import DEFAULT_BATCH_SIZE, REMOVAL_RULE, presence_masks, query_logits
 
 DEFAULT_K = 10
 DEFAULT_N_RANDOM = 5
@@ -264,7 +264,7 @@ def evaluate_faithfulness(
     if attention is None:
         attention = explanations.get("attention")
     if attention is None:
-        from ..explain.attention import AttentionConfig, explain as explain_attention
+        from engine.explain.attention import AttentionConfig, explain as explain_attention
 
         attention = explain_attention(ctx, AttentionConfig(return_matrices=False))
     att_del, att_ins = curves(ranking_order(attention))

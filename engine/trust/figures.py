@@ -22,7 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .faithfulness import FaithfulnessResult
+    from engine.trust.faithfulness import FaithfulnessResult
 
 METHOD_COLOR = "#c62828"
 RANDOM_COLOR = "#78909c"

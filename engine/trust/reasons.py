@@ -57,7 +57,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ..explain.base import Explanation
+from engine.explain.base import Explanation
 
 RANKING_METHODS = ("shap", "occlusion", "integrated_gradients")
 NIGHT_HOURS = (0, 6)  # [start, end) hours counted as night
@@ -138,7 +138,7 @@ def reason_codes(
     """Reason codes for the query of ``ctx`` (see the module docstring for the rules).
 
     Args:
-        ctx: the query context (:class:`engine.context.QueryContext`; uses ``ctx.rows``,
+        ctx: the query context (:class:`engine.explain.context.QueryContext`; uses ``ctx.rows``,
             ``ctx.field_names``, ``ctx.bundle.spec``).
         explanations: ``{method: Explanation}`` of this context (IG needed for field resolution).
         method: the method ranking the transactions (default: first of

@@ -59,10 +59,10 @@ import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
-from ..context import QueryContext
-from ..explain import METHODS, IGConfig
-from ..explain.base import Explanation
-from ..model import FraudTransformer
+from engine.explain.context import QueryContext
+from engine.explain import METHODS, IGConfig
+from engine.explain.base import Explanation
+from engine.model.transformer import FraudTransformer
 
 #: full-randomisation rank correlation above which a method is "not evidence" (see module doc)
 RANDOMISATION_BOUND = 0.5

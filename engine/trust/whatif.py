@@ -2,9 +2,9 @@
 
 An analyst asks "would this still be flagged if that purchase had been smaller / at another
 merchant / not there at all / if there had been one more purchase?". :func:`what_if` applies
-:class:`Edit` s to the canonical frame (:mod:`engine.io` contract), **re-encodes** the edited rows
+:class:`Edit` s to the canonical frame (:mod:`engine.data.io` contract), **re-encodes** the edited rows
 with the model's fitted feature statistics and rebuilds the query's context from the edited
-frame (:func:`engine.context.build_context`), so the new score is exactly what whole-file
+frame (:func:`engine.explain.context.build_context`), so the new score is exactly what whole-file
 scoring of the edited file gives (tested against ``score_file`` on an edited raw file). Nothing
 of the original encoding is reused.
 
@@ -35,11 +35,11 @@ from typing import Any, Iterable, Literal, Mapping
 import numpy as np
 import pandas as pd
 
-from ..checkpoint import ModelBundle
-from ..context import QueryContext, build_context
-from ..explain import DEFAULT_METHODS, explain_all
-from ..explain.base import Explanation
-from ..spec import DatasetSpec, FieldKind
+from engine.model.checkpoint import ModelBundle
+from engine.explain.context import QueryContext, build_context
+from engine.explain import DEFAULT_METHODS, explain_all
+from engine.explain.base import Explanation
+from engine.data.spec import DatasetSpec, FieldKind
 
 Op = Literal["change", "remove", "add"]
 SORT_COLUMNS = ["entity_id", "timestamp", "row_number"]
@@ -103,7 +103,7 @@ def _timestamp(v: Any) -> pd.Timestamp:
 
 
 def _normalise(spec: DatasetSpec, column: str, value: Any) -> Any:
-    """A raw value for ``column`` in canonical form (see the engine.io contract).
+    """A raw value for ``column`` in canonical form (see the engine.data.io contract).
 
     Raises:
         ValueError: the column cannot be edited or the value is not valid for it.
@@ -267,7 +267,7 @@ def apply_edits(
 def _recompute_aggregates(f: pd.DataFrame, spec: DatasetSpec, touched: dict[str, set]) -> pd.DataFrame:
     """Recompute every aggregate for the rows whose key is among the touched values (an
     aggregate of a row depends only on rows with the same key: exact)."""
-    from ..aggregates import delayed_aggregates
+    from engine.data.aggregates import delayed_aggregates
 
     for agg in spec.aggregates:
         keys = touched.get(agg.key, set())

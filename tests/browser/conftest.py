@@ -30,7 +30,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def e2e_world(tmp_path_factory):
     """Tiny untrained model + the first 1500 demo rows (as tests/dashboard/test_app.py)."""
-    from engine import case_view as cv
+    from engine.cases import view as cv
     from tiny_models import demo_slice, tiny_checkpoint
 
     d = tmp_path_factory.mktemp("e2e")

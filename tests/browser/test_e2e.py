@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
-from engine import report as rp
+from engine.cases import report as rp
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 90_000  # ms: first explanation of a case on a shared 2-core machine

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import case_view as cv
+from engine.cases import view as cv
 from tiny_models import demo_slice, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.cases import CaseStore
+from engine.cases.store import CaseStore
 
 from test_app import APP, TIMEOUT, _ok, world  # noqa: F401 - the shared fixture
 

@@ -2,7 +2,7 @@
 
 Same set-up as tests/dashboard/test_app.py: a slice of the demo data and a tiny untrained model
 (noise on the weights) in a temp folder, passed through the FRAUDLENS_* environment variables.
-Every number shown is checked against the engine (engine.trust, engine.scoring.score_frame)."""
+Every number shown is checked against the engine (engine.trust, engine.model.scoring.score_frame)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from engine import case_view as cv
-from engine.context import build_context
-from engine.scoring import score_frame
+from engine.cases import view as cv
+from engine.explain.context import build_context
+from engine.model.scoring import score_frame
 from engine.trust.agreement import method_agreement
 from engine.trust.figures import METHOD_TITLES as TITLES
 from engine.trust.faithfulness import evaluate_faithfulness

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.aggregates import delayed_aggregates
-from engine.spec import DelayedAggregateSpec
+from engine.data.aggregates import delayed_aggregates
+from engine.data.spec import DelayedAggregateSpec
 
 
 def brute(frame, agg):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import case_view as cv
+from engine.cases import view as cv
 from tiny_models import demo_slice
 from tiny_models import tiny_checkpoint as _tiny_checkpoint
 

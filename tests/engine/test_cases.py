@@ -1,4 +1,4 @@
-"""Tests for engine.cases: storage location, schema migration, audit log, four-eyes,
+"""Tests for engine.cases.store: storage location, schema migration, audit log, four-eyes,
 notes, queue, optimistic locking, concurrent writers and crash consistency."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import engine.cases as cases_mod
-from engine.cases import (
+import engine.cases.store.common as cases_mod
+import engine.cases.store.schema as schema_mod
+from engine.cases.store import (
     LATEST_VERSION,
     STATES,
     CaseNotFoundError,
@@ -38,7 +39,7 @@ from engine.cases import (
 
 SHA = "a" * 64
 SHA2 = "b" * 64
-REPO_ROOT = Path(cases_mod.__file__).resolve().parents[1]
+REPO_ROOT = Path(cases_mod.__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +140,7 @@ def test_path_explicit_beats_env_beats_platformdirs(tmp_path, monkeypatch):
 
 def test_new_database_is_at_latest_version_in_wal(db):
     with CaseStore(db) as s:
-        assert s.schema_version == LATEST_VERSION == len(cases_mod.MIGRATIONS)
+        assert s.schema_version == LATEST_VERSION == len(schema_mod.MIGRATIONS)
     conn = raw(db)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST_VERSION
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -203,8 +204,8 @@ def test_failed_migration_rolls_back_to_previous_version(db, monkeypatch):
         conn.execute("CREATE TABLE half_done (x)")
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cases_mod, "MIGRATIONS", [*cases_mod.MIGRATIONS, broken])
-    monkeypatch.setattr(cases_mod, "LATEST_VERSION", LATEST_VERSION + 1)
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", [*schema_mod.MIGRATIONS, broken])
+    monkeypatch.setattr(schema_mod, "LATEST_VERSION", LATEST_VERSION + 1)
     with pytest.raises(RuntimeError, match="boom"):
         CaseStore(db)
     conn = raw(db)
@@ -619,7 +620,7 @@ def test_one_store_shared_by_threads_loses_no_update(store, db):
 
 WRITER = r"""
 import os, sys, time
-from engine.cases import CaseStore
+from engine.cases.store import CaseStore
 db, analyst, n, cid, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 s = CaseStore(db, four_eyes=False)
 print("ready", flush=True)
@@ -662,7 +663,7 @@ def test_two_processes_lose_no_update(store, db, tmp_path):
 
 CRASHER = r"""
 import itertools, random, sys, time
-from engine.cases import CaseStore
+from engine.cases.store import CaseStore
 
 class Stalling(CaseStore):
     stall_at = int(sys.argv[2])

@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
-from engine.aggregates import delayed_aggregates
-from engine.checkpoint import ModelBundle, build_model
-from engine.features import AGGREGATE_PLE_BINS, FeatureEncoder, _aggregate_edges, piecewise_linear
-from engine.incremental import IncrementalScorer
-from engine.scoring import score_frame
-from engine.sequences import make_batch
-from engine.spec import DatasetSpec
+from engine.data.aggregates import delayed_aggregates
+from engine.model.checkpoint import ModelBundle, build_model
+from engine.data.features import AGGREGATE_PLE_BINS, FeatureEncoder, _aggregate_edges, piecewise_linear
+from engine.model.incremental import IncrementalScorer
+from engine.model.scoring import score_frame
+from engine.model.sequences import make_batch
+from engine.data.spec import DatasetSpec
 
 from tiny_models import tiny_frame, tiny_spec
 

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from engine import figures as F
+from engine.cases import figures as F
 from engine.explain.base import Explanation
 
 T, L, H, FIELDS = 5, 2, 3, ["amount", "mcc", "merchant"]

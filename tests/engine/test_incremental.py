@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from engine.incremental import IncrementalScorer
-from engine.scoring import score_frame
+from engine.model.incremental import IncrementalScorer
+from engine.model.scoring import score_frame
 
 from test_model import bundle, tiny_frame  # noqa: F401  (tiny-config fixtures)
 

@@ -1,4 +1,4 @@
-"""engine.inspect: guessing a spec from a raw file, writing it, reading with it."""
+"""engine.data.inspect: guessing a spec from a raw file, writing it, reading with it."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import csv
 
 import pytest
 
-from engine.inspect import _tokens, guess_spec, write_spec
-from engine.io import read_transactions
-from engine.spec import FieldKind, load_spec
+from engine.data.inspect import _tokens, guess_spec, write_spec
+from engine.data.io import read_transactions
+from engine.data.spec import FieldKind, load_spec
 
 
 def test_tokens():

@@ -1,4 +1,4 @@
-"""engine.io: reading real files through the built-in specs, and row accounting on bad input."""
+"""engine.data.io: reading real files through the built-in specs, and row accounting on bad input."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.io import REJECTED_COLUMNS, LoadResult, read_raw, read_transactions
-from engine.spec import load_spec, spec_from_dict
+from engine.data.io import REJECTED_COLUMNS, LoadResult, read_raw, read_transactions
+from engine.data.spec import load_spec, spec_from_dict
 
 TABFORMER_HEADER = [
     "User", "Card", "Year", "Month", "Day", "Time", "Amount", "Use Chip", "Merchant Name",
@@ -45,7 +45,7 @@ def write_csv(path: Path, rows: list[dict], header: list[str] = TABFORMER_HEADER
 
 
 def check_contract(res: LoadResult) -> None:
-    """The CONTRACT of engine/io.py: columns, dtypes, order, accounting."""
+    """The CONTRACT of engine/data/io.py: columns, dtypes, order, accounting."""
     f = res.frame
     assert list(f.columns[:5]) == ["row_number", "transaction_id", "entity_id", "timestamp", "amount"]
     assert f["row_number"].dtype == np.int64

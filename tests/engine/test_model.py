@@ -5,13 +5,13 @@ import pandas as pd
 import pytest
 import torch
 
-from engine.checkpoint import ModelBundle, build_model, load_checkpoint, save_checkpoint
-from engine.context import build_context
-from engine.features import FeatureEncoder
-from engine.model import TransactionBatch
-from engine.scoring import score_frame
-from engine.sequences import build_windows, make_batch
-from engine.spec import DatasetSpec
+from engine.model.checkpoint import ModelBundle, build_model, load_checkpoint, save_checkpoint
+from engine.explain.context import build_context
+from engine.data.features import FeatureEncoder
+from engine.model.sequences import TransactionBatch
+from engine.model.scoring import score_frame
+from engine.model.sequences import build_windows, make_batch
+from engine.data.spec import DatasetSpec
 
 
 from tiny_models import tiny_frame, tiny_spec  # noqa: E402,F401  (re-exported for other tests)
@@ -195,7 +195,7 @@ def test_checkpoint_roundtrip_and_tamper_detection(bundle, tmp_path):
 def test_history_deviation_gets_piecewise_linear_bins(bundle):
     """``amount_vs_history`` enters as the deviation plus its piecewise-linear code over
     ``cfg.history_edges``; a checkpoint config without the field loads with the linear form only."""
-    from engine.model import DEFAULT_HISTORY_EDGES, ModelConfig
+    from engine.model.transformer import DEFAULT_HISTORY_EDGES, ModelConfig
 
     rows = bundle.model.rows
     e = list(bundle.model.cfg.history_edges)
@@ -214,12 +214,12 @@ def test_history_deviation_gets_piecewise_linear_bins(bundle):
     legacy = {k: v for k, v in bundle.model.cfg.to_dict().items() if k != "history_edges"}
     cfg = ModelConfig.from_dict(legacy)
     assert cfg.history_edges == []
-    from engine.model import FraudTransformer
+    from engine.model.transformer import FraudTransformer
     assert FraudTransformer(cfg).rows.hist_lin.in_features == 1
 
 
 def test_config_checks_one_edge_list_per_num_column(bundle):
-    from engine.model import ModelConfig
+    from engine.model.transformer import ModelConfig
 
     d = bundle.model.cfg.to_dict()
     n = len(d["num_field_index"])

@@ -1,4 +1,4 @@
-"""Tests for engine.redact: card masking, pseudonyms, CSV injection, markup escaping."""
+"""Tests for engine.cases.redact: card masking, pseudonyms, CSV injection, markup escaping."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import redact
-from engine.redact import (
+from engine.cases import redact as redact
+from engine.cases.redact import (
     escape_markup,
     mask_card_number,
     neutralise_csv_cell,

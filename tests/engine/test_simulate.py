@@ -1,4 +1,4 @@
-"""Tests of the transaction simulator (engine.simulate) and the committed demo data."""
+"""Tests of the transaction simulator (engine.data.simulate) and the committed demo data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.simulate import (
+from engine.data.simulate import (
     COLUMNS,
     EPISODE_KINDS,
     FRAUD_KINDS,

@@ -1,4 +1,4 @@
-"""engine.spec: built-in specs, validation, TOML round trip."""
+"""engine.data.spec: built-in specs, validation, TOML round trip."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from engine.spec import (
+from engine.data.spec import (
     ColumnRole,
     DatasetSpec,
     FieldKind,

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.features import FeatureEncoder
-from engine.train import TrainConfig, fit
+from engine.data.features import FeatureEncoder
+from engine.model.train import TrainConfig, fit
 
 from tiny_models import tiny_frame, tiny_spec
 

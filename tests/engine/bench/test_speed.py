@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.bench.speed import case_open_times, incremental_latency, rescoring_rate
-from engine.checkpoint import load_checkpoint
+from engine.model.checkpoint import load_checkpoint
 
 from tiny_models import tiny_checkpoint, tiny_frame, tiny_spec
 

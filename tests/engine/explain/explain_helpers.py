@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from engine.checkpoint import ModelBundle, build_model
-from engine.context import build_context
-from engine.features import FeatureEncoder
-from engine.spec import DatasetSpec
+from engine.model.checkpoint import ModelBundle, build_model
+from engine.explain.context import build_context
+from engine.data.features import FeatureEncoder
+from engine.data.spec import DatasetSpec
 
 
 from tiny_models import tiny_frame, tiny_spec  # noqa: E402,F401

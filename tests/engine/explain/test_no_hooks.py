@@ -8,7 +8,7 @@ import pytest
 import torch
 from explain_helpers import context, frame, make_bundle, one_torch_thread  # noqa: F401 (autouse fixture)
 
-from engine.context import build_context
+from engine.explain.context import build_context
 from engine.explain import DEFAULT_METHODS, METHODS, Explanation, explain_all, explain_transaction
 
 

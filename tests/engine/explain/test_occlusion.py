@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from explain_helpers import context, frame, one_torch_thread, shared_bundle  # noqa: F401 (autouse fixture)
 
-from engine.context import build_context
+from engine.explain.context import build_context
 from engine.explain.occlusion import OcclusionConfig, explain
-from engine.scoring import score_frame
+from engine.model.scoring import score_frame
 
 
 def test_equals_rescore_with_row_deleted_from_the_frame():

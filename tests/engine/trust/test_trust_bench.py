@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from trust_helpers import frame, one_torch_thread, to_raw, trained_bundle  # noqa: F401
 
-from engine.checkpoint import save_checkpoint
-from engine.context import build_context
-from engine.scoring import score_frame
+from engine.model.checkpoint import save_checkpoint
+from engine.explain.context import build_context
+from engine.model.scoring import score_frame
 from engine.trust.bench import ground_truth, main, precision_at_k, run_explanation_bench
 
 METHODS = ("attention", "shap", "occlusion")

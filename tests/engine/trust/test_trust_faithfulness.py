@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from trust_helpers import context, frame, one_torch_thread, positive_queries, trained_bundle  # noqa: F401
 
-from engine.context import build_context
+from engine.explain.context import build_context
 from engine.explain import explain_all
 from engine.explain.base import Explanation
 from engine.trust.faithfulness import aopc, curve, evaluate_faithfulness, faithfulness_table, ranking_order

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 from trust_helpers import context, one_torch_thread, positive_queries  # noqa: F401
 
-from engine.checkpoint import ModelBundle, build_model
-from engine.context import build_context
+from engine.model.checkpoint import ModelBundle, build_model
+from engine.explain.context import build_context
 from engine.explain import explain_all
 from engine.explain.base import Explanation
-from engine.features import FeatureEncoder
-from engine.spec import load_spec
+from engine.data.features import FeatureEncoder
+from engine.data.spec import load_spec
 from engine.trust.reasons import reason_codes, summary_text
 
 
@@ -182,7 +182,7 @@ def test_reasons_on_the_trained_model_cite_top_transactions_and_true_numbers():
 def test_terminal_run_reason_matches_the_delayed_labels():
     """Handbook spec: the query's terminal had frauds every day from 12 days before it; known 7
     days late, the run at the query holds the frauds of days -12..-8 (5 of them)."""
-    from engine.aggregates import add_aggregates
+    from engine.data.aggregates import add_aggregates
 
     spec = load_spec("handbook")
     t0 = pd.Timestamp("2018-08-20 12:00")

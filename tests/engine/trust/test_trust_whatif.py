@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from trust_helpers import TRIGGER, frame, one_torch_thread, spec, to_raw, trained_bundle  # noqa: F401
 
-from engine.aggregates import add_aggregates
-from engine.context import build_context
-from engine.io import read_transactions
-from engine.scoring import score_file
-from engine.spec import DatasetSpec
+from engine.data.aggregates import add_aggregates
+from engine.explain.context import build_context
+from engine.data.io import read_transactions
+from engine.model.scoring import score_file
+from engine.data.spec import DatasetSpec
 from engine.trust.whatif import Edit, WhatIfResult, apply_edits, what_if
 
 

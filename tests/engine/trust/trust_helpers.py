@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 import torch
 
-from engine.checkpoint import ModelBundle, build_model
-from engine.context import build_context
-from engine.features import FeatureEncoder
-from engine.sequences import build_windows, make_batch, window_entity_start
-from engine.spec import DatasetSpec
+from engine.model.checkpoint import ModelBundle, build_model
+from engine.explain.context import build_context
+from engine.data.features import FeatureEncoder
+from engine.model.sequences import build_windows, make_batch, window_entity_start
+from engine.data.spec import DatasetSpec
 
 TRIGGER = "7995"
 WINDOW_H = 3.0
@@ -48,7 +48,7 @@ def spec(with_id: bool = False) -> DatasetSpec:
 
 
 def synthetic_frame(n_entities: int = 24, n: int = 40, seed: int = 0) -> pd.DataFrame:
-    """Canonical frame (engine.io contract) of the synthetic task; ``Fraud Episode`` column."""
+    """Canonical frame (engine.data.io contract) of the synthetic task; ``Fraud Episode`` column."""
     rng = np.random.default_rng(seed)
     parts = []
     for e in range(n_entities):

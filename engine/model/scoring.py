@@ -14,10 +14,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .checkpoint import ModelBundle
-from .features import EncodedFrame
-from .model import FraudTransformer
-from .sequences import build_windows, length_batches, make_batch, window_entity_start
+from engine.data.features import EncodedFrame
+from engine.model.checkpoint import ModelBundle
+from engine.model.sequences import (
+    build_windows,
+    length_batches,
+    make_batch,
+    window_entity_start,
+)
+from engine.model.transformer import FraudTransformer
 
 
 def score_encoded(
@@ -85,7 +90,7 @@ def check_compatible(bundle: ModelBundle, frame: pd.DataFrame, source: str = "th
 
 
 def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 64) -> pd.DataFrame:
-    """Score a canonical frame (see :mod:`engine.io`).
+    """Score a canonical frame (see :mod:`engine.data.io`).
 
     Returns:
         DataFrame with row_number, transaction_id, entity_id, timestamp, amount, label (if known),
@@ -125,7 +130,7 @@ def score_file(bundle: ModelBundle, path: str | Path, spec=None, *, batch_size: 
         ValueError / FileNotFoundError: from reading (missing columns, unreadable file).
         AssertionError never: the accounting identity is checked and raised as RuntimeError.
     """
-    from .io import read_transactions
+    from engine.data.io import read_transactions
 
     t0 = time.perf_counter()
     res = read_transactions(path, spec or bundle.spec)

@@ -1,7 +1,7 @@
 """Guess a dataset spec from a raw file (``fraudlens inspect``).
 
 :func:`guess_spec` reads the first rows of a CSV or Parquet file and guesses each column's
-role (:class:`engine.spec.ColumnRole`) from its name and values:
+role (:class:`engine.data.spec.ColumnRole`) from its name and values:
 
 * label: a fraud/label/target-named column whose values are one binary pair (0/1, Yes/No,
   true/false, Y/N, fraud/legit); other fraud-named columns (scenario, episode) become
@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .io import _numbers, _text, read_raw
-from .spec import DatasetSpec, spec_from_dict
+from engine.data.io import read_raw
+from engine.data.spec import DatasetSpec, spec_from_dict
+from engine.data.validate import _numbers, _text
 
 __all__ = ["guess_spec", "write_spec", "SAMPLE_ROWS"]
 
@@ -350,7 +351,7 @@ def write_spec(spec: DatasetSpec, path: str | Path, *, overwrite: bool = False) 
     """Write ``spec`` as TOML to ``path``, with a header comment telling the user to check it.
 
     Returns the path. Raises ``FileExistsError`` if it exists and ``overwrite`` is False.
-    The file loads back with :func:`engine.spec.load_spec` to an equal spec.
+    The file loads back with :func:`engine.data.spec.load_spec` to an equal spec.
     """
     p = Path(path)
     if p.exists() and not overwrite:

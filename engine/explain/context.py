@@ -1,7 +1,7 @@
 """The context of a query transaction: exactly the history the scorer used for it.
 
 A query at position ``p`` of its entity's history is scored in window ``k(p)``
-(:mod:`engine.sequences`). Its context is that window cut right after the query: ``T``
+(:mod:`engine.model.sequences`). Its context is that window cut right after the query: ``T``
 transactions in time order, query last, with ``prev_time_s`` for the transaction before the
 window. Scoring the context gives the same logit as whole-file scoring (tested), so every
 explanation explains the score the analyst sees.
@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .checkpoint import ModelBundle
-from .features import EncodedFrame
-from .model import TransactionBatch
-from .sequences import entity_bounds, make_batch, window_of_position
+from engine.model.checkpoint import ModelBundle
+from engine.data.features import EncodedFrame
+from engine.model.sequences import TransactionBatch
+from engine.model.sequences import entity_bounds, make_batch, window_of_position
 
 
 @dataclass
@@ -52,7 +52,7 @@ class QueryContext:
     def logits(self, present: torch.Tensor | None = None) -> torch.Tensor:
         """Query logits ``[B]`` for presence masks ``present [B, T]`` bool (default: all present).
 
-        A transaction with ``present=False`` is removed from the history (see engine.model)."""
+        A transaction with ``present=False`` is removed from the history (see engine.model.transformer)."""
         with torch.no_grad():
             return self.bundle.model.query_logits(self.batch, present)
 

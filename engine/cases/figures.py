@@ -25,7 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 if TYPE_CHECKING:  # figures stay importable without the explainers (and torch)
-    from .explain.base import Explanation
+    from engine.explain.base import Explanation
 
 __all__ = [
     "FRAUD_COLOR",

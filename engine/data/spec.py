@@ -6,7 +6,7 @@ the timestamp (one column, or parts such as Year/Month/Day/Time), the amount, th
 model's input fields (categorical, numeric, multi-valued), the optional label, and
 columns that are carried along for display or evaluation but are never model input.
 
-Built-in specs live in ``engine/specs/*.toml`` (``tabformer``, ``handbook``, ``banksim``).
+Built-in specs live in ``engine/data/specs/*.toml`` (``tabformer``, ``handbook``, ``banksim``).
 ``load_spec("tabformer")`` loads a built-in one, ``load_spec("path/to/my.toml")`` a file.
 
 Example (abridged ``tabformer.toml``)::

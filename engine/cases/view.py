@@ -3,7 +3,7 @@
 The dashboard calls these functions (never torch): load a source through a spec, load a model,
 score, rank entities, build one entity's timeline, explain one query transaction and lay out the
 explanations as display tables. Everything returned for display is *display-safe*: card-number-
-like text is masked with :func:`engine.redact.mask_card_number`; raw ids stay in the id columns
+like text is masked with :func:`engine.cases.redact.mask_card_number`; raw ids stay in the id columns
 (``entity_id``, ``transaction_id``) for look-ups and are masked in the ``entity`` /
 ``transaction`` display columns.
 
@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .figures import METHOD_TITLES, format_amount, transaction_labels
-from .redact import mask_card_number
+from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
+from engine.cases.redact import mask_card_number
 
 if TYPE_CHECKING:
-    from .checkpoint import ModelBundle
-    from .explain.base import Explanation
-    from .spec import DatasetSpec
+    from engine.model.checkpoint import ModelBundle
+    from engine.explain.base import Explanation
+    from engine.data.spec import DatasetSpec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_DATA = REPO_ROOT / "demo_data" / "transactions.csv"
 #: the explanation methods, in the order the dashboard shows them
 METHODS = ("attention", "attention_rollout", "integrated_gradients", "shap", "occlusion")
@@ -57,7 +57,7 @@ _CORE = ("row_number", "transaction_id", "entity_id", "timestamp", "amount", "la
 def demo_spec_name() -> str:
     """``"demo"`` if that built-in spec exists, else ``"tabformer"`` (same columns but the two
     ground-truth columns)."""
-    from .spec import builtin_specs
+    from engine.data.spec import builtin_specs
 
     return "demo" if "demo" in builtin_specs() else "tabformer"
 
@@ -83,7 +83,7 @@ def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transact
 
 
 def mask(text: Any) -> Any:
-    """:func:`engine.redact.mask_card_number` (re-exported for the dashboard)."""
+    """:func:`engine.cases.redact.mask_card_number` (re-exported for the dashboard)."""
     return mask_card_number(text)
 
 
@@ -93,7 +93,7 @@ class Source:
     """A data file read through a spec.
 
     Attributes:
-        frame: canonical frame (see :mod:`engine.io`).
+        frame: canonical frame (see :mod:`engine.data.io`).
         rejected: rejected rows (file, row_number, column, value, reason).
         rows_read: data records read.
         path: the file. spec: the spec it was read with. file_sha256: content hash.
@@ -120,11 +120,11 @@ def load_source(path: str | Path, spec: "str | Path | DatasetSpec", max_rows: in
     """Read ``path`` with ``spec`` (a built-in name, a TOML path or a DatasetSpec).
 
     Raises:
-        FileNotFoundError / ValueError: from :func:`engine.spec.load_spec` and
-            :func:`engine.io.read_transactions` (missing file or columns, bad spec).
+        FileNotFoundError / ValueError: from :func:`engine.data.spec.load_spec` and
+            :func:`engine.data.io.read_transactions` (missing file or columns, bad spec).
     """
-    from .io import read_transactions
-    from .spec import DatasetSpec, load_spec
+    from engine.data.io import read_transactions
+    from engine.data.spec import DatasetSpec, load_spec
 
     sp = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
     p = Path(path)
@@ -138,21 +138,21 @@ def load_source(path: str | Path, spec: "str | Path | DatasetSpec", max_rows: in
 
 def load_model(path: str | Path | None = None) -> "ModelBundle":
     """Load a checkpoint directory (``None`` or ``""``: the demo model in ``assets/demo_model``)."""
-    from .checkpoint import load_checkpoint
+    from engine.model.checkpoint import load_checkpoint
 
     return load_checkpoint(path or None)
 
 
 def default_model_dir() -> Path:
-    from .checkpoint import ASSET_MODEL_DIR
+    from engine.model.checkpoint import ASSET_MODEL_DIR
 
     return ASSET_MODEL_DIR
 
 
 def score_source(bundle: "ModelBundle", frame: pd.DataFrame) -> pd.DataFrame:
-    """:func:`engine.scoring.score_frame` (frame order) with a boolean ``flagged`` column
+    """:func:`engine.model.scoring.score_frame` (frame order) with a boolean ``flagged`` column
     (probability >= the model's review threshold)."""
-    from .scoring import score_frame
+    from engine.model.scoring import score_frame
 
     s = score_frame(bundle, frame)
     s["flagged"] = s["probability"].to_numpy() >= bundle.threshold
@@ -284,7 +284,7 @@ def explain_query(bundle: "ModelBundle", frame: pd.DataFrame, transaction_id: st
         ImportError: the explainers are not available.
         KeyError: unknown transaction id.
     """
-    from . import explain as ex
+    from engine import explain as ex
 
     fn = getattr(ex, "explain_transaction", None)
     if fn is None:

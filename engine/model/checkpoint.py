@@ -22,13 +22,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from . import __version__
-from .features import FeatureEncoder
-from .model import FraudTransformer, ModelConfig
-from .spec import DatasetSpec, spec_from_dict
+from engine import __version__
+from engine.data.features import FeatureEncoder
+from engine.data.spec import DatasetSpec, spec_from_dict
+from engine.model.transformer import FraudTransformer, ModelConfig
 
 WEIGHTS, META = "model.safetensors", "checkpoint.json"
-ASSET_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo_model"
+ASSET_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_model"
 
 
 @dataclass

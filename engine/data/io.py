@@ -33,7 +33,7 @@ Details of the parsing rules (beyond the contract):
 * Entity and id cells are stripped of surrounding blanks. An empty entity part is rejected.
 * Amount: the characters in ``spec.amount.strip`` are removed, then the text must be a finite
   number (``"$-25.00"`` -> -25.0, ``"1,234.50"`` -> 1234.5).
-* Timestamp: see :class:`engine.spec.TimestampSpec`. Text is parsed as ISO 8601 unless a
+* Timestamp: see :class:`engine.data.spec.TimestampSpec`. Text is parsed as ISO 8601 unless a
   ``format`` is given; offsets are converted to UTC, then dropped. It must fall in the
   datetime64[ns] range (1677-09-22 .. 2262-04-11).
 * Categorical fields: normalised per ``field.normalize`` (``zip5``: ``"91750.0"`` -> ``"91750"``,
@@ -56,29 +56,38 @@ from __future__ import annotations
 
 import bz2
 import csv
-import difflib
 import gzip
 import lzma
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .spec import DatasetSpec, FieldKind, FieldSpec
+from engine.data.spec import DatasetSpec, FieldKind
+from engine.data.validate import (
+    _categorical,
+    _check_columns,
+    _clip,
+    _first_of,
+    _flag_duplicates,
+    _is_text,
+    _join_keys,
+    _LazyText,
+    _multi,
+    _numbers,
+    _Problems,
+    _text,
+    _text_codes,
+    _timestamps,
+)
 
 __all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format"]
 
 REJECTED_COLUMNS = ["file", "row_number", "column", "value", "reason"]
-_MAX_VALUE_CHARS = 200
-_NS_MIN = pd.Timestamp.min.as_unit("ns")
-_NS_MAX = pd.Timestamp.max.as_unit("ns")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,10 +166,6 @@ def detect_format(path: str | Path, spec_format: str = "auto") -> str:
 def _open_text(path: Path):
     opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix.lower(), open)
     return opener(path, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
-
-
-def _clip(v: str) -> str:
-    return v if len(v) <= _MAX_VALUE_CHARS else v[: _MAX_VALUE_CHARS - 1] + "…"
 
 
 def _csv_header(path: Path) -> list[str]:
@@ -289,303 +294,6 @@ def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None
     raw, _, _ = _read_csv(p, max_rows) if f == "csv" else _read_parquet(p, max_rows)
     return raw
 
-
-# ---------------------------------------------------------------------------------------------
-# per-role parsing helpers
-# ---------------------------------------------------------------------------------------------
-class _Problems:
-    """First problem per row: column, raw value, reason."""
-
-    def __init__(self, n: int):
-        self.bad = np.zeros(n, dtype=bool)
-        self.column = np.empty(n, dtype=object)
-        self.value = np.empty(n, dtype=object)
-        self.reason = np.empty(n, dtype=object)
-
-    def flag(self, mask, column: str, values, reason) -> None:
-        """Mark rows in ``mask`` not yet marked. ``values``: scalar, per-row array or the raw
-        Series (turned into text for the flagged rows only); ``reason``: scalar or per-row array."""
-        idx = np.flatnonzero(np.asarray(mask, dtype=bool) & ~self.bad)
-        if not len(idx):
-            return
-        self.bad[idx] = True
-        self.column[idx] = column
-        if isinstance(values, (pd.Series, _LazyText)):
-            self.value[idx] = _text((values.s if isinstance(values, _LazyText) else values).iloc[idx])
-        else:
-            self.value[idx] = values[idx] if isinstance(values, np.ndarray) else values
-        self.reason[idx] = reason[idx] if isinstance(reason, np.ndarray) else reason
-
-
-def _text_codes(s: pd.Series, strip: bool = False, canonical: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Any column -> (codes, texts) with ``texts[codes]`` the cell text per row.
-
-    Missing cells are ``""``. Numbers as shortest exact text (``1.0`` -> ``"1"``, int64 exact),
-    booleans ``"true"``/``"false"``, datetimes ISO. ``strip`` removes surrounding blanks of text
-    cells. Each distinct value is converted once (fast for repetitive columns). With
-    ``canonical``, equal texts have equal codes and codes are >= 0.
-    """
-    if pd.api.types.is_string_dtype(s) and not pd.api.types.is_object_dtype(s):
-        # pandas str / string dtype: dictionary-encode in Arrow (much faster than factorize)
-        arr = pa.array(s, type=pa.large_string(), from_pandas=True)
-        if isinstance(arr, pa.ChunkedArray):
-            arr = arr.combine_chunks()
-        enc = arr.dictionary_encode()
-        codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        dictionary = pc.utf8_trim_whitespace(enc.dictionary) if strip else enc.dictionary
-        # Arrow's dictionary is duplicate-free; only trimming or a null next to "" can merge texts
-        distinct = not (strip and not dictionary.equals(enc.dictionary)) and not (
-            enc.indices.null_count and pc.any(pc.equal(dictionary, "")).as_py()
-        )
-        utext = dictionary.to_numpy(zero_copy_only=False)
-    elif pd.api.types.is_object_dtype(s):
-        distinct = False
-        codes, uniq = pd.factorize(s, use_na_sentinel=True)
-        u = np.asarray(uniq, dtype=object)
-        utext = ["" if m else (x if isinstance(x, str) else str(x)) for x, m in zip(u.tolist(), pd.isna(u).tolist())]
-        if strip:
-            utext = [x.strip() for x in utext]
-    elif pd.api.types.is_datetime64_any_dtype(s):
-        distinct = False
-        codes, uniq = pd.factorize(s, use_na_sentinel=True)
-        utext = [str(u) for u in uniq]
-    else:
-        distinct = False
-        codes, uniq = pd.factorize(s, use_na_sentinel=True)
-        try:
-            arr = pa.array(np.asarray(uniq), from_pandas=True)
-            if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-                arr = arr.cast(pa.string())
-            utext = arr.fill_null("").to_numpy(zero_copy_only=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            utext = ["" if _isna(u) else str(u) for u in uniq]
-    codes = np.asarray(codes, dtype=np.int64)
-    texts = np.empty(len(utext) + 1, dtype=object)
-    texts[:-1] = utext
-    texts[-1] = ""  # code -1 (missing) picks this one
-    if canonical and not (distinct and not (codes == -1).any()):
-        # one code per distinct text ("a" and "a " merge after strip; "" and missing)
-        tc, tu = pd.factorize(texts)
-        return tc[codes], np.asarray(tu, dtype=object)
-    return codes, texts
-
-
-def _text(s: pd.Series, strip: bool = False) -> np.ndarray:
-    """Any column -> object array of str (see :func:`_text_codes`)."""
-    codes, texts = _text_codes(s, strip)
-    return texts[codes]
-
-
-def _map_text(s: pd.Series, fn, strip: bool = False, dtype=object) -> np.ndarray:
-    """``fn(cell text)`` per row, computed once per distinct value."""
-    codes, mapped = _map_text_codes(s, fn, strip, dtype)
-    return mapped[codes]
-
-
-def _map_text_codes(s: pd.Series, fn, strip: bool = False, dtype=object) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, mapped) with ``mapped[codes]`` = ``fn(cell text)`` per row."""
-    codes, texts = _text_codes(s, strip)
-    mapped = np.empty(len(texts), dtype=dtype)
-    mapped[:] = [fn(t) for t in texts]
-    return codes, mapped
-
-
-def _isna(v) -> bool:
-    try:
-        return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
-    except TypeError:
-        return False
-
-
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def _numbers(s: pd.Series, strip: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray | pd.Series]:
-    """Parse a number column -> (float64 values, empty mask, raw cells for error reports).
-
-    Text cells: the characters in ``strip`` and blanks are removed, ``"(25.00)"`` means -25.00,
-    then the cell must be a decimal literal (``"nan"``, ``"inf"``, ``"0x1A"`` are not numbers).
-    Non-numbers are NaN with ``empty`` False.
-    """
-    if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
-        v = s.to_numpy(dtype=np.float64, na_value=np.nan)
-        return v, np.isnan(v), s
-    codes, texts = _text_codes(s)
-    table = str.maketrans("", "", strip + " \t")
-    cleaned = [t.translate(table) for t in texts]
-
-    def conv(t: str) -> float:
-        if t[:1] == "(" and t[-1:] == ")":  # accounting negative "(25.00)"
-            t = "-" + t[1:-1]
-        return float(t) if _NUMBER.fullmatch(t) else math.nan
-
-    uv = np.asarray([conv(t) for t in cleaned], dtype=np.float64)
-    ue = np.asarray([t == "" for t in cleaned], dtype=bool)
-    return uv[codes], ue[codes], texts[codes]
-
-
-def _zip5(t: str) -> str:
-    m = re.fullmatch(r"(\d{1,5})(?:\.0*)?", t)
-    if m:
-        return m.group(1).zfill(5)
-    m = re.fullmatch(r"(\d{5})-?\d{4}", t)
-    if m:
-        return m.group(1)
-    return t
-
-
-def _categorical(s: pd.Series, f: FieldSpec) -> tuple[np.ndarray, np.ndarray]:
-    def norm(t: str) -> str:
-        if f.normalize != "none":
-            t = t.strip()
-        if f.normalize == "zip5":
-            t = _zip5(t)
-        return t if t != "" else f.missing
-
-    return _map_text_codes(s, norm)
-
-
-def _multi(s: pd.Series, f: FieldSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """-> (codes, joined values, bad mask per row: an item contains '|')."""
-
-    def split(t: str) -> str | None:
-        items = sorted({x.strip() for x in t.split(f.separator)} - {""})
-        return "|".join(items) if all("|" not in x for x in items) else None
-
-    codes, mapped = _map_text_codes(s, split)
-    ubad = np.asarray([v is None for v in mapped], dtype=bool)
-    mapped[ubad] = ""
-    return codes, mapped, ubad[codes]
-
-
-_UNIT_NS = {"s": 1_000_000_000, "h": 3_600_000_000_000, "D": 86_400_000_000_000}
-
-
-def _timestamps(raw: pd.DataFrame, spec: DatasetSpec, probs: _Problems) -> np.ndarray:
-    """-> int64 ns since epoch per row (garbage where flagged)."""
-    ts = spec.timestamp
-    n = len(raw)
-    out = np.zeros(n, dtype=np.int64)
-    if ts.column is not None:
-        s = raw[ts.column]
-        if pd.api.types.is_datetime64_any_dtype(s):
-            if getattr(s.dtype, "tz", None) is not None:
-                s = s.dt.tz_convert("UTC").dt.tz_localize(None)
-            nat = s.isna().to_numpy()
-            probs.flag(nat, ts.column, "", "timestamp is empty")
-            vals = s.astype("datetime64[ns]").to_numpy()
-            out = np.where(nat, np.datetime64(0, "ns"), vals).astype("datetime64[ns]").view(np.int64)
-            return out
-        if ts.unit is not None:
-            v, empty, rawv = _numbers(s)
-            probs.flag(empty, ts.column, rawv, "timestamp is empty")
-            probs.flag(~np.isfinite(v), ts.column, rawv, "timestamp offset is not a number")
-            origin = pd.Timestamp(ts.origin)
-            if origin.tzinfo is not None:
-                origin = origin.tz_convert("UTC").tz_localize(None)
-            fns = np.where(np.isfinite(v), v, 0.0) * _UNIT_NS[ts.unit] + origin.as_unit("ns").value
-            oor = (fns < _NS_MIN.value) | (fns > _NS_MAX.value)
-            probs.flag(oor, ts.column, rawv, "timestamp out of range (1677..2262)")
-            # exact for integral offsets; rounding to whole ns otherwise
-            vi = np.where(np.isfinite(v) & ~oor, v, 0.0)
-            whole = np.floor(vi)
-            out = (whole.astype(np.int64) * _UNIT_NS[ts.unit]
-                   + np.round((vi - whole) * _UNIT_NS[ts.unit]).astype(np.int64)
-                   + origin.as_unit("ns").value)
-            return out
-        codes, uniq = _text_codes(s, strip=True)
-        text = uniq[codes]
-        probs.flag(text == "", ts.column, text, "timestamp is empty")
-        if len(codes):
-            parsed = pd.to_datetime(pd.Index(uniq, dtype=object), format=ts.format or "ISO8601",
-                                    errors="coerce", utc=True).tz_localize(None)
-            ok = ~parsed.isna()
-            inrange = ok & (parsed >= _NS_MIN) & (parsed <= _NS_MAX)
-            u_ns = np.zeros(len(uniq), dtype=np.int64)
-            u_ns[inrange] = parsed[inrange].as_unit("ns").asi8
-            reason_bad = "timestamp not parseable" + (f" with format {ts.format!r}" if ts.format else "")
-            probs.flag(~np.asarray(ok)[codes], ts.column, text, reason_bad)
-            probs.flag(~np.asarray(inrange)[codes], ts.column, text, "timestamp out of range (1677..2262)")
-            out = u_ns[codes]
-        return out
-
-    # parts
-    parts = ts.parts or {}
-    ints: dict[str, np.ndarray] = {}
-    for key in ("year", "month", "day", "hour", "minute"):
-        if key not in parts:
-            continue
-        col = parts[key]
-        v, empty, t = _numbers(raw[col])
-        lim = {"year": (1678, 2261), "month": (1, 12), "day": (1, 31), "hour": (0, 23), "minute": (0, 59)}[key]
-        probs.flag(empty, col, t, f"timestamp part {key} is empty")
-        whole = np.isfinite(v) & (v == np.floor(np.where(np.isfinite(v), v, 0)))
-        probs.flag(~whole, col, t, f"timestamp part {key} is not a whole number")
-        oor = whole & ((v < lim[0]) | (v > lim[1]))
-        probs.flag(oor, col, t, f"timestamp part {key} out of range {lim[0]}..{lim[1]}")
-        # flagged rows get a harmless placeholder so the date arithmetic below cannot fail
-        ints[key] = np.where(whole & ~oor, v, lim[0] if key != "year" else 2000).astype(np.int64)
-    secs = np.zeros(n, dtype=np.int64)
-    if "time" in parts:
-        col = parts["time"]
-        def tsec(x: str) -> float:
-            if not x.strip():
-                return -2.0  # empty
-            m = re.fullmatch(r"\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*", x)
-            if not m:
-                return -1.0
-            h, mi, se = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-            return float(h * 3600 + mi * 60 + se) if h < 24 and mi < 60 and se < 60 else -1.0
-
-        tv = _map_text(raw[col], tsec, dtype=np.float64)
-        probs.flag(tv == -2.0, col, "", "timestamp part time is empty")
-        probs.flag(tv < 0, col, raw[col], "timestamp part time is not HH:MM or HH:MM:SS")
-        secs += np.where(tv < 0, 0, tv).astype(np.int64)
-    secs += ints.get("hour", 0) * 3600 + ints.get("minute", 0) * 60
-    # valid calendar dates, computed once per distinct (year, month, day)
-    key = ints["year"] * 10000 + ints["month"] * 100 + ints["day"]
-    codes, uniq = pd.factorize(key)
-    if len(uniq):
-        u = np.asarray(uniq)
-        d = pd.to_datetime(
-            pd.DataFrame({"year": u // 10000, "month": u // 100 % 100, "day": u % 100}), errors="coerce"
-        )
-        ok = ~d.isna().to_numpy()
-        u_ns = np.zeros(len(u), dtype=np.int64)
-        u_ns[ok] = d[ok].astype("datetime64[ns]").to_numpy().view(np.int64)
-        ymd_cols = "/".join(parts[k] for k in ("year", "month", "day"))
-        invalid = ~ok[codes]
-        if invalid.any():
-            ymd_text = np.full(n, "", dtype=object)
-            bad_idx = np.flatnonzero(invalid)
-            cells = [_text(raw[parts[k]].iloc[bad_idx]) for k in ("year", "month", "day")]
-            ymd_text[bad_idx] = ["/".join(x) for x in zip(*cells)]
-            probs.flag(invalid, ymd_cols, ymd_text, "timestamp parts do not form a valid date")
-        out = u_ns[codes] + secs * 1_000_000_000
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# the reader
-# ---------------------------------------------------------------------------------------------
-def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> None:
-    roles = spec.roles()
-    missing = [c for c in spec.required_columns() if c not in found]
-    if not missing:
-        return
-    parts = []
-    for c in missing:
-        hint = difflib.get_close_matches(c, found, n=1, cutoff=0.6)
-        lower = [x for x in found if x.lower() == c.lower()]
-        hint = lower or hint
-        parts.append(f"{c!r} ({roles[c].value})" + (f", did you mean {hint[0]!r}?" if hint else ""))
-    raise ValueError(
-        f"{path}: column{'s' if len(missing) > 1 else ''} required by spec {spec.name!r} not found: "
-        + "; ".join(parts)
-        + f". Columns found: {found}"
-    )
-
-
 def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None) -> LoadResult:
     """Read a raw CSV or Parquet file through ``spec`` into the canonical frame.
 
@@ -594,7 +302,7 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
 
     Args:
         path: the raw file. Format from ``spec.format``, else the suffix, else the magic bytes.
-        spec: the dataset spec (see :mod:`engine.spec`).
+        spec: the dataset spec (see :mod:`engine.data.spec`).
         max_rows: read at most this many data records (from the start of the file).
 
     Raises:
@@ -726,8 +434,8 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     for c in spec.passthrough:
         cols[c] = raw[c].iloc[order].reset_index(drop=True)
     frame = pd.DataFrame(cols, copy=False)
-    if spec.aggregates:  # delayed-label history features of other keys (engine.aggregates)
-        from .aggregates import add_aggregates
+    if spec.aggregates:  # delayed-label history features of other keys (engine.data.aggregates)
+        from engine.data.aggregates import add_aggregates
 
         frame = add_aggregates(frame, spec)
 
@@ -754,69 +462,3 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     mentioned = set(spec.roles())
     unused = [c for c in raw.columns if c not in mentioned]
     return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused)
-
-
-def _is_text(s: pd.Series) -> bool:
-    return pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s)
-
-
-class _LazyText:
-    """A raw column whose text is only computed for the rows that get flagged."""
-
-    def __init__(self, s: pd.Series):
-        self.s = s
-
-
-def _join_keys(parts: list[tuple[np.ndarray, np.ndarray]], sep: str) -> tuple[np.ndarray, np.ndarray]:
-    """Entity parts (canonical codes, texts) -> (codes, keys): ``keys[codes]`` is the joined key
-    per row; each distinct key string is built once and equal keys have equal codes."""
-    if len(parts) == 1:
-        return parts[0]
-    n = len(parts[0][0])
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.empty(0, dtype=object)
-    combined = np.zeros(n, dtype=np.int64)
-    for codes, texts in parts:
-        combined = pd.factorize(combined * (len(texts) + 1) + codes)[0].astype(np.int64)
-    _, first = np.unique(combined, return_index=True)
-    keys = np.asarray([sep.join(t[c[i]] for c, t in parts) for i in first], dtype=object)
-    # different part tuples can still join to the same text ("a:b" + "c" vs "a" + "b:c")
-    kc, ku = pd.factorize(keys)
-    return kc[combined], np.asarray(ku, dtype=object)
-
-
-def _first_of(keys) -> np.ndarray:
-    """Position of the first element with the same key, per element."""
-    codes = pd.factorize(keys)[0]
-    _, first = np.unique(codes, return_index=True)
-    return first[codes]
-
-
-def _flag_duplicates(raw: pd.DataFrame, row_numbers: np.ndarray, probs: _Problems, candidates=None) -> None:
-    """Reject later copies of rows whose raw cells all equal an earlier row's.
-
-    ``candidates``: optional per-row key that equal rows must share (the transaction id), so
-    only rows with a repeated key are compared in full.
-    """
-    if raw.shape[1] == 0:
-        return
-    if candidates is not None:
-        cand = pd.Series(candidates).duplicated(keep=False).to_numpy()
-    else:
-        h = pd.util.hash_pandas_object(raw, index=False).to_numpy()
-        cand = pd.Series(h).duplicated(keep=False).to_numpy()
-    if not cand.any():
-        return
-    idx = np.flatnonzero(cand)
-    sub = raw.iloc[idx].reset_index(drop=True)
-    grp = sub.groupby(list(sub.columns), sort=False, dropna=False).ngroup().to_numpy()
-    first_rn = row_numbers[idx[_first_of(grp)]]
-    later = row_numbers[idx] != first_rn
-    if not later.any():
-        return
-    mask = np.zeros(len(raw), dtype=bool)
-    mask[idx[later]] = True
-    reasons = np.empty(len(raw), dtype=object)
-    reasons[idx[later]] = [f"exact duplicate of row {r}" for r in first_rn[later]]
-    probs.flag(mask, "", "", reasons)
-

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as Fnn
 from torch import nn
 
-from .features import TIME_GAP_BOUNDARIES_S
+from engine.data.features import TIME_GAP_BOUNDARIES_S
+from engine.model.sequences import TransactionBatch
 
 #: Default ``ModelConfig.history_edges``: log amount minus the customer's earlier mean, in standard
 #: deviations of the training log amount (x5 the usual amount is about +1.7 on the Handbook data).
@@ -116,65 +117,6 @@ class ModelConfig:
         d = {"history_edges": [], **d}  # legacy checkpoints: linear amount_vs_history only
         return cls(**{k: v for k, v in d.items() if k in known})
 
-
-@dataclass
-class TransactionBatch:
-    """Model input for ``B`` histories of ``T`` transactions (validated on construction).
-
-    Attributes:
-        cat: ``[B, T, Fc]`` int64 category indices.
-        num: ``[B, T, Fn]`` float32 standardised numbers.
-        multi: ``[B, T, Vm]`` float32 multi-hot blocks.
-        time_s: ``[B, T]`` float64 seconds (any fixed origin; only differences are used).
-        present: ``[B, T]`` bool; ``False`` = padding or removed transaction.
-        prev_time_s: ``[B]`` float64 time of the transaction just before the window, NaN if none.
-    """
-
-    cat: torch.Tensor
-    num: torch.Tensor
-    multi: torch.Tensor
-    time_s: torch.Tensor
-    present: torch.Tensor
-    prev_time_s: torch.Tensor
-
-    def __post_init__(self) -> None:
-        B, T = self.present.shape
-        checks = [
-            ("cat", self.cat, torch.int64, (B, T)),
-            ("num", self.num, torch.float32, (B, T)),
-            ("multi", self.multi, torch.float32, (B, T)),
-            ("time_s", self.time_s, torch.float64, (B, T)),
-            ("present", self.present, torch.bool, (B, T)),
-            ("prev_time_s", self.prev_time_s, torch.float64, (B,)),
-        ]
-        for name, t, dtype, lead in checks:
-            if t.dtype != dtype:
-                raise ValueError(f"TransactionBatch.{name}: expected dtype {dtype}, got {t.dtype}")
-            if tuple(t.shape[: len(lead)]) != lead:
-                raise ValueError(f"TransactionBatch.{name}: expected leading shape {lead}, got {tuple(t.shape)}")
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(self.present.shape)  # type: ignore[return-value]
-
-    def index(self, idx) -> "TransactionBatch":
-        """Select histories along ``B`` (``idx``: int tensor, slice or list)."""
-        return TransactionBatch(
-            self.cat[idx], self.num[idx], self.multi[idx], self.time_s[idx], self.present[idx], self.prev_time_s[idx]
-        )
-
-    def with_present(self, present: torch.Tensor) -> "TransactionBatch":
-        """Same batch with another presence mask ``[B, T]`` bool (the removal rule of explainers)."""
-        return TransactionBatch(self.cat, self.num, self.multi, self.time_s, present, self.prev_time_s)
-
-    def repeat(self, n: int) -> "TransactionBatch":
-        """``[1, T, ..]`` -> ``[n, T, ..]`` (for coalitions / perturbations of one history)."""
-        if self.shape[0] != 1:
-            raise ValueError(f"repeat: expected B=1, got B={self.shape[0]}")
-        return TransactionBatch(
-            self.cat.expand(n, -1, -1), self.num.expand(n, -1, -1), self.multi.expand(n, -1, -1),
-            self.time_s.expand(n, -1), self.present.expand(n, -1).clone(), self.prev_time_s.expand(n),
-        )
 
 
 @dataclass

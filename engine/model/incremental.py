@@ -1,6 +1,6 @@
 """Incremental scoring: one new transaction for an entity whose history is already cached.
 
-Exactly the windowed scores of :mod:`engine.sequences` (tested equal to whole-file scoring),
+Exactly the windowed scores of :mod:`engine.model.sequences` (tested equal to whole-file scoring),
 at O(T) cost per new transaction instead of a forward pass over the whole window.
 
 How: a transaction at position ``p`` belongs to every window ``k`` with ``k*S <= p < k*S + T``
@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as Fnn
 from scipy.special import erf as _erf
 
-from .checkpoint import ModelBundle
-from .features import piecewise_linear
-from .sequences import window_of_position
+from engine.data.features import piecewise_linear
+from engine.model.checkpoint import ModelBundle
+from engine.model.sequences import window_of_position
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Feature statistics fitted once on the training period, stored with the model.
 
-:class:`FeatureEncoder` turns the canonical transaction frame (see :mod:`engine.io`) into
+:class:`FeatureEncoder` turns the canonical transaction frame (see :mod:`engine.data.io`) into
 per-row arrays for the model, and maps encoded values back to raw values for display.
 
 Fields (``F`` of them, in this order) — each becomes one ``D``-vector in the row encoder, so
@@ -20,7 +20,7 @@ attributions can be reported per (transaction, field):
 * every numeric field: standardised with training mean/std (missing -> 0 + a missing flag bin).
 * every multi-valued field: multi-hot over the training vocabulary (+ one "other" slot).
 * every delayed-label aggregate of the spec (e.g. ``terminal_risk``): its counts (log1p), rates,
-  recent-label shares and fraud run columns standardised, all in one field (see :mod:`engine.aggregates`).
+  recent-label shares and fraud run columns standardised, all in one field (see :mod:`engine.data.aggregates`).
   Each also gets up to ``AGGREGATE_PLE_BINS + 1`` piecewise-linear bins: minimum -> first value above it,
   then quantiles of its training values above the minimum (edges stored here,
   :meth:`FeatureEncoder.num_ple_edges`; the model expands them), so the model can learn thresholds
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .spec import DatasetSpec, FieldKind
+from engine.data.spec import DatasetSpec, FieldKind
 
 N_AMOUNT_BINS = 16
 TAIL_QUANTILES = [0.97, 0.99, 0.995, 0.9975, 0.998, 0.9985, 0.999, 0.9995]

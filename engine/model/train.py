@@ -25,14 +25,18 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+from sklearn.metrics import (
+    average_precision_score,
+    precision_recall_curve,
+    roc_auc_score,
+)
 from tqdm.auto import tqdm
 
-from .checkpoint import ModelBundle, build_model
-from .features import EncodedFrame, FeatureEncoder
-from .scoring import score_encoded, sigmoid
-from .sequences import build_windows, make_batch, window_entity_start
-from .spec import DatasetSpec
+from engine.data.features import EncodedFrame, FeatureEncoder
+from engine.data.spec import DatasetSpec
+from engine.model.checkpoint import ModelBundle, build_model
+from engine.model.scoring import score_encoded, sigmoid
+from engine.model.sequences import build_windows, make_batch, window_entity_start
 
 
 @dataclass
@@ -298,7 +302,7 @@ def train(
     bundle.meta.update(
         metrics={"test": test_m, "validation": val_m},
         thresholds=thresholds,
-        split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/train.py"},
+        split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/model/train.py"},
         train_wall_s=wall,
     )
     return bundle, {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds}

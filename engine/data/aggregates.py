@@ -1,6 +1,6 @@
 """Delayed-label aggregates of another key (e.g. terminal risk), computed once per file.
 
-See :class:`engine.spec.DelayedAggregateSpec` for the definition. The computation is
+See :class:`engine.data.spec.DelayedAggregateSpec` for the definition. The computation is
 vectorised: rows are sorted by (key, time) into one int64 sort key ``key_code * span + t``, so
 a window ``[t - delay - w, t - delay)`` of the same key is a pair of ``searchsorted`` look-ups
 into that array, and counts/frauds are differences of cumulative sums.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .spec import DatasetSpec, DelayedAggregateSpec
+from engine.data.spec import DatasetSpec, DelayedAggregateSpec
 
 DAY_S = 86400
 

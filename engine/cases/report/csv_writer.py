@@ -1,0 +1,41 @@
+"""The report as CSV: one row per context transaction, every text cell neutralised."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from engine.cases.redact import neutralise_csv_frame
+
+
+# ---------------------------------------------------------------------------------------- CSV
+def to_csv(report: dict[str, Any]) -> bytes:
+    """One row per context transaction: ids, time, amount, own probability, details, and one
+    signed attribution column per method (``attr:<method>``, logits; attention as
+    ``attn:<method>`` weights), plus report id/sha, case id, pseudonym and the latest
+    disposition and note. Every text cell neutralised against formula injection."""
+    rows = []
+    exps = report["explanations"]
+    disp = report["disposition"]
+    last_note = disp["history"][-1]["note"] if disp["history"] else (disp["notes"][-1]["text"] if disp["notes"] else None)
+    for t in report["transactions"]:
+        r = {
+            "report_id": report["report_id"], "report_sha256": report["report_sha256"],
+            "case_id": report["case"]["case_id"], "entity_pseudonym": report["case"]["entity_pseudonym"],
+            "model_sha256": report["model"]["sha256"],
+            "position": t["position"], "transaction_id": t["transaction_id"], "is_query": t["is_query"],
+            "timestamp": t["timestamp"], "amount": t["amount"], "currency": t["currency"],
+            "probability": t["probability"], "known_label": t["known_label"],
+        }
+        for k, v in (t.get("details") or {}).items():
+            r[k] = v
+        for m, e in exps.items():
+            col = ("attr:" if e["is_attribution"] else "attn:") + m
+            vals = e["values"]
+            r[col] = vals[t["position"]] if t["position"] < len(vals) else None
+        r["disposition_state"] = disp["state"]
+        r["disposition_note"] = last_note
+        rows.append(r)
+    df = neutralise_csv_frame(pd.DataFrame(rows))
+    return df.to_csv(index=False, lineterminator="\n").encode("utf-8")

@@ -1,0 +1,242 @@
+"""Case store constants, errors, settings helpers and result types (shared by every concern)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import platformdirs
+
+# ------------------------------------------------------------------------------------------------
+# Constants
+
+DB_FILENAME = "cases.sqlite3"
+ENV_DATA_DIR = "FRAUDLENS_DATA_DIR"
+ENV_ANALYST = "FRAUDLENS_ANALYST"
+ENV_FOUR_EYES = "FRAUDLENS_FOUR_EYES"
+SYSTEM_ACTOR = "system"
+
+STATES = ("open", "assigned", "pending_approval", "confirmed_fraud", "false_positive", "escalated")
+#: disposition -> resulting state (four-eyes turns ``confirmed_fraud`` into ``pending_approval``)
+DISPOSITIONS = {
+    "confirmed_fraud": "confirmed_fraud",
+    "false_positive": "false_positive",
+    "escalate": "escalated",
+}
+
+#: Columns :meth:`CaseStore.upsert_cases` needs, one row per entity.
+CASE_INPUT_COLUMNS = (
+    "entity_id",
+    "max_probability",
+    "max_transaction_id",
+    "first_ts",
+    "last_ts",
+    "max_amount",
+    "n_transactions",
+    "n_known_fraud",
+)
+_SCORE_COLUMNS = CASE_INPUT_COLUMNS[1:]
+
+QUEUE_COLUMNS = [
+    "case_id",
+    "model_sha256",
+    "entity_id",
+    "max_probability",
+    "recommendation",
+    "max_transaction_id",
+    "first_ts",
+    "last_ts",
+    "max_amount",
+    "n_transactions",
+    "n_known_fraud",
+    "state",
+    "assignee",
+    "pending_by",
+    "version",
+    "created_at",
+    "updated_at",
+]
+_QUEUE_DTYPES = {
+    "case_id": "int64",
+    "max_probability": "float64",
+    "max_amount": "float64",
+    "n_transactions": "Int64",
+    "n_known_fraud": "Int64",
+    "version": "int64",
+}
+HISTORY_COLUMNS = ["id", "case_id", "ts", "kind", "disposition", "state_after", "analyst", "note"]
+NOTE_COLUMNS = ["id", "case_id", "ts", "analyst", "text"]
+AUDIT_COLUMNS = ["id", "ts", "actor", "action", "case_id", "model_sha256", "before", "after"]
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"  # naive UTC, fixed width so text order == time order
+_MAX_NAME_LEN = 128
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+
+
+class CaseStoreError(Exception):
+    """Base class of the case store's own errors."""
+
+
+class SchemaError(CaseStoreError):
+    """The database's schema version is newer than this code (or the file is not a case store)."""
+
+
+class CaseNotFoundError(CaseStoreError, LookupError):
+    """No case with that id."""
+
+
+class MissingAnalystError(CaseStoreError, ValueError):
+    """No analyst name given and ``$FRAUDLENS_ANALYST`` unset, or the name is invalid."""
+
+
+class NoteRequiredError(CaseStoreError, ValueError):
+    """A disposition or approval was attempted without a non-empty note."""
+
+
+class InvalidTransitionError(CaseStoreError, ValueError):
+    """The action is not allowed in the case's current state (e.g. approving an open case)."""
+
+
+class FourEyesError(CaseStoreError, PermissionError):
+    """The analyst who proposed a confirmed-fraud disposition tried to approve it."""
+
+
+class ConflictError(CaseStoreError):
+    """The case changed since the caller read it (``expected_version`` is stale).
+
+    Attributes:
+        case_id: the case.
+        expected_version: the version the caller based its change on.
+        actual_version: the version in the database now.
+    """
+
+    def __init__(self, case_id: int, expected_version: int, actual_version: int, detail: str = ""):
+        self.case_id = case_id
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+        msg = (
+            f"case {case_id} was changed by someone else since you loaded it "
+            f"(you had version {expected_version}, it is now version {actual_version}"
+            f"{'; last change: ' + detail if detail else ''}). Reload the case and retry."
+        )
+        super().__init__(msg)
+
+
+# ------------------------------------------------------------------------------------------------
+# Settings helpers
+
+
+def default_db_path() -> Path:
+    """Where the case store lives when no path is given.
+
+    Returns ``$FRAUDLENS_DATA_DIR/cases.sqlite3`` if that variable is set and non-empty, else
+    ``platformdirs.user_data_dir("fraudlens")/cases.sqlite3`` (Linux: ``~/.local/share/
+    fraudlens`` or ``$XDG_DATA_HOME/fraudlens``). Nothing is created.
+    """
+    env = os.environ.get(ENV_DATA_DIR, "").strip()
+    base = Path(env).expanduser() if env else Path(platformdirs.user_data_dir("fraudlens"))
+    return base / DB_FILENAME
+
+
+def four_eyes_from_env() -> bool:
+    """True if ``$FRAUDLENS_FOUR_EYES`` is ``1``, ``true``, ``yes`` or ``on`` (any case)."""
+    return os.environ.get(ENV_FOUR_EYES, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def resolve_analyst(name: str | None = None) -> str:
+    """The acting analyst's name: ``name`` if given, else ``$FRAUDLENS_ANALYST``.
+
+    Leading/trailing whitespace is removed. Raises :class:`MissingAnalystError` if both are
+    empty, the name is longer than 128 characters, or it contains control characters.
+    """
+    raw = name if name is not None else os.environ.get(ENV_ANALYST, "")
+    if not isinstance(raw, str):
+        raise MissingAnalystError(f"analyst name must be text, got {type(raw).__name__}")
+    value = raw.strip()
+    if not value:
+        raise MissingAnalystError(
+            f"no analyst name: enter your name or set the {ENV_ANALYST} environment variable"
+        )
+    if len(value) > _MAX_NAME_LEN or _CONTROL_RE.search(value):
+        raise MissingAnalystError(
+            f"invalid analyst name {value[:40]!r}: at most {_MAX_NAME_LEN} printable characters"
+        )
+    return value
+
+
+def _same_person(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a.strip().casefold() == b.strip().casefold()
+
+
+def _utcnow() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def _check_sha(model_sha256: str) -> str:
+    if not isinstance(model_sha256, str) or not _SHA256_RE.match(model_sha256):
+        raise ValueError(f"model_sha256: expected 64 lowercase hex digits, got {model_sha256!r}")
+    return model_sha256
+
+
+def _require_text(text: Any, what: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise NoteRequiredError(f"{what} is required and must not be empty")
+    return text.strip()
+
+
+def _ts_text(value: Any) -> str | None:
+    """Timestamp -> fixed-width naive-UTC text (None for missing). Aware values are converted."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert("UTC").tz_localize(None)
+    return ts.strftime(_TS_FORMAT)
+
+
+def _is_date_only(value: Any) -> bool:
+    if isinstance(value, dt.datetime | pd.Timestamp):
+        return False
+    if isinstance(value, dt.date):
+        return True
+    return isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()) is not None
+
+
+def _json(obj: Any) -> str | None:
+    return None if obj is None else json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Per-model score thresholds (probabilities in [0, 1], ``review <= decline``).
+
+    Cases with ``max_probability >= review`` enter the queue; ``>= decline`` are recommended for
+    decline.
+    """
+
+    model_sha256: str
+    review: float
+    decline: float
+    updated_at: str
+    updated_by: str
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """Counts from :meth:`CaseStore.upsert_cases`."""
+
+    created: int
+    updated: int
+    unchanged: int

@@ -1,0 +1,176 @@
+"""Case store decisions: assignment, dispositions, four-eyes approvals and their history."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.cases.store.common import (
+    DISPOSITIONS,
+    HISTORY_COLUMNS,
+    FourEyesError,
+    InvalidTransitionError,
+    _require_text,
+    _same_person,
+    _utcnow,
+    resolve_analyst,
+)
+
+
+class DecisionsMixin:
+    """Assign, record a disposition, approve, read the history (mixin of :class:`CaseStore`)."""
+
+    # -- analyst actions ------------------------------------------------------------------------
+
+    def assign(
+        self,
+        case_id: int,
+        assignee: str | None,
+        *,
+        actor: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Assign the case to ``assignee`` (``None`` = unassign); return the new version.
+
+        An ``open`` case becomes ``assigned`` (and back to ``open`` when unassigned); other
+        states keep their state. ``actor`` is who does it (default ``$FRAUDLENS_ANALYST``).
+        Raises :class:`CaseNotFoundError`, :class:`ConflictError` (stale ``expected_version``),
+        :class:`MissingAnalystError`.
+        """
+        actor = resolve_analyst(actor)
+        new_assignee = resolve_analyst(assignee) if assignee is not None else None
+        with self._write() as conn:
+            ts = _utcnow()
+            row = self._case_row(conn, case_id)
+            self._check_version(conn, row, expected_version)
+            state = row["state"]
+            if state == "open" and new_assignee is not None:
+                state = "assigned"
+            elif state == "assigned" and new_assignee is None:
+                state = "open"
+            after = self._set_state(
+                conn, row, ts, state=state, assignee=new_assignee, pending_by=row["pending_by"]
+            )
+            self._audit(
+                conn, ts, actor, "assigned", case_id=row["id"], model_sha256=row["model_sha256"],
+                before=self._snapshot(row), after=after,
+            )
+        return after["version"]
+
+    def record_disposition(
+        self,
+        case_id: int,
+        disposition: str,
+        note: str,
+        *,
+        analyst: str | None = None,
+        expected_version: int | None = None,
+    ) -> str:
+        """Record a disposition with its (required) note; return the case's new state.
+
+        ``disposition`` is one of :data:`DISPOSITIONS`. With four-eyes on, ``confirmed_fraud``
+        leaves the case ``pending_approval`` until another analyst calls :meth:`approve`.
+
+        Raises :class:`NoteRequiredError` (empty note), ``ValueError`` (unknown disposition),
+        :class:`CaseNotFoundError`, :class:`ConflictError` (stale ``expected_version``),
+        :class:`MissingAnalystError`. Nothing is written when it raises.
+        """
+        if disposition not in DISPOSITIONS:
+            raise ValueError(
+                f"disposition: expected one of {list(DISPOSITIONS)}, got {disposition!r}"
+            )
+        note = _require_text(note, "a note explaining the disposition")
+        analyst = resolve_analyst(analyst)
+        state = DISPOSITIONS[disposition]
+        pending_by = None
+        if state == "confirmed_fraud" and self.four_eyes:
+            state, pending_by = "pending_approval", analyst
+        with self._write() as conn:
+            ts = _utcnow()
+            row = self._case_row(conn, case_id)
+            self._check_version(conn, row, expected_version)
+            after = self._set_state(
+                conn, row, ts, state=state, assignee=row["assignee"], pending_by=pending_by
+            )
+            conn.execute(
+                "INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, "
+                "note) VALUES (?, ?, 'disposition', ?, ?, ?, ?)",
+                (row["id"], ts, disposition, state, analyst, note),
+            )
+            self._audit(
+                conn, ts, analyst, "disposition", case_id=row["id"],
+                model_sha256=row["model_sha256"], before=self._snapshot(row),
+                after={**after, "disposition": disposition, "note": note},
+            )
+        return state
+
+    def approve(
+        self,
+        case_id: int,
+        note: str,
+        *,
+        analyst: str | None = None,
+        expected_version: int | None = None,
+    ) -> str:
+        """Approve a pending confirmed-fraud disposition (four-eyes); return ``"confirmed_fraud"``.
+
+        The approver must differ (case-insensitively) from the analyst who proposed it; a
+        self-approval raises :class:`FourEyesError` and is logged as ``approval_refused``
+        without changing the case. Raises :class:`NoteRequiredError` (empty note),
+        :class:`InvalidTransitionError` (case not ``pending_approval``),
+        :class:`CaseNotFoundError`, :class:`ConflictError`, :class:`MissingAnalystError`.
+        """
+        note = _require_text(note, "a note explaining the approval")
+        analyst = resolve_analyst(analyst)
+        refused: FourEyesError | None = None
+        with self._write() as conn:
+            ts = _utcnow()
+            row = self._case_row(conn, case_id)
+            self._check_version(conn, row, expected_version)
+            if row["state"] != "pending_approval":
+                raise InvalidTransitionError(
+                    f"case {row['id']} is {row['state']!r}; only 'pending_approval' cases can be "
+                    "approved"
+                )
+            snap = self._snapshot(row)
+            if _same_person(analyst, row["pending_by"]):
+                refused = FourEyesError(
+                    f"four-eyes rule: {analyst!r} proposed confirmed fraud on case {row['id']} "
+                    "and cannot approve it; another analyst must approve"
+                )
+                self._audit(
+                    conn, ts, analyst, "approval_refused", case_id=row["id"],
+                    model_sha256=row["model_sha256"], before=snap,
+                    after={**snap, "reason": "same analyst as proposer", "note": note},
+                )
+            else:
+                after = self._set_state(
+                    conn, row, ts, state="confirmed_fraud", assignee=row["assignee"],
+                    pending_by=None,
+                )
+                conn.execute(
+                    "INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, "
+                    "analyst, note) VALUES (?, ?, 'approval', 'confirmed_fraud', "
+                    "'confirmed_fraud', ?, ?)",
+                    (row["id"], ts, analyst, note),
+                )
+                self._audit(
+                    conn, ts, analyst, "approved", case_id=row["id"],
+                    model_sha256=row["model_sha256"], before=snap,
+                    after={**after, "proposed_by": row["pending_by"], "note": note},
+                )
+        if refused is not None:
+            raise refused
+        return "confirmed_fraud"
+
+    def history(self, case_id: int) -> pd.DataFrame:
+        """The case's dispositions and approvals, oldest first (:data:`HISTORY_COLUMNS`).
+
+        ``kind`` is ``"disposition"`` or ``"approval"``; ``state_after`` the state it produced.
+        Raises :class:`CaseNotFoundError`.
+        """
+        self.get_case(case_id)
+        rows = self._read(
+            f"SELECT {', '.join(HISTORY_COLUMNS)} FROM dispositions WHERE case_id = ? ORDER BY id",
+            (int(case_id),),
+        )
+        return pd.DataFrame([tuple(r) for r in rows], columns=HISTORY_COLUMNS)
