@@ -44,6 +44,15 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     assert 0.0 <= meta["metrics"]["test"]["auc_roc"] <= 1.0
     assert meta["training_data"]["rows_rejected"] == 1
     assert (model_dir / "model.safetensors").exists()
+    # the LightGBM baseline was trained on the same split and scored on the same test rows
+    assert "transformer vs LightGBM baseline" in r.output
+    base = json.loads((model_dir / "metrics.json").read_text())["baseline"]
+    assert base["test"]["n"] == meta["metrics"]["test"]["n"]
+    assert base["test"]["n_fraud"] == meta["metrics"]["test"]["n_fraud"] > 0
+    boot = base["bootstrap"]["average_precision"]
+    assert boot["a"] == pytest.approx(meta["metrics"]["test"]["average_precision"])
+    assert boot["b"] == pytest.approx(base["test"]["average_precision"])
+    assert boot["ci_low"] <= boot["diff"] <= boot["ci_high"]
 
     scores_path = tmp_path / "scores.parquet"
     r = runner.invoke(app, ["score", "--data", str(data), "--spec", "handbook", "--out", str(scores_path),
