@@ -130,7 +130,7 @@ def train(
         val_end=val_end, max_minutes=max_minutes, seed=seed,
     )
     try:
-        bundle, report = train_fn(res.frame, sp, cfg, log=console.print, progress=progress,
+        bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
                                   baseline=BaselineConfig(seed=seed) if baseline else None)
     except ValueError as e:
         _fail(str(e))
@@ -206,6 +206,11 @@ def score(
     _reject_report(res, rejected)
     flagged = int((scores["probability"] >= bundle.threshold).sum())
     console.print(run.accounting())
+    from engine.model.split_checks import history_warning
+
+    hist = history_warning(res.frame, bundle.config.min_history)
+    if hist:
+        console.print(f"warning: {hist}", markup=False)
     console.print(f"{flagged:,} transactions at or above the review threshold {bundle.threshold:.3f}; "
                   f"written to {out} ({run.seconds:.1f} s, model {bundle.short_sha})")
 

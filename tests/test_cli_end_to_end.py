@@ -53,6 +53,10 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     assert boot["a"] == pytest.approx(meta["metrics"]["test"]["average_precision"])
     assert boot["b"] == pytest.approx(base["test"]["average_precision"])
     assert boot["ci_low"] <= boot["diff"] <= boot["ci_high"]
+    # split sanity: what the model card records is what the console said
+    assert isinstance(meta["split"]["warnings"], list)
+    for w in meta["split"]["warnings"]:
+        assert f"warning: {w}" in " ".join(r.output.split()).replace("\n", " ") or w[:60] in r.output
 
     scores_path = tmp_path / "scores.parquet"
     r = runner.invoke(app, ["score", "--data", str(data), "--spec", "handbook", "--out", str(scores_path),

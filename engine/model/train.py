@@ -39,6 +39,13 @@ from engine.model.checkpoint import ModelBundle, build_model
 from engine.model.compare import paired_bootstrap
 from engine.model.scoring import score_encoded, sigmoid
 from engine.model.sequences import build_windows, make_batch, window_entity_start
+from engine.model.split_checks import (
+    MIN_FRAUD_ENTITIES,
+    MIN_FRAUDS,
+    history_warning,
+    propose_split_dates,
+    split_warnings,
+)
 
 
 @dataclass
@@ -294,6 +301,19 @@ def train(
     split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
     log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
         f"rows {np.bincount(split, minlength=3).tolist()}")
+    warnings = split_warnings(frame, split)
+    proposal = propose_split_dates(frame) if warnings else None
+    for w in warnings:
+        log(f"warning: {w}")
+    if proposal is not None:
+        log(f"warning: --train-end {proposal[0].date()} --val-end {proposal[1].date()} would give both periods "
+            f"at least {MIN_FRAUDS} frauds on {MIN_FRAUD_ENTITIES} entities")
+    elif warnings:
+        log("warning: no split of this file gives both periods enough frauds; treat its metrics as anecdotes")
+    hist = history_warning(frame, cfg.min_history)
+    if hist:
+        log(f"warning: {hist}")
+        warnings.append(hist)
     bundle, history, enc = fit(frame, spec, split, cfg, log=log, progress=progress)
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(label)
@@ -310,7 +330,9 @@ def train(
     bundle.meta.update(
         metrics={"test": test_m, "validation": val_m},
         thresholds=thresholds,
-        split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/model/train.py"},
+        split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/model/train.py",
+               "warnings": warnings,
+               "proposed": {"train_end": str(proposal[0]), "val_end": str(proposal[1])} if proposal else None},
         train_wall_s=wall,
     )
     report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds}

@@ -1,0 +1,121 @@
+"""Is a time split, or a file, fit to measure a fraud model on? Warnings with numbers and a fix.
+
+A test period with one fraud episode (12 frauds on one card) gives an average precision that
+says nothing about the next month; a file with five transactions per card gives the sequence
+model no history to read. These checks say so before anyone reads the metrics:
+
+* :func:`split_warnings`: validation or test holds fewer than :data:`MIN_FRAUDS` labelled
+  frauds, or fewer than :data:`MIN_FRAUD_ENTITIES` entities with a fraud;
+* :func:`propose_split_dates`: the latest ``(train_end, val_end)`` midnights that give both
+  periods at least that many frauds and fraud entities, if the file allows it;
+* :func:`history_warning`: the median number of transactions per entity is below the history
+  the model is built for (``min_history``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: fewest labelled frauds a validation or test period should hold
+MIN_FRAUDS = 30
+#: fewest distinct entities with a labelled fraud a validation or test period should hold
+MIN_FRAUD_ENTITIES = 5
+
+
+def _fraud_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    if "label" not in frame:
+        return frame.iloc[:0]
+    y = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
+    return frame.loc[y == 1, ["entity_id", "timestamp"]]
+
+
+def split_warnings(
+    frame: pd.DataFrame,
+    split: np.ndarray,
+    *,
+    min_frauds: int = MIN_FRAUDS,
+    min_entities: int = MIN_FRAUD_ENTITIES,
+) -> list[str]:
+    """One sentence per period (validation = 1, test = 2) that is too thin to measure on.
+
+    Args:
+        frame: canonical frame with ``entity_id``, ``timestamp`` and ``label``.
+        split: ``[N]`` int8 per row (0 train, 1 validation, 2 test).
+
+    Returns:
+        Warnings (empty when both periods hold at least ``min_frauds`` frauds over at least
+        ``min_entities`` entities), each naming the counts.
+    """
+    out = []
+    y = frame["label"].to_numpy(dtype="float64", na_value=np.nan) if "label" in frame else np.full(len(frame), np.nan)
+    ents = frame["entity_id"].to_numpy()
+    for code, name in ((1, "validation"), (2, "test")):
+        fraud = (np.asarray(split) == code) & (y == 1)
+        n, k = int(fraud.sum()), len(set(ents[fraud]))
+        if n < min_frauds or k < min_entities:
+            out.append(
+                f"the {name} period holds {n} labelled fraud{'s' if n != 1 else ''} on {k} "
+                f"entit{'ies' if k != 1 else 'y'} (fewer than {min_frauds} frauds or {min_entities} "
+                f"entities): its metrics rest on too few cases to compare models"
+            )
+    return out
+
+
+def propose_split_dates(
+    frame: pd.DataFrame, *, min_frauds: int = MIN_FRAUDS, min_entities: int = MIN_FRAUD_ENTITIES
+) -> tuple[pd.Timestamp, pd.Timestamp] | None:
+    """The latest midnights ``(train_end, val_end)`` with enough frauds after each cut.
+
+    The test period ``[val_end, end]`` and the validation period ``[train_end, val_end)`` each
+    get at least ``min_frauds`` labelled frauds on at least ``min_entities`` entities, and the
+    training period keeps at least as many. ``None`` when the file's frauds are too few for that.
+    """
+    fr = _fraud_rows(frame).sort_values("timestamp")
+    if fr.empty:
+        return None
+    t = fr["timestamp"].to_numpy()
+    e = fr["entity_id"].to_numpy()
+
+    def cut_before(hi: int) -> int | None:
+        """Largest index i < hi such that rows [i, hi) hold enough frauds and entities."""
+        seen: set = set()
+        for i in range(hi - 1, -1, -1):
+            seen.add(e[i])
+            if hi - i >= min_frauds and len(seen) >= min_entities:
+                return i
+        return None
+
+    i_test = cut_before(len(t))
+    if i_test is None:
+        return None
+    val_end = pd.Timestamp(t[i_test]).normalize()
+    hi = int(np.searchsorted(t, np.datetime64(val_end), side="left"))
+    i_val = cut_before(hi)
+    if i_val is None:
+        return None
+    train_end = pd.Timestamp(t[i_val]).normalize()
+    n_train = int(np.searchsorted(t, np.datetime64(train_end), side="left"))
+    if n_train < min_frauds or not train_end < val_end:
+        return None
+    return train_end, val_end
+
+
+def history_warning(frame: pd.DataFrame, min_history: int) -> str | None:
+    """A sentence when the median entity has fewer transactions than ``min_history``.
+
+    ``min_history`` is the history the model is built for (``ModelConfig.min_history``); below
+    it most transactions are scored with little or no earlier context, and a sequence model has
+    little to read (e.g. a random-row sample with about 5 transactions per customer).
+    """
+    if frame.empty:
+        return None
+    per = frame.groupby("entity_id", sort=False).size()
+    med = float(per.median())
+    if med >= min_history:
+        return None
+    return (
+        f"the median entity has {med:g} transaction{'s' if med != 1 else ''} "
+        f"({len(per):,} entities), fewer than the {min_history} earlier transactions the model is "
+        "built for: most scores rest on little history (is this a random-row sample?)"
+    )

@@ -1,0 +1,105 @@
+"""engine.model.split_checks: thin periods are named, the proposed dates fix them, short histories warn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from engine.data.io import read_transactions
+from engine.data.spec import load_spec
+from engine.model.split_checks import history_warning, propose_split_dates, split_warnings
+from engine.model.train import time_split
+
+TABFORMER = Path("/work/shared/data/tabformer/User0_credit_card_transactions.csv")
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "demo_data" / "transactions.csv"
+
+
+def _frame(n_ent=40, per=50, fraud_share=0.05, seed=0):
+    rng = np.random.default_rng(seed)
+    ents = np.repeat([f"e{i}" for i in range(n_ent)], per)
+    t = pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 300 * 86400, len(ents)), unit="s")
+    y = (rng.random(len(ents)) < fraud_share).astype(int)
+    fr = pd.DataFrame({"entity_id": ents, "timestamp": t, "label": pd.array(y, dtype="Int8")})
+    return fr.sort_values(["entity_id", "timestamp"], ignore_index=True)
+
+
+def _counts(fr, split, code):
+    y = fr.label.to_numpy(dtype=float, na_value=np.nan)
+    m = (split == code) & (y == 1)
+    return int(m.sum()), fr.entity_id[m].nunique()
+
+
+def test_thin_test_period_is_named_with_its_counts():
+    fr = _frame(fraud_share=0.0)
+    # one episode: 12 frauds on one card, all in the last days
+    late = fr.index[fr.entity_id == "e3"][-12:]
+    fr.loc[late, "timestamp"] = pd.Timestamp("2024-10-20") + pd.to_timedelta(np.arange(12), unit="min")
+    fr.loc[late, "label"] = 1
+    fr.loc[fr.index[fr.timestamp < "2024-06-01"][::40], "label"] = 1
+    split, _, _ = time_split(fr.timestamp, "2024-08-01", "2024-10-01")
+    w = split_warnings(fr, split)
+    n, k = _counts(fr, split, 2)
+    assert n == 12 and k == 1
+    assert any("the test period holds 12 labelled frauds on 1 entity" in x for x in w), w
+    assert any(x.startswith("the validation period holds 0 labelled frauds") for x in w), w
+
+
+def test_no_warning_when_both_periods_are_rich():
+    fr = _frame(n_ent=100, per=60, fraud_share=0.05)
+    split, _, _ = time_split(fr.timestamp)
+    assert _counts(fr, split, 1)[0] >= 30 and _counts(fr, split, 2)[0] >= 30
+    assert split_warnings(fr, split) == []
+
+
+def test_proposed_dates_give_both_periods_enough_frauds():
+    fr = _frame(n_ent=100, per=60, fraud_share=0.02, seed=3)
+    split, _, _ = time_split(fr.timestamp)
+    assert split_warnings(fr, split)  # the default 70/85 % split is too thin here
+    a, b = propose_split_dates(fr)
+    split2, _, _ = time_split(fr.timestamp, a, b)
+    assert split_warnings(fr, split2) == []
+    for code in (1, 2):
+        n, k = _counts(fr, split2, code)
+        assert n >= 30 and k >= 5
+
+
+def test_no_proposal_when_the_file_has_too_few_frauds():
+    fr = _frame(fraud_share=0.0)
+    fr.loc[fr.index[:40:2], "label"] = 1  # 20 frauds in all
+    assert propose_split_dates(fr) is None
+
+
+def test_history_warning_on_a_random_row_sample_only():
+    dense = _frame(n_ent=10, per=60)
+    assert history_warning(dense, 32) is None
+    sparse = _frame(n_ent=200, per=5)
+    w = history_warning(sparse, 32)
+    assert w is not None and "median entity has 5 transactions" in w and "200 entities" in w
+
+
+@pytest.mark.skipif(not TABFORMER.exists(), reason="shared TabFormer data not present")
+def test_tabformer_default_split_warns_and_has_no_usable_proposal():
+    fr = read_transactions(TABFORMER, load_spec("tabformer")).frame
+    split, _, _ = time_split(fr.timestamp)
+    w = split_warnings(fr, split)
+    n_test = _counts(fr, split, 2)[0]
+    assert any(f"the test period holds {n_test} labelled fraud" in x for x in w)
+    assert propose_split_dates(fr) is None  # 27 frauds in all cannot fill three periods
+
+
+def test_score_cli_warns_on_short_histories(tmp_path):
+    from engine.cli import app
+
+    fr = pd.read_csv(DEMO, dtype=str)
+    # keep the first 3 transactions of each card: a random-row-like file
+    small = fr.groupby(["User", "Card"], sort=False).head(3)
+    path = tmp_path / "short.csv"
+    small.to_csv(path, index=False)
+    r = CliRunner().invoke(app, ["score", "--data", str(path), "--spec", "demo", "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "warning: the median entity has 3 transactions" in r.output
