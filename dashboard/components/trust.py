@@ -312,10 +312,14 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
         r = san["result"]
         words = [f"**{_title(m)}**: {v}" for m, v in r.verdicts().items()]
         st.markdown(" · ".join(words))
-        st.caption(f"After randomising every layer, a method whose rank correlation with its original attributions "
-                   f"stays above {r.bound} is marked *not evidence* for this model. Cases: "
+        st.caption(f"Each layer is randomised in turn, top first. A method is *evidence* only if every step moves its "
+                   f"ranking of the earlier transactions further than re-running it with another seed does, and "
+                   f"with every layer random its rank correlation |rho| with the original is at most {r.bound}. "
+                   f"The chart shows that |rho| per step with its 95 % interval over the cases. Cases: "
                    + ", ".join(cv.mask(t) for t in san["cases"]) + f" ({r.elapsed_s:.0f} s).")
-        st.plotly_chart(tfig.randomisation_figure(r.table, steps=r.steps, bound=r.bound, height=300),
+        for row in r.summary.itertuples():
+            st.text(f"{_title(row.method)}: {row.verdict} ({row.reason})")
+        st.plotly_chart(tfig.randomisation_figure(r.steps_table, bound=r.bound, height=300),
                         key="trust_randomisation", config=PLOTLY_CONFIG)
 
     # ---- agreement -----------------------------------------------------------------------------
@@ -589,7 +593,8 @@ def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:
         san = sanity_result(loaded)
         out["randomisation"] = {
             "cases": list(san["cases"]), "bound": float(san["result"].bound),
-            "verdicts": {str(r["method"]): {"verdict": str(r["verdict"]), "final_spearman": float(r["final_spearman"])}
+            "verdicts": {str(r["method"]): {"verdict": str(r["verdict"]), "final_spearman": float(r["final_spearman"]),
+                                            "reason": str(r["reason"]), "first_unchanged": str(r["first_unchanged"])}
                          for r in san["result"].summary.to_dict("records")},
         }
     if edits:

@@ -120,20 +120,28 @@ def agreement_heatmap(matrix: pd.DataFrame, *, bound: float | None = None, title
     return _layout(fig, title, height)
 
 
-def randomisation_figure(table: pd.DataFrame, *, steps: list[str] | None = None, bound: float | None = None,
-                         title: str | None = None, height: int | None = 360, column: str = "spearman") -> go.Figure:
-    """Mean rank correlation (over cases) with the original attributions per cascade step, one
-    line per method (``RandomisationResult.table``); the decision ``bound`` as a dashed line."""
+def randomisation_figure(steps_table: pd.DataFrame, *, bound: float | None = None, title: str | None = None,
+                         height: int | None = 360) -> go.Figure:
+    """What the randomisation verdict reads: per method and cascade step, the mean over cases of
+    ``rho = max(|spearman|, |spearman of magnitudes|)`` with the original attributions and its
+    95 % interval as error bars (``RandomisationResult.steps_table``); the ``bound`` a step's
+    interval must fall below, as a dashed line."""
     fig = go.Figure()
-    g = table.groupby(["method", "step"], sort=True)[column].mean().reset_index()
-    names = steps or [str(s) for s in sorted(table["step"].unique())]
-    for m in table["method"].drop_duplicates():
-        d = g[g.method == m]
-        fig.add_trace(go.Scatter(x=[names[s] for s in d.step], y=d[column], mode="lines+markers", name=_title(m)))
+    d0 = steps_table.sort_values(["method", "step"])
+    for m in steps_table["method"].drop_duplicates():
+        d = d0[d0.method == m]
+        hi = (d["ci_high"] - d["mean_rho"]).clip(lower=0).fillna(0)
+        lo = (d["mean_rho"] - d["ci_low"]).clip(lower=0).fillna(0)
+        fig.add_trace(go.Scatter(
+            x=list(d["randomised"]), y=d["mean_rho"], mode="lines+markers", name=_title(m),
+            error_y=dict(type="data", symmetric=False, array=hi.clip(upper=2), arrayminus=lo.clip(upper=2)),
+            customdata=np.stack([d["ci_low"], d["ci_high"], d["changed"].astype(str)], axis=-1),
+            hovertemplate="%{x}<br>rho %{y:.2f} (interval %{customdata[0]:.2f} to %{customdata[1]:.2f})"
+                          "<br>changed: %{customdata[2]}<extra>" + _title(m) + "</extra>"))
     if bound is not None:
         fig.add_hline(y=bound, line=dict(color=BOUND_COLOR, dash="dash"), annotation_text=f"bound {bound}")
     fig.update_xaxes(title_text="randomised, top layer first (cumulative)")
-    fig.update_yaxes(title_text=f"{column.replace('_', ' ')} with the original", range=[-1.05, 1.05])
+    fig.update_yaxes(title_text="rank correlation |rho| with the original", range=[-0.05, 1.05])
     return _layout(fig, title, height)
 
 

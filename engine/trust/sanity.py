@@ -25,14 +25,30 @@ Buffers (bucket edges, offsets) are not parameters and are kept.
 At every step and for every method the attributions of the earlier context transactions (the
 query excluded: SHAP and occlusion give it 0 by definition) are compared with the original ones
 by Spearman rank correlation, of the signed values and of their magnitudes (Adebayo et al.
-report both). **Decision rule**: after full randomisation, ``stat = max(mean Spearman,
-mean |.| Spearman)`` over the cases; a method with ``stat >`` :data:`RANDOMISATION_BOUND`
-(0.5) is marked **"not evidence"** for that model: its ranking survives the destruction of
-everything the model learned, so it reflects the input or the architecture, not the learned
-function. (For unrelated rankings of ``P`` items Spearman has standard deviation about
-``1/sqrt(P-1)``: 0.27 at ``P = 15``, so use several cases with short contexts.) Attention is
-expected to keep some rank correlation through the cascade: the causal mask and the
-time-decay bias (a random but still positive slope) favour recent transactions in any model.
+report both); ``rho = max(|spearman|, |spearman of magnitudes|)`` per case and step, so a
+ranking that is merely reversed (rho -0.62) counts as kept, not as changed.
+
+**Decision rule** (every step is judged, not only the last):
+
+* the method's *noise floor*: its own seed-to-seed agreement on the unchanged model (the same
+  ``rho`` between two runs with different seeds: 1 for deterministic methods, lower for sampled
+  ones such as KernelSHAP with few coalitions), mean and 95 % t-interval over the cases. If the
+  interval's lower end is not above :data:`RANDOMISATION_BOUND`, the method disagrees with
+  itself about as much as a randomised model would: **"undetermined"** (too noisy to judge);
+* at every step ``s >= 1``: the mean ``rho`` over the cases and its two-sided 95 % t-interval
+  (Student t, ``n - 1`` degrees of freedom). The step **changed** the method when the interval
+  lies wholly below the lower end of the noise floor's interval (for a deterministic method:
+  below 1): randomising those layers moved the ranking more than re-running the method does;
+* after the last step (every layer random) the mean ``rho`` must be at most
+  :data:`RANDOMISATION_BOUND` (0.5): the ranking is *destroyed*, not merely perturbed;
+* **"evidence"** when every step changed the method and the last step destroyed its ranking;
+  **"not evidence"** otherwise, with ``first_unchanged`` naming the first step that left it in
+  place (``head`` for a method that reads only the row encoder, or for attention, which no
+  head randomisation can change) or ``reason`` the level it kept; **"undetermined"** with fewer
+  than :data:`MIN_CASES` cases or when every correlation is NaN.
+
+(For unrelated rankings of ``P`` items Spearman has standard deviation about ``1/sqrt(P-1)``:
+0.27 at ``P = 15``, so use several cases; the t-interval widens when they are few.)
 
 Completeness
 ------------
@@ -64,8 +80,10 @@ from engine.explain import METHODS, IGConfig
 from engine.explain.base import Explanation
 from engine.model.transformer import FraudTransformer
 
-#: full-randomisation rank correlation above which a method is "not evidence" (see module doc)
+#: rank correlation (upper end of its 95 % interval) a randomisation step must bring a method below
 RANDOMISATION_BOUND = 0.5
+#: fewest cases for a randomisation verdict other than "undetermined"
+MIN_CASES = 3
 #: |completeness gap| (logit) above which a case is flagged (see module doc)
 COMPLETENESS_TOLERANCE = 0.05
 
@@ -141,11 +159,19 @@ class RandomisationResult:
         table: one row per (case, method, step): ``case`` (query transaction id), ``method``,
             ``step`` (0 = original), ``randomised`` (step name, ``"none"`` at 0), ``spearman``,
             ``spearman_abs`` (rank correlation of the signed values / of the magnitudes with the
-            original attributions; NaN when a ranking is constant or ``P < 3``).
+            original attributions; NaN when a ranking is constant or ``P < 3``) and ``rho``
+            (``max`` of their absolute values: what the verdict reads).
+        steps_table: one row per (method, step >= 1): ``method``, ``step``, ``randomised``,
+            ``mean_rho``, ``ci_low``, ``ci_high`` (95 % t-interval over cases), ``n_cases``,
+            ``changed`` (``ci_high`` below the noise floor's lower end). The figure plots these.
+        self_agreement: one row per (case, method): ``rho`` between two runs of the method with
+            different seeds on the unchanged model (the noise floor).
         summary: one row per method: ``method``, ``final_spearman``, ``final_spearman_abs``
-            (means over cases at the last step), ``stat`` (their max), ``bound``, ``evidence``
-            (bool), ``verdict`` (``"evidence"`` / ``"not evidence"`` / ``"undetermined"`` when
-            every correlation is NaN).
+            (means over cases at the last step, as reported before), ``stat`` (mean ``rho`` at the
+            last step, compared with ``bound``), ``bound``, ``self_agreement`` and ``self_agreement_low``
+            (mean and lower end of its interval), ``n_cases``, ``first_unchanged`` (step name or
+            ``""``), ``evidence`` (bool), ``verdict`` (``"evidence"`` / ``"not evidence"`` /
+            ``"undetermined"``), ``reason`` (one sentence).
         steps: step names in order (``["none", "head", "block L-1", ..., "row encoder"]``).
         bound: the bound used. seed: the randomisation seed. elapsed_s: wall time.
     """
@@ -156,9 +182,75 @@ class RandomisationResult:
     bound: float
     seed: int
     elapsed_s: float = 0.0
+    steps_table: pd.DataFrame | None = None
+    self_agreement: pd.DataFrame | None = None
 
     def verdicts(self) -> dict[str, str]:
         return dict(zip(self.summary["method"], self.summary["verdict"]))
+
+
+def _t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the mean of ``x`` (NaNs dropped); NaN without values."""
+    from scipy.stats import t as student_t
+
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return float("nan"), float("nan"), float("nan")
+    m = float(x.mean())
+    if len(x) < 2:
+        return m, float("-inf"), float("inf")
+    half = float(student_t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+def _rho(a: np.ndarray, b: np.ndarray) -> float:
+    """``max(|spearman|, |spearman of magnitudes|)`` of two attribution vectors (NaN if both are)."""
+    return _rho_from(_spearman(a, b), _spearman(np.abs(a), np.abs(b)))
+
+
+def _reseeded(methods, configs: Mapping[str, Any] | None, offset: int = 1) -> dict[str, AttributionFn]:
+    """The same attribution functions with every seeded config's seed moved by ``offset``
+    (callables and unseeded, deterministic methods are simply run again)."""
+    if isinstance(methods, Mapping):
+        return dict(methods)
+    configs = dict(configs or {})
+    out: dict[str, AttributionFn] = {}
+    for m in methods:
+        cfg = configs.get(m) or METHODS[m].config_class()
+        if dataclasses.is_dataclass(cfg) and any(f.name == "seed" for f in dataclasses.fields(cfg)):
+            cfg = dataclasses.replace(cfg, seed=cfg.seed + offset)
+        out[m] = METHODS[m](cfg).explain
+    return out
+
+
+def _judge(m: str, steps_m: pd.DataFrame, self_rho: np.ndarray, bound: float) -> dict[str, Any]:
+    """Verdict of one method from its per-step intervals and its noise floor (module doc)."""
+    sa, sa_low, _ = _t_interval(self_rho)
+    floor = min(sa_low, 1.0) if not math.isnan(sa_low) else float("nan")
+    changed = steps_m["ci_high"] < floor
+    n = int(steps_m["n_cases"].max()) if len(steps_m) else 0
+    unchanged = steps_m[~changed]
+    first = str(unchanged["randomised"].iloc[0]) if len(unchanged) else ""
+    final = float(steps_m["mean_rho"].iloc[-1]) if len(steps_m) else float("nan")
+    if n < MIN_CASES or steps_m["mean_rho"].isna().all():
+        verdict, reason = "undetermined", f"{n} case(s) with a defined rank correlation; at least {MIN_CASES} needed"
+    elif not sa_low > bound:
+        verdict, reason = "undetermined", (f"the method agrees with itself across seeds only at rho {sa:.2f} "
+                                           f"(interval low {sa_low:.2f} <= {bound}): too noisy to judge")
+    elif first:
+        row = unchanged.iloc[0]
+        verdict, reason = "not evidence", (f"randomising the {first} left its ranking in place (rho {row.mean_rho:.2f}, "
+                                           f"interval up to {row.ci_high:.2f}, not below its own seed-to-seed "
+                                           f"agreement {floor:.2f})")
+    elif not final <= bound:
+        verdict, reason = "not evidence", (f"with every layer random its ranking still correlates at rho {final:.2f} "
+                                           f"> {bound} with the original")
+    else:
+        verdict, reason = "evidence", (f"every randomisation step changed its ranking, and with every layer random "
+                                       f"rho is {final:.2f} <= {bound}")
+    return {"stat": final, "self_agreement": sa, "self_agreement_low": sa_low, "n_cases": n,
+            "first_unchanged": first, "evidence": verdict == "evidence", "verdict": verdict, "reason": reason,
+            "_changed": list(changed)}
 
 
 def randomisation_check(
@@ -177,7 +269,8 @@ def randomisation_check(
             method's default config), or ``{name: callable(ctx) -> Explanation or [T] values}``
             (any attribution function, e.g. a deliberately broken one).
         seed: seed of the re-drawn weights.
-        bound: decision bound on the final rank correlation (default :data:`RANDOMISATION_BOUND`).
+        bound: decision bound on each step's rank correlation (default :data:`RANDOMISATION_BOUND`;
+            see the module doc for the rule, the noise floor and the intervals).
         configs: ``{method name: config}`` for named methods.
     Returns:
         :class:`RandomisationResult`. The shared model's weights are unchanged (a deep copy is
@@ -210,19 +303,42 @@ def randomisation_check(
                 rows.append({"case": ctx.query_transaction_id, "method": m, "step": s, "randomised": step_name,
                              "spearman": _spearman(o, v), "spearman_abs": _spearman(np.abs(o), np.abs(v))})
     table = pd.DataFrame(rows, columns=["case", "method", "step", "randomised", "spearman", "spearman_abs"])
+    table["rho"] = [_rho_from(a, b) for a, b in zip(table["spearman"], table["spearman_abs"])]
+    # noise floor: a second run of each method with another seed, on the unchanged model
+    again = _reseeded(methods, configs)
+    self_rows = []
+    for ci, ctx in enumerate(ctxs):
+        for m, fn in again.items():
+            v = _values(fn(ctx), ctx.T)
+            self_rows.append({"case": ctx.query_transaction_id, "method": m, "rho": _rho(original[(ci, m)], v)})
+    self_df = pd.DataFrame(self_rows, columns=["case", "method", "rho"])
+    step_rows = []
+    for m in fns:
+        for s_i, (step_name, _) in enumerate(steps[1:], start=1):
+            r = table[(table.method == m) & (table.step == s_i)]["rho"].to_numpy(np.float64)
+            mean, lo, hi = _t_interval(r)
+            step_rows.append({"method": m, "step": s_i, "randomised": step_name, "mean_rho": mean, "ci_low": lo,
+                              "ci_high": hi, "n_cases": int((~np.isnan(r)).sum()), "changed": False})
+    steps_df = pd.DataFrame(step_rows, columns=["method", "step", "randomised", "mean_rho", "ci_low", "ci_high",
+                                                "n_cases", "changed"])
     last = table[table.step == len(steps) - 1]
     summ = []
     for m in fns:
         r = last[last.method == m]
         fs = float(r.spearman.mean()) if r.spearman.notna().any() else float("nan")
         fa = float(r.spearman_abs.mean()) if r.spearman_abs.notna().any() else float("nan")
-        stat = float(np.nanmax([fs, fa])) if not (math.isnan(fs) and math.isnan(fa)) else float("nan")
-        ev = bool(stat <= bound) if not math.isnan(stat) else False
-        verdict = "undetermined" if math.isnan(stat) else ("evidence" if ev else "not evidence")
-        summ.append({"method": m, "final_spearman": fs, "final_spearman_abs": fa, "stat": stat, "bound": bound,
-                     "evidence": ev, "verdict": verdict})
+        judged = _judge(m, steps_df[steps_df.method == m], self_df[self_df.method == m]["rho"].to_numpy(np.float64),
+                        bound)
+        steps_df.loc[steps_df.method == m, "changed"] = judged.pop("_changed")
+        summ.append({"method": m, "final_spearman": fs, "final_spearman_abs": fa, "bound": bound, **judged})
     return RandomisationResult(table=table, summary=pd.DataFrame(summ), steps=[n for n, _ in steps],
-                               bound=bound, seed=seed, elapsed_s=time.perf_counter() - t0)
+                               bound=bound, seed=seed, elapsed_s=time.perf_counter() - t0,
+                               steps_table=steps_df, self_agreement=self_df)
+
+
+def _rho_from(spearman: float, spearman_abs: float) -> float:
+    r = [abs(spearman), abs(spearman_abs)]
+    return float("nan") if all(math.isnan(x) for x in r) else float(np.nanmax(r))
 
 
 # ------------------------------------------------------------------------------ completeness
@@ -322,7 +438,7 @@ def completeness_table(checks: list[CompletenessCheck]) -> pd.DataFrame:
                         columns=[f.name for f in dataclasses.fields(CompletenessCheck)])
 
 
-__all__ = ["COMPLETENESS_TOLERANCE", "RANDOMISATION_BOUND", "CompletenessCheck", "CompletenessWarning",
+__all__ = ["COMPLETENESS_TOLERANCE", "MIN_CASES", "RANDOMISATION_BOUND", "CompletenessCheck", "CompletenessWarning",
            "RandomisationResult", "cascade_steps", "completeness_checks", "completeness_table",
            "randomisation_check", "randomise_modules_"]
 

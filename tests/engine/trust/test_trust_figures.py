@@ -33,9 +33,11 @@ def test_curves_heatmap_and_randomisation_figures():
     np.testing.assert_array_equal(hm.data[0].z, ag.spearman.to_numpy())
     assert list(hm.data[0].x) == ["Attention", "Occlusion"]
     rc = randomisation_check(ctx, {"const": lambda c: np.arange(c.T, dtype=float)})
-    rf = randomisation_figure(rc.table, steps=rc.steps, bound=rc.bound)
-    np.testing.assert_allclose(rf.data[0].y, 1.0)
-    assert list(rf.data[0].x) == rc.steps
+    rf = randomisation_figure(rc.steps_table, bound=rc.bound)
+    np.testing.assert_allclose(rf.data[0].y, 1.0)  # what the verdict reads: |rho| per step
+    np.testing.assert_allclose(rf.data[0].y, rc.steps_table["mean_rho"])
+    assert list(rf.data[0].x) == rc.steps[1:]
+    assert rf.layout.shapes[0].y0 == rc.bound  # the bound line
 
 
 def test_figures_module_does_not_import_torch():

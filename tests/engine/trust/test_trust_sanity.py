@@ -26,27 +26,85 @@ def amount_magnitude(ctx):
     return np.abs(ctx.rows["amount"].to_numpy(np.float64))
 
 
-def test_broken_explainer_fails_and_integrated_gradients_passes():
+def recency(ctx):
+    """Deliberately broken: the later the transaction, the larger, whatever the model."""
+    return np.arange(ctx.T, dtype=np.float64)
+
+
+def row_encoder_only(ctx):
+    """Deliberately broken: the norm of each transaction's row embedding. It reads the model,
+    but only its row encoder, so randomising the head or the blocks cannot change it."""
+    with torch.no_grad():
+        x = ctx.bundle.model.rows(ctx.batch).sum(dim=2)  # [1, T, F, D] -> [1, T, D]
+    return x[0].norm(dim=-1).double().numpy()
+
+
+def test_dummies_fail_and_integrated_gradients_passes():
     bundle = trained_bundle()
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     ctxs = [context(q) for q in positive_queries(max_position=15)[1:7]]
     scores = [c.score_logit() for c in ctxs]
     ig = lambda c: explain_ig(c, IGConfig(n_steps=20, target_delta=None))  # noqa: E731
-    res = randomisation_check(ctxs, {"integrated_gradients": ig, "amount_magnitude": amount_magnitude}, seed=1)
+    res = randomisation_check(ctxs, {"integrated_gradients": ig, "amount_magnitude": amount_magnitude,
+                                     "recency": recency, "row_encoder_only": row_encoder_only}, seed=1)
     L = len(bundle.model.blocks)
     assert res.steps == ["none", "head"] + [f"block {i}" for i in reversed(range(L))] + ["row encoder"]
-    assert len(res.table) == len(ctxs) * 2 * len(res.steps)
+    assert len(res.table) == len(ctxs) * 4 * len(res.steps)
     verdict = res.verdicts()
-    assert verdict == {"integrated_gradients": "evidence", "amount_magnitude": "not evidence"}, res.summary
-    broken = res.table[res.table.method == "amount_magnitude"]
-    np.testing.assert_allclose(broken[["spearman", "spearman_abs"]].to_numpy(), 1.0)  # identical at every step
+    assert verdict == {"integrated_gradients": "evidence", "amount_magnitude": "not evidence",
+                       "recency": "not evidence", "row_encoder_only": "not evidence"}, res.summary
     s = res.summary.set_index("method")
+    # the row-encoder dummy changes at the last step only: judging the last step alone would pass it
+    assert s.loc["row_encoder_only", "first_unchanged"] == "head"
+    st = res.steps_table.set_index(["method", "randomised"])
+    assert st.loc[("row_encoder_only", "row encoder"), "changed"]
+    assert not st.loc[("row_encoder_only", f"block {L - 1}"), "changed"]
+    assert s.loc["recency", "first_unchanged"] == "head" and s.loc["amount_magnitude", "first_unchanged"] == "head"
+    broken = res.table[res.table.method == "amount_magnitude"]
+    np.testing.assert_allclose(broken[["spearman", "spearman_abs", "rho"]].to_numpy(), 1.0)  # identical at every step
     assert s.loc["integrated_gradients", "stat"] <= RANDOMISATION_BOUND < s.loc["amount_magnitude", "stat"]
+    assert (s["self_agreement"] == 1.0).all()  # deterministic methods agree with themselves
     np.testing.assert_allclose(res.table[res.table.step == 0][["spearman", "spearman_abs"]].to_numpy(), 1.0)
     # the shared model is untouched
     after = bundle.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert [c.score_logit() for c in ctxs] == scores and not bundle.model.training
+
+
+def test_a_reversed_ranking_counts_as_kept_not_changed():
+    ctxs = [context(q) for q in positive_queries(max_position=15)[1:5]]
+    original_head = trained_bundle().model.head.weight.detach().clone()
+
+    def flipping(ctx):  # the same ranking, sign reversed whenever the model was randomised
+        v = np.abs(ctx.rows["amount"].to_numpy(np.float64)) + np.arange(ctx.T)
+        return v if torch.equal(ctx.bundle.model.head.weight, original_head) else -v
+
+    res = randomisation_check(ctxs, {"flipping": flipping}, seed=0)
+    assert (res.table[res.table.step > 0].spearman < -0.99).all()  # signed correlation -1 ...
+    assert res.verdicts() == {"flipping": "not evidence"}  # ... is no change of what matters
+
+
+def test_noisy_method_is_undetermined_and_too_few_cases_too():
+    ctxs = [context(q) for q in positive_queries(max_position=15)[1:6]]
+    rng = np.random.default_rng(0)
+    res = randomisation_check(ctxs, {"noise": lambda c: rng.random(c.T)}, seed=0)
+    s = res.summary.set_index("method")
+    assert s.loc["noise", "verdict"] == "undetermined" and "too noisy" in s.loc["noise", "reason"]
+    one = randomisation_check(ctxs[:2], {"recency": recency}, seed=0)
+    assert one.verdicts() == {"recency": "undetermined"} and "at least 3" in one.summary.reason.iloc[0]
+
+
+def test_real_methods_pass_on_the_trained_model():
+    from engine.explain import ShapConfig
+
+    ctxs = [context(q) for q in positive_queries(max_position=15)[1:7]]
+    res = randomisation_check(ctxs, ["occlusion", "shap", "attention"], seed=0,
+                              configs={"shap": ShapConfig(nsamples=2000)})
+    v = res.verdicts()
+    assert v["occlusion"] == "evidence" and v["shap"] == "evidence", res.summary
+    # attention weights do not depend on the logit head: the head step cannot change them
+    assert v["attention"] == "not evidence"
+    assert res.summary.set_index("method").loc["attention", "first_unchanged"] == "head"
 
 
 def test_named_methods_and_cascade_helpers():
