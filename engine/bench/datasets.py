@@ -6,7 +6,8 @@ For each labelled dataset in ``../shared/data`` and the bundled demo data, and e
 2. split by time (:func:`choose_split`): the default 70 % / 85 % rule of ``fraudlens train``
    when both later periods hold at least 30 frauds on 5 entities, else the dates
    :func:`engine.model.split_checks.propose_split_dates` proposes, else the latest dates that
-   give each period a third of the file's frauds (the table then says "thin");
+   give each period as many frauds as the file allows, up to a third of them (the table then
+   says "thin");
 3. train the transformer exactly as ``fraudlens train`` does (its default
    :class:`~engine.model.train.TrainConfig`, the seed changed) and the LightGBM baseline of
    :mod:`engine.model.baseline` on the same split;
@@ -133,11 +134,13 @@ def choose_split(frame: pd.DataFrame) -> tuple[np.ndarray, str, list[str]]:
         split, a, b = time_split(frame["timestamp"], *dates)
         return split, f"proposed dates (>= 30 frauds on 5 entities per period): {a.date()} / {b.date()}", []
     n_fraud = int((frame["label"].to_numpy(dtype="float64", na_value=np.nan) == 1).sum())
-    dates = propose_split_dates(frame, min_frauds=max(1, n_fraud // 3), min_entities=1)
-    if dates is not None:
-        split, a, b = time_split(frame["timestamp"], *dates)
-        warnings = split_warnings(frame, split)
-        return split, f"thin: a third of the {n_fraud} frauds per period: {a.date()} / {b.date()}", warnings
+    for k in range(max(1, n_fraud // 3), 0, -1):  # the most frauds each period can get
+        dates = propose_split_dates(frame, min_frauds=k, min_entities=1)
+        if dates is not None:
+            split, a, b = time_split(frame["timestamp"], *dates)
+            warnings = split_warnings(frame, split)
+            return split, (f"thin: at least {k} of the file's {n_fraud} frauds per period: "
+                           f"{a.date()} / {b.date()}"), warnings
     return split, f"default 70/85 % rule: {a.date()} / {b.date()} (no better split exists)", warnings
 
 
