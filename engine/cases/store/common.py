@@ -80,7 +80,7 @@ AUDIT_COLUMNS = ["id", "ts", "actor", "action", "case_id", "model_sha256", "befo
                  "prev_hash", "row_hash"]
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_SOURCE_RE = re.compile(r"^(legacy|[0-9a-f]{64}/[\x21-\x7e]{1,200})$")
+_SOURCE_RE = re.compile(r"^(legacy|[0-9a-f]{64}/[^\x00-\x1f\x7f]{1,200})$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"  # naive UTC, fixed width so text order == time order
 _MAX_NAME_LEN = 128
@@ -215,7 +215,7 @@ def source_id(file_sha256: str, spec_name: str) -> str:
     64 lowercase hex digits), so the same bytes give the same source wherever the file lies.
     Cases created before sources were recorded (schema < 3) have :data:`LEGACY_SOURCE`.
     Raises ``ValueError`` for a bad hash or a spec name that is empty, longer than 200
-    characters or not printable ASCII without spaces.
+    characters or has control characters.
     """
     _check_sha(file_sha256)
     return _check_source(f"{file_sha256}/{spec_name}")
@@ -224,8 +224,8 @@ def source_id(file_sha256: str, spec_name: str) -> str:
 def _check_source(value: str) -> str:
     if not isinstance(value, str) or not _SOURCE_RE.match(value):
         raise ValueError(
-            "source_id: expected 'legacy' or '<64 hex digits>/<spec name>' (printable ASCII, "
-            f"no spaces, at most 200 characters), got {str(value)[:80]!r}"
+            "source_id: expected 'legacy' or '<64 hex digits>/<spec name>' (at most 200 "
+            f"printable characters), got {str(value)[:80]!r}"
         )
     return value
 
