@@ -117,6 +117,7 @@ Package map
     :mod:`~engine.cases.store.case_store` (:class:`CaseStore`, composed from them).
 """
 
+from engine.cases.store.audit import audit_csv
 from engine.cases.store.case_store import CaseStore
 from engine.cases.store.chain import verify_chain
 from engine.cases.store.common import (
@@ -162,7 +163,7 @@ from engine.cases.store.schema import (
 
 __all__ = [
     "AuditChainError", "AuditTamperWarning", "ChainVerdict", "LEGACY_SOURCE", "is_reserved",
-    "person_key", "same_person", "source_id", "verify_chain",
+    "audit_csv", "person_key", "same_person", "source_id", "verify_chain",
     "AUDIT_COLUMNS", "CASE_INPUT_COLUMNS", "DB_FILENAME", "DISPOSITIONS", "ENV_ANALYST",
     "ENV_DATA_DIR", "ENV_FOUR_EYES", "HISTORY_COLUMNS", "LATEST_VERSION", "MIGRATIONS",
     "NOTE_COLUMNS", "QUEUE_COLUMNS", "STATES", "SYSTEM_ACTOR", "CaseNotFoundError", "CaseStore",
