@@ -1,7 +1,8 @@
 """fraudlens dashboard entry point: ``streamlit run dashboard/app.py -- [--data FILE --spec NAME]
 [--model DIR] [--max-rows N]`` (or env FRAUDLENS_DATA / FRAUDLENS_SPEC / FRAUDLENS_MODEL /
 FRAUDLENS_MAX_ROWS). Pages: Cases (pick a source, a model and an entity), Case (one entity's
-timeline and the explanations of one transaction), Model (model card)."""
+timeline and the explanations of one transaction), Model (model card), Audit (audit log and its
+hash-chain verdict)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ pages = [
     st.Page("pages/queue.py", title="Queue"),  # case queue (dashboard/pages/queue.py)
     st.Page("pages/case.py", title="Case"),
     st.Page("pages/model.py", title="Model"),
+    st.Page("pages/audit.py", title="Audit"),  # audit log + hash-chain verdict (dashboard/pages/audit.py)
 ]
 
 
@@ -41,6 +43,20 @@ def render_sidebar() -> None:
             st.markdown(f"**Entity** `{mask(ss[state.ENTITY])}`")
         if ss.get(state.QUERY):
             st.markdown(f"**Query** `{mask(ss[state.QUERY])}`")
+        render_chain_alarm()
+
+
+def render_chain_alarm() -> None:
+    """A red line on every page when the case store's audit chain was broken at open."""
+    from dashboard import components as comp
+
+    try:
+        verdict = comp.get_store().audit_verdict
+    except Exception:  # noqa: BLE001 - the pages that use the store report their own errors
+        return
+    if not verdict.ok:
+        st.error(f"Audit log tampered with at row {verdict.first_broken_id}: see Audit.",
+                 icon=":material/gpp_bad:")
 
 
 page = st.navigation(pages)

@@ -4,7 +4,9 @@
   data dir), one per process and database path;
 * :func:`analyst` / :func:`identity_sidebar` - the acting analyst: a login-free name prompt in
   the sidebar (session state ``analyst``), else ``$FRAUDLENS_ANALYST``;
-* :func:`sync_cases` - upsert one case per entity of the scored source, keyed by model sha256;
+* :func:`sync_cases` - upsert one case per entity of the scored source, keyed by model sha256
+  and data source (:func:`data_source_id`: the file's content sha256 + spec name), so the same
+  entity id in another file is another case;
 * :func:`effective_thresholds` - the model's review/decline thresholds: stored in the case store
   when an analyst edited them, else the checkpoint's ``meta.thresholds``.
 """
@@ -18,7 +20,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from engine.cases.store import ENV_ANALYST, CaseStore, MissingAnalystError, default_db_path, resolve_analyst
+from engine.cases.store import (
+    ENV_ANALYST,
+    CaseStore,
+    MissingAnalystError,
+    default_db_path,
+    resolve_analyst,
+    source_id,
+)
 
 ANALYST = "analyst"
 _INPUT = "analyst_name_input"
@@ -80,9 +89,16 @@ def case_rows(loaded: Any) -> pd.DataFrame:
     })
 
 
+def data_source_id(loaded: Any) -> str:
+    """The case store's data-source key of the loaded source (file content sha256 + spec)."""
+    src = loaded.source
+    return source_id(src.file_sha256, getattr(src.spec, "name", None) or str(loaded.src["spec"]))
+
+
 @st.cache_resource(show_spinner="Updating the case queue…", max_entries=8)
 def _synced(db_path: str, key: tuple, _loaded: Any) -> dict[str, Any]:
-    res = get_store().upsert_cases(_loaded.bundle.sha256, case_rows(_loaded))
+    res = get_store().upsert_cases(_loaded.bundle.sha256, case_rows(_loaded),
+                                   source_id=data_source_id(_loaded))
     return {"created": res.created, "updated": res.updated, "unchanged": res.unchanged,
             "scored_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
@@ -108,11 +124,10 @@ def effective_thresholds(bundle: Any, store: CaseStore | None = None) -> dict[st
 
 
 def case_for_entity(loaded: Any, entity_id: str) -> dict | None:
-    """The case row of ``entity_id`` under the loaded model (after :func:`sync_cases`)."""
-    store = get_store()
-    q = store.queue(loaded.bundle.sha256, 0.0)
-    hit = q.loc[q["entity_id"] == str(entity_id), "case_id"]
-    return store.get_case(int(hit.iloc[0])) if len(hit) else None
+    """The case row of ``entity_id`` in the loaded source under the loaded model (after
+    :func:`sync_cases`); ``None`` if it has none. Another file's entity with the same id is
+    another case and never returned here."""
+    return get_store().find_case(loaded.bundle.sha256, data_source_id(loaded), str(entity_id))
 
 
 STATE_LABELS = {"open": "open", "assigned": "assigned", "pending_approval": "pending approval",

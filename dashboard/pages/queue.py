@@ -86,7 +86,7 @@ if assignee == "(unassigned)":
     kw["assignee"] = ""
 elif assignee not in ("(anyone)", "(unassigned)"):
     kw["assignee"] = assignee
-q = store.queue(sha, thr["review"], **kw)
+q = store.queue(sha, thr["review"], source_id=comp.data_source_id(loaded), **kw)
 q["band"] = ["decline" if p >= thr["decline"] else "review" for p in q["max_probability"]]
 q["entity"] = q["entity_id"].map(cv.mask)
 q["state_label"] = q["state"].map(comp.STATE_LABELS)

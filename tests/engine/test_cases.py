@@ -190,7 +190,7 @@ def test_migrate_v1_database_to_latest(db):
         assert s.get_case(1)["version"] == 1
     conn = raw(db)
     rows = conn.execute("SELECT version, description FROM schema_version ORDER BY version")
-    assert [r[0] for r in rows] == [1, 2]
+    assert [r[0] for r in rows] == list(range(1, LATEST_VERSION + 1))
     # append-only triggers from v1 still hold after migrating
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
         conn.execute("DELETE FROM audit_log")
@@ -798,3 +798,227 @@ def test_states_constant_matches_schema(db):
     sql = raw(db).execute("SELECT sql FROM sqlite_master WHERE name = 'cases'").fetchone()[0]
     for st in STATES:
         assert f"'{st}'" in sql
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases belong to a data source (issue 12, item 6)
+
+SRC_A = cases_mod.source_id("1" * 64, "demo")
+SRC_B = cases_mod.source_id("2" * 64, "tabformer")
+
+
+def test_same_entity_in_two_sources_is_two_cases(db):
+    with CaseStore(db, four_eyes=False) as s:
+        assert s.upsert_cases(SHA, summary({"0:1": 0.9, "0:2": 0.7}), source_id=SRC_A) == (
+            cases_mod.UpsertResult(created=2, updated=0, unchanged=0)
+        )
+        a = s.find_case(SHA, SRC_A, "0:1")
+        s.record_disposition(a["id"], "false_positive", "demo card, legit", analyst="alice")
+        s.add_note(a["id"], "called the customer", analyst="alice")
+        n_audit = len(s.audit_log())
+        # another file with the same entity ids: new cases, the demo case untouched
+        res = s.upsert_cases(SHA, summary({"0:1": 0.3, "0:2": 0.95}, max_amount=[5.0, 6.0]),
+                             source_id=SRC_B)
+        assert res == cases_mod.UpsertResult(created=2, updated=0, unchanged=0)
+        b = s.find_case(SHA, SRC_B, "0:1")
+        assert b["id"] != a["id"]
+        assert (b["state"], b["max_probability"], b["source_id"]) == ("open", 0.3, SRC_B)
+        assert s.history(b["id"]).empty and s.notes(b["id"]).empty
+        a_now = s.get_case(a["id"])
+        assert (a_now["state"], a_now["max_probability"], a_now["max_amount"]) == (
+            "false_positive", 0.9, 100.0
+        )
+        # switching back and forth writes nothing and never a score_updated row
+        for src, probs in [(SRC_A, {"0:1": 0.9, "0:2": 0.7}), (SRC_B, {"0:1": 0.3, "0:2": 0.95})] * 2:
+            amounts = [100.0, 100.0] if src == SRC_A else [5.0, 6.0]
+            r = s.upsert_cases(SHA, summary(probs, max_amount=amounts), source_id=src)
+            assert r == cases_mod.UpsertResult(created=0, updated=0, unchanged=2)
+        log = s.audit_log()
+        assert len(log) == n_audit + 2
+        assert "score_updated" not in set(log.action)
+        assert {r["source_id"] for r in log.loc[log.action == "case_created", "after"]} == {
+            SRC_A, SRC_B
+        }
+        # the queue of one source holds only its cases; without a source, both, with the column
+        qa = s.queue(SHA, 0.0, source_id=SRC_A)
+        assert set(qa.case_id) == {a["id"], s.find_case(SHA, SRC_A, "0:2")["id"]}
+        assert set(qa.source_id) == {SRC_A}
+        assert sorted(s.queue(SHA, 0.0).source_id) == sorted([SRC_A, SRC_A, SRC_B, SRC_B])
+        assert list(qa.columns) == cases_mod.QUEUE_COLUMNS
+        assert s.find_case(SHA, SRC_A, "nope") is None
+
+
+def test_source_id_is_file_hash_and_spec(db):
+    assert SRC_A == "1" * 64 + "/demo"
+    with pytest.raises(ValueError, match="model_sha256"):
+        cases_mod.source_id("xyz", "demo")
+    with pytest.raises(ValueError, match="source_id"):
+        cases_mod.source_id("1" * 64, "")
+    with CaseStore(db) as s, pytest.raises(ValueError, match="source_id"):
+        s.upsert_cases(SHA, summary({"e": 0.5}), source_id="../etc")
+    with CaseStore(db) as s:
+        assert s.upsert_cases(SHA, summary({"e": 0.5})).created == 1  # default: legacy source
+        assert s.find_case(SHA, cases_mod.LEGACY_SOURCE, "e")["source_id"] == "legacy"
+
+
+def test_migrate_v2_cases_to_the_legacy_source(db):
+    db.parent.mkdir(parents=True)
+    conn = connect(db)
+    assert migrate(conn, target=2) == 2
+    conn.execute(
+        "INSERT INTO cases(model_sha256, entity_id, max_probability, state, created_at, "
+        "updated_at, version) VALUES (?, '0:1', 0.9, 'false_positive', 't0', 't0', 1)", (SHA,)
+    )
+    conn.execute(
+        "INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, note) "
+        "VALUES (1, 't1', 'disposition', 'false_positive', 'false_positive', 'carol', 'legit')"
+    )
+    conn.execute("INSERT INTO notes(case_id, ts, analyst, text) VALUES (1, 't1', 'carol', 'hi')")
+    for i in range(3):
+        conn.execute(
+            "INSERT INTO audit_log(ts, actor, action, case_id, model_sha256, after_json) "
+            f"VALUES ('t{i}', 'carol', 'disposition', 1, ?, '{{\"n\": {i}}}')", (SHA,)
+        )
+    conn.close()
+    with CaseStore(db, four_eyes=False) as s:
+        assert s.audit_verdict.ok and s.audit_verdict.rows_checked == 3
+        old = s.get_case(1)
+        assert (old["source_id"], old["entity_id"], old["state"], old["version"]) == (
+            "legacy", "0:1", "false_positive", 1
+        )
+        assert s.history(1).note.tolist() == ["legit"] and s.notes(1).text.tolist() == ["hi"]
+        assert s.upsert_cases(SHA, summary({"0:1": 0.2}), source_id=SRC_A).created == 1
+        assert s.get_case(1)["max_probability"] == 0.9
+        s.add_note(1, "after the migration", analyst="carol")
+        assert s.verify_audit_chain().ok
+    conn = raw(db)
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 0  # a raw connection's default
+    with pytest.raises(sqlite3.IntegrityError):  # the dispositions FK still points at cases
+        c2 = connect(db)
+        try:
+            c2.execute("INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, "
+                       "analyst, note) VALUES (999, 't', 'disposition', 'escalate', 'escalated', "
+                       "'x', 'n')")
+        finally:
+            c2.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Files are private (issue 12, item 9)
+
+
+def _mode(p: Path) -> int:
+    return p.stat().st_mode & 0o777
+
+
+def test_database_and_key_files_are_private(tmp_path, monkeypatch):
+    from engine.cases.report.model import pseudonym_salt
+
+    old = os.umask(0o022)
+    try:
+        d = tmp_path / "new" / "dir"
+        with CaseStore(d / "cases.sqlite3") as s:
+            s.set_thresholds(SHA, 0.5, 0.9, actor="alice")  # writes the WAL
+            assert _mode(d) == 0o700
+            assert _mode(d / "cases.sqlite3") == 0o600
+            for extra in ("cases.sqlite3-wal", "cases.sqlite3-shm"):
+                if (d / extra).exists():
+                    assert _mode(d / extra) == 0o600, extra
+        loose = tmp_path / "loose.db"
+        loose.touch(mode=0o644)
+        os.chmod(loose, 0o644)
+        with CaseStore(loose):
+            assert _mode(loose) == 0o600
+        monkeypatch.delenv("FRAUDLENS_PSEUDONYM_SALT", raising=False)
+        kd = tmp_path / "keys" / "here"
+        pseudonym_salt(kd)
+        assert _mode(kd) == 0o700 and _mode(kd / "pseudonym_salt") == 0o600
+        os.chmod(kd / "pseudonym_salt", 0o644)
+        pseudonym_salt(kd)
+        assert _mode(kd / "pseudonym_salt") == 0o600
+    finally:
+        os.umask(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# Who is the same person (issue 12, item 2, store side)
+
+LOOKALIKES = ["alice", "Alice", "ALICE", " alice ", "ali\u200bce", "\u200dalice\ufeff",
+              "\u0430lice", "\u0410LICE", "\uff41\uff4c\uff49\uff43\uff45", "al\u0456ce"]
+
+
+@pytest.mark.parametrize("approver", LOOKALIKES)
+def test_lookalike_names_cannot_approve_their_own_proposal(db, approver):
+    with CaseStore(db, four_eyes=True) as s:
+        s.upsert_cases(SHA, summary({"e": 0.9}))
+        cid = case_id(s, "e")
+        assert s.record_disposition(cid, "confirmed_fraud", "same merchant", analyst="alice") == (
+            "pending_approval"
+        )
+        with pytest.raises(FourEyesError):
+            s.approve(cid, "agreed", analyst=approver)
+        assert s.get_case(cid)["state"] == "pending_approval"
+        assert s.audit_log(cid).action.tolist()[-1] == "approval_refused"
+        assert s.approve(cid, "agreed", analyst="bob") == "confirmed_fraud"
+
+
+@pytest.mark.parametrize("name", ["system", "System", " SYSTEM ", "sys\u200btem",
+                                  "\u0455\u0443\u0455t\u0435m", "\uff53\uff59\uff53\uff54\uff45\uff4d",
+                                  "\u200b\u200c"])
+def test_reserved_or_invisible_names_cannot_act(store, name):
+    cid = case_id(store, "e1")
+    with pytest.raises(MissingAnalystError):
+        store.record_disposition(cid, "escalate", "look", analyst=name)
+    with pytest.raises(MissingAnalystError):
+        store.assign(cid, "bob", actor=name)
+    with pytest.raises(MissingAnalystError):
+        store.assign(cid, name, actor="bob")
+    with pytest.raises(MissingAnalystError):
+        store.add_note(cid, "hi", analyst=name)
+    with pytest.raises(MissingAnalystError):
+        store.set_thresholds(SHA, 0.1, 0.2, actor=name)
+    assert store.get_case(cid)["version"] == 0
+
+
+def test_person_key_drives_assignee_and_actor_filters(store):
+    from engine.cases.store import person_key, same_person
+
+    assert person_key("\u0410li\u200bce") == person_key("alice") == "alice"
+    assert not same_person("alice", "bob") and not same_person("alice", None)
+    cid = case_id(store, "e1")
+    store.assign(cid, "\u0430lice", actor="bob")  # Cyrillic а
+    assert store.queue(SHA, 0.0, assignee="ALICE").case_id.tolist() == [cid]
+    assert store.queue(SHA, 0.0, assignee="bob").empty
+    assert store.audit_log(actor="BOB").action.tolist() == ["assigned"]
+    assert store.audit_log(action=["case_created"]).shape[0] == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# Audit hash chain (issue 12, item 9; the attacks are in tests/hostile/test_audit_tampering.py)
+
+
+def test_audit_rows_are_chained_and_verified_on_open(store, db):
+    from engine.cases.store import AuditChainError, AuditTamperWarning
+    from engine.cases.store.chain import GENESIS, row_hash
+
+    cid = case_id(store, "e1")
+    store.record_disposition(cid, "escalate", "look closer", analyst="alice")
+    log = store.audit_log()
+    assert log.prev_hash.iloc[0] == GENESIS
+    assert log.prev_hash.iloc[1:].tolist() == log.row_hash.iloc[:-1].tolist()
+    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in log.row_hash)
+    first = raw(db).execute("SELECT id, ts, actor, action, case_id, model_sha256, before_json, "
+                            "after_json, prev_hash, row_hash FROM audit_log WHERE id = 1").fetchone()
+    assert row_hash(tuple(first)[:9]) == first[9]
+    assert store.audit_verdict.ok and store.verify_audit_chain().ok
+    assert store.verify_audit_chain().rows_checked == 4
+    conn = raw(db)
+    conn.execute("DROP TRIGGER audit_log_no_update")
+    conn.execute("UPDATE audit_log SET actor = 'mallory' WHERE id = 2")
+    with pytest.warns(AuditTamperWarning, match="row 2"):
+        with CaseStore(db) as s:
+            assert (s.audit_verdict.ok, s.audit_verdict.first_broken_id) == (False, 2)
+    with pytest.raises(AuditChainError, match="row 2") as ei:
+        CaseStore(db, strict_audit=True)
+    assert ei.value.verdict.first_broken_id == 2

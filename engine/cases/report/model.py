@@ -96,8 +96,9 @@ def library_versions() -> dict[str, str]:
 
 def pseudonym_salt(data_dir: str | Path | None = None) -> str:
     """The secret salt for entity pseudonyms: ``$FRAUDLENS_PSEUDONYM_SALT`` if set, else the
-    content of ``<data dir>/pseudonym_salt`` (created once with 32 random bytes, mode 0600;
-    data dir as the case store's: ``$FRAUDLENS_DATA_DIR`` or the user data dir)."""
+    content of ``<data dir>/pseudonym_salt`` (created once with 32 random bytes, mode 0600, in a
+    folder created 0700; an existing key readable by others is tightened to 0600; data dir as
+    the case store's: ``$FRAUDLENS_DATA_DIR`` or the user data dir)."""
     env = os.environ.get(ENV_SALT, "").strip()
     if env:
         return env
@@ -107,13 +108,17 @@ def pseudonym_salt(data_dir: str | Path | None = None) -> str:
         data_dir = default_db_path().parent
     p = Path(data_dir) / SALT_FILENAME
     if not p.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
+        if not p.parent.exists():
+            p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
         except FileExistsError:  # another process won the race
             pass
+    st = p.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():  # a key left readable by others
+        os.chmod(p, 0o600)
     return p.read_text().strip()
 
 

@@ -1,8 +1,11 @@
 """The analyst case store: case queue, assignment, dispositions, four-eyes approval, audit log.
 
-One SQLite file holds every case of every model. A *case* is one (model, entity) pair: the
-entity's highest fraud probability under that model and a few facts about its history. Scoring
-calls :meth:`CaseStore.upsert_cases`; analysts work the queue (:meth:`CaseStore.queue`), assign
+One SQLite file holds every case of every model. A *case* is one (model, data source, entity):
+the entity's highest fraud probability under that model in that data source and a few facts
+about its history. The data source is :func:`source_id` (the file's content sha256 and the
+spec name), so the same entity id in two files is two cases, each with its own dispositions and
+notes. Cases written before schema version 3 belong to the source :data:`LEGACY_SOURCE`
+(``"legacy"``). Scoring calls :meth:`CaseStore.upsert_cases`; analysts work the queue (:meth:`CaseStore.queue`), assign
 cases, add notes and record dispositions. Every action is written, in the same transaction as
 the change it describes, to an append-only audit log.
 
@@ -40,10 +43,15 @@ Case states
     been switched off, because it was proposed under the rule.
 
 Analyst identity
-    There is no login. Every action takes the acting analyst's name (``analyst=`` / ``actor=``);
-    when omitted, ``$FRAUDLENS_ANALYST`` is used (:func:`resolve_analyst`), else
-    :class:`MissingAnalystError`. Names are compared case-insensitively for the four-eyes rule.
-    System actions (scoring) use ``actor="system"``.
+    The store does not sign anyone in: every action takes the acting user's name (``analyst=``
+    / ``actor=``), which the caller takes from its signed-in session; when omitted,
+    ``$FRAUDLENS_ANALYST`` is used (:func:`resolve_analyst`), else :class:`MissingAnalystError`.
+    Wherever the store compares people (four-eyes, the assignee filter, the audit actor filter)
+    it compares :func:`person_key` (NFKC, format/zero-width characters removed, casefold, a
+    confusable skeleton; :mod:`engine.cases.store.identity`), so ``alice``, ``Alice``,
+    ``ali\u200bce`` and ``аlice`` (Cyrillic ``а``) are one person and cannot approve each
+    other's proposals. System actions (scoring) use ``actor="system"``; that name and its
+    lookalikes are refused for analysts.
 
 Audit log (append-only, enforced in the database)
     Columns: ``id``, ``ts`` (UTC, ISO 8601 with ``+00:00``), ``actor``, ``action``,
@@ -55,9 +63,25 @@ Audit log (append-only, enforced in the database)
     including after killing a writer mid-transaction). Refused self-approvals are logged too
     (action ``approval_refused``, state unchanged).
 
-    The triggers stop accidental or application-level edits; anyone who can write the file can
-    still drop them. Tamper evidence against a hostile file owner (hash chaining, off-host
-    copies) is out of scope here.
+    ``INSERT OR REPLACE`` / ``REPLACE`` on those tables is refused too (BEFORE INSERT
+    triggers on an existing id or case key: REPLACE's implicit delete fires no DELETE trigger
+    unless ``PRAGMA recursive_triggers`` is on).
+
+    Tamper evidence: every audit row carries ``prev_hash`` (the previous row's hash) and
+    ``row_hash`` (SHA-256 over its canonical content and ``prev_hash``); ``audit_head`` holds
+    the last row's id and hash (:mod:`engine.cases.store.chain`). Opening a store verifies the
+    chain (:attr:`CaseStore.audit_verdict`; a broken chain logs an error and warns with
+    :class:`AuditTamperWarning`, or raises :class:`AuditChainError` with
+    ``strict_audit=True``); :meth:`CaseStore.verify_audit_chain` re-checks on demand and names
+    the first changed, missing or moved row. Someone who can write the file can drop the
+    triggers, but an edit, a removed row (last one included) or a reordering no longer
+    verifies unless every later hash and the head are recomputed as well; keep off-host copies
+    of ``audit_head`` to catch that.
+
+File permissions
+    The database file is created with mode 0600 and, when the store creates its folder, the
+    folder with 0700 (an existing file of the user's is tightened to 0600); SQLite's ``-wal``
+    and ``-shm`` files inherit the database file's mode.
 
 Concurrency
     WAL journal, ``busy_timeout`` (``timeout_s``), ``synchronous=FULL`` and every write in a
@@ -72,8 +96,9 @@ Example::
 
     store = CaseStore()                                  # user data dir, env settings
     store.set_thresholds(sha, review=0.5, decline=0.9, actor="alice")
-    store.upsert_cases(sha, entity_summary)              # after scoring
-    q = store.queue(sha, state="open")                   # ranked, highest score first
+    src = source_id(file_identity(path), "tabformer")    # engine.cases.view.file_identity
+    store.upsert_cases(sha, entity_summary, source_id=src)  # after scoring
+    q = store.queue(sha, source_id=src, state="open")    # ranked, highest score first
     case = store.get_case(int(q.case_id.iloc[0]))
     store.assign(case["id"], "alice", actor="alice")
     store.record_disposition(case["id"], "confirmed_fraud", "3 cards, same merchant",
@@ -81,7 +106,9 @@ Example::
     store.approve(case["id"], "Agreed, chargebacks filed", analyst="bob")  # -> "confirmed_fraud"
 
 Package map
-    :mod:`~engine.cases.store.common` (constants, errors, analyst and path settings),
+    :mod:`~engine.cases.store.common` (constants, errors, analyst and path settings, source ids),
+    :mod:`~engine.cases.store.identity` (person keys: who is the same person),
+    :mod:`~engine.cases.store.chain` (the audit hash chain and its verification),
     :mod:`~engine.cases.store.schema` (connection settings, schema, migrations),
     :mod:`~engine.cases.store.connection` (the open connection and write transactions),
     :mod:`~engine.cases.store.queue` (thresholds, cases from scoring, the review queue),
@@ -90,7 +117,9 @@ Package map
     :mod:`~engine.cases.store.case_store` (:class:`CaseStore`, composed from them).
 """
 
+from engine.cases.store.audit import audit_csv
 from engine.cases.store.case_store import CaseStore
+from engine.cases.store.chain import verify_chain
 from engine.cases.store.common import (
     AUDIT_COLUMNS,
     CASE_INPUT_COLUMNS,
@@ -100,11 +129,14 @@ from engine.cases.store.common import (
     ENV_DATA_DIR,
     ENV_FOUR_EYES,
     HISTORY_COLUMNS,
+    LEGACY_SOURCE,
     NOTE_COLUMNS,
     QUEUE_COLUMNS,
     STATES,
     SYSTEM_ACTOR,
+    AuditChainError,
     CaseNotFoundError,
+    ChainVerdict,
     CaseStoreError,
     ConflictError,
     FourEyesError,
@@ -117,7 +149,10 @@ from engine.cases.store.common import (
     default_db_path,
     four_eyes_from_env,
     resolve_analyst,
+    source_id,
 )
+from engine.cases.store.connection import AuditTamperWarning
+from engine.cases.store.identity import is_reserved, person_key, same_person
 from engine.cases.store.schema import (
     LATEST_VERSION,
     MIGRATIONS,
@@ -127,6 +162,8 @@ from engine.cases.store.schema import (
 )
 
 __all__ = [
+    "AuditChainError", "AuditTamperWarning", "ChainVerdict", "LEGACY_SOURCE", "is_reserved",
+    "audit_csv", "person_key", "same_person", "source_id", "verify_chain",
     "AUDIT_COLUMNS", "CASE_INPUT_COLUMNS", "DB_FILENAME", "DISPOSITIONS", "ENV_ANALYST",
     "ENV_DATA_DIR", "ENV_FOUR_EYES", "HISTORY_COLUMNS", "LATEST_VERSION", "MIGRATIONS",
     "NOTE_COLUMNS", "QUEUE_COLUMNS", "STATES", "SYSTEM_ACTOR", "CaseNotFoundError", "CaseStore",

@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 
+from engine.cases.store.chain import chain_head, row_hash, set_head, verify_chain
 from engine.cases.store.common import (
     AUDIT_COLUMNS,
+    ChainVerdict,
     _check_sha,
     _json,
+    person_key,
 )
+
+
+def audit_csv(frame: pd.DataFrame) -> bytes:
+    """An :meth:`AuditMixin.audit_log` frame as CSV bytes (UTF-8, ``\n`` line ends, RFC 4180
+    quoting): ``before`` / ``after`` as canonical JSON text, card-number-like digit runs masked
+    and every text cell neutralised against formula injection
+    (:func:`engine.cases.redact.neutralise_csv_frame`). Raises ``KeyError`` if a column of
+    :data:`AUDIT_COLUMNS` is missing."""
+    from engine.cases.redact import mask_card_number, neutralise_csv_frame
+
+    out = frame[AUDIT_COLUMNS].copy()
+    for c in ("before", "after"):
+        out[c] = [None if v is None else _json(v) for v in out[c]]
+    for c in ("actor", "action", "before", "after"):
+        out[c] = out[c].map(mask_card_number)
+    return neutralise_csv_frame(out).to_csv(index=False, lineterminator="\n").encode("utf-8")
 
 
 class AuditMixin:
@@ -30,34 +50,72 @@ class AuditMixin:
         before: dict[str, Any] | None = None,
         after: dict[str, Any] | None = None,
     ) -> None:
+        """Append one chained audit row (inside the caller's write transaction)."""
+        new_id, prev = chain_head(conn)
+        values = (new_id, ts, actor, action, case_id, model_sha256, _json(before), _json(after),
+                  prev)
+        h = row_hash(values)
         conn.execute(
-            "INSERT INTO audit_log(ts, actor, action, case_id, model_sha256, before_json, "
-            "after_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (ts, actor, action, case_id, model_sha256, _json(before), _json(after)),
+            "INSERT INTO audit_log(id, ts, actor, action, case_id, model_sha256, before_json, "
+            "after_json, prev_hash, row_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*values, h),
         )
+        set_head(conn, new_id, h)
+
+    def verify_audit_chain(self) -> ChainVerdict:
+        """Recompute the audit log's hash chain now (see :mod:`engine.cases.store.chain`).
+
+        Returns a :class:`ChainVerdict` (``ok``, or ``first_broken_id`` and ``reason``); also
+        kept as :attr:`audit_verdict`. Reads only.
+        """
+        with self._lock:
+            verdict = verify_chain(self._conn)
+        self.audit_verdict = verdict
+        return verdict
 
     def audit_log(
-        self, case_id: int | None = None, *, model_sha256: str | None = None
+        self,
+        case_id: int | None = None,
+        *,
+        model_sha256: str | None = None,
+        actor: str | None = None,
+        action: str | Iterable[str] | None = None,
     ) -> pd.DataFrame:
-        """Audit rows, oldest first (:data:`AUDIT_COLUMNS`), optionally for one case / model.
+        """Audit rows, oldest first (:data:`AUDIT_COLUMNS`), optionally filtered.
+
+        Args:
+            case_id: one case. model_sha256: one model.
+            actor: one person, compared by :func:`~engine.cases.store.identity.person_key`
+                (``"Alice"`` also finds ``"аlice"`` with a Cyrillic ``а``).
+            action: one action name or several (e.g. ``"disposition"``, ``"approved"``).
 
         ``before`` / ``after`` are the decoded JSON (dicts, or ``None``); ``ts`` is UTC ISO 8601
-        text.
+        text; ``prev_hash`` / ``row_hash`` the chain hashes (hex).
+        Raises ``ValueError`` for a malformed ``model_sha256``.
         """
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if case_id is not None:
             where.append("case_id = ?")
             params.append(int(case_id))
         if model_sha256 is not None:
             where.append("model_sha256 = ?")
             params.append(_check_sha(model_sha256))
+        if action is not None:
+            actions = [action] if isinstance(action, str) else list(action)
+            where.append(f"action IN ({', '.join('?' * len(actions))})")
+            params.extend(actions)
         sql = (
-            "SELECT id, ts, actor, action, case_id, model_sha256, before_json, after_json "
+            "SELECT id, ts, actor, action, case_id, model_sha256, before_json, after_json, "
+            "prev_hash, row_hash "
             f"FROM audit_log {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id"
         )
         rows = self._read(sql, params)
+        key = person_key(actor) if actor is not None else None
         data = [
-            (*tuple(r)[:6], json.loads(r[6]) if r[6] else None, json.loads(r[7]) if r[7] else None)
+            (*tuple(r)[:6], json.loads(r[6]) if r[6] else None,
+             json.loads(r[7]) if r[7] else None, r[8], r[9])
             for r in rows
+            if key is None or person_key(str(r[2])) == key
         ]
         return pd.DataFrame(data, columns=AUDIT_COLUMNS)

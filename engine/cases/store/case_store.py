@@ -18,10 +18,14 @@ class CaseStore(QueueMixin, DecisionsMixin, NotesMixin, AuditMixin, StoreConnect
             ``$FRAUDLENS_FOUR_EYES`` (:func:`four_eyes_from_env`).
         timeout_s: seconds a write waits for another writer before
             ``sqlite3.OperationalError`` ("database is locked").
+        strict_audit: raise :class:`AuditChainError` if the audit chain is broken when the
+            store opens (default: warn with ``AuditTamperWarning``; :attr:`audit_verdict`).
 
     Raises:
         SchemaError: the file's schema is newer than this code, or it is not a case store.
+        AuditChainError: ``strict_audit`` and the audit log was tampered with.
         sqlite3.DatabaseError: the file is not a SQLite database.
+        OSError: the file or its folder cannot be created.
 
     Use as a context manager or call :meth:`close`.
     """

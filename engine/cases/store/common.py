@@ -13,6 +13,8 @@ from typing import Any
 import pandas as pd
 import platformdirs
 
+from engine.cases.store.identity import SYSTEM_ACTOR, is_reserved, person_key, same_person
+
 # ------------------------------------------------------------------------------------------------
 # Constants
 
@@ -20,7 +22,8 @@ DB_FILENAME = "cases.sqlite3"
 ENV_DATA_DIR = "FRAUDLENS_DATA_DIR"
 ENV_ANALYST = "FRAUDLENS_ANALYST"
 ENV_FOUR_EYES = "FRAUDLENS_FOUR_EYES"
-SYSTEM_ACTOR = "system"
+#: ``cases.source_id`` of the cases created before data sources were recorded (schema < 3)
+LEGACY_SOURCE = "legacy"
 
 STATES = ("open", "assigned", "pending_approval", "confirmed_fraud", "false_positive", "escalated")
 #: disposition -> resulting state (four-eyes turns ``confirmed_fraud`` into ``pending_approval``)
@@ -46,6 +49,7 @@ _SCORE_COLUMNS = CASE_INPUT_COLUMNS[1:]
 QUEUE_COLUMNS = [
     "case_id",
     "model_sha256",
+    "source_id",
     "entity_id",
     "max_probability",
     "recommendation",
@@ -72,9 +76,11 @@ _QUEUE_DTYPES = {
 }
 HISTORY_COLUMNS = ["id", "case_id", "ts", "kind", "disposition", "state_after", "analyst", "note"]
 NOTE_COLUMNS = ["id", "case_id", "ts", "analyst", "text"]
-AUDIT_COLUMNS = ["id", "ts", "actor", "action", "case_id", "model_sha256", "before", "after"]
+AUDIT_COLUMNS = ["id", "ts", "actor", "action", "case_id", "model_sha256", "before", "after",
+                 "prev_hash", "row_hash"]
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_SOURCE_RE = re.compile(r"^(legacy|[0-9a-f]{64}/[^\x00-\x1f\x7f]{1,200})$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"  # naive UTC, fixed width so text order == time order
 _MAX_NAME_LEN = 128
@@ -110,6 +116,18 @@ class InvalidTransitionError(CaseStoreError, ValueError):
 
 class FourEyesError(CaseStoreError, PermissionError):
     """The analyst who proposed a confirmed-fraud disposition tried to approve it."""
+
+
+class AuditChainError(CaseStoreError):
+    """The audit log's hash chain is broken (a row was changed, removed or reordered).
+
+    Attributes:
+        verdict: the :class:`ChainVerdict` that found it.
+    """
+
+    def __init__(self, verdict: "ChainVerdict"):
+        self.verdict = verdict
+        super().__init__(verdict.message)
 
 
 class ConflictError(CaseStoreError):
@@ -158,7 +176,9 @@ def resolve_analyst(name: str | None = None) -> str:
     """The acting analyst's name: ``name`` if given, else ``$FRAUDLENS_ANALYST``.
 
     Leading/trailing whitespace is removed. Raises :class:`MissingAnalystError` if both are
-    empty, the name is longer than 128 characters, or it contains control characters.
+    empty, the name is longer than 128 characters, contains control characters, is made only
+    of invisible characters, or is (a lookalike of) the reserved ``"system"`` actor (see
+    :mod:`engine.cases.store.identity`).
     """
     raw = name if name is not None else os.environ.get(ENV_ANALYST, "")
     if not isinstance(raw, str):
@@ -172,11 +192,42 @@ def resolve_analyst(name: str | None = None) -> str:
         raise MissingAnalystError(
             f"invalid analyst name {value[:40]!r}: at most {_MAX_NAME_LEN} printable characters"
         )
+    if not person_key(value):
+        raise MissingAnalystError(f"invalid analyst name {value[:40]!r}: only invisible characters")
+    if is_reserved(value):
+        raise MissingAnalystError(
+            f"invalid analyst name {value[:40]!r}: {SYSTEM_ACTOR!r} (or a lookalike) is reserved "
+            "for the system's own actions"
+        )
     return value
 
 
 def _same_person(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and a.strip().casefold() == b.strip().casefold()
+    return same_person(a, b)
+
+
+def source_id(file_sha256: str, spec_name: str) -> str:
+    """The data-source key of a case: ``"<file content sha256>/<spec name>"``.
+
+    A case belongs to one (model, data source, entity): the same entity id in two files (or in
+    one file read with two specs, where the id can mean another card or customer) is two
+    cases. ``file_sha256`` is the file's content hash (:func:`engine.cases.view.file_identity`,
+    64 lowercase hex digits), so the same bytes give the same source wherever the file lies.
+    Cases created before sources were recorded (schema < 3) have :data:`LEGACY_SOURCE`.
+    Raises ``ValueError`` for a bad hash or a spec name that is empty, longer than 200
+    characters or has control characters.
+    """
+    _check_sha(file_sha256)
+    return _check_source(f"{file_sha256}/{spec_name}")
+
+
+def _check_source(value: str) -> str:
+    if not isinstance(value, str) or not _SOURCE_RE.match(value):
+        raise ValueError(
+            "source_id: expected 'legacy' or '<64 hex digits>/<spec name>' (at most 200 "
+            f"printable characters), got {str(value)[:80]!r}"
+        )
+    return value
 
 
 def _utcnow() -> str:
@@ -231,6 +282,31 @@ class Thresholds:
     decline: float
     updated_at: str
     updated_by: str
+
+
+@dataclass(frozen=True)
+class ChainVerdict:
+    """Result of :meth:`CaseStore.verify_audit_chain`.
+
+    Attributes:
+        ok: every audit row is intact and in place.
+        rows_checked: audit rows read.
+        first_broken_id: the id of the first row that is changed, missing or out of place
+            (``None`` when ``ok``).
+        reason: one line on what is wrong (``""`` when ``ok``).
+    """
+
+    ok: bool
+    rows_checked: int
+    first_broken_id: int | None = None
+    reason: str = ""
+
+    @property
+    def message(self) -> str:
+        """One line for people: "audit log intact (N rows)" or what broke where."""
+        if self.ok:
+            return f"audit log intact ({self.rows_checked:,} rows, hash chain verified)"
+        return f"audit log tampered with at row {self.first_broken_id}: {self.reason}"
 
 
 @dataclass(frozen=True)

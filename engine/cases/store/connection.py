@@ -5,21 +5,52 @@ audit) are mixins over it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import stat
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+from engine.cases.store.chain import verify_chain
 from engine.cases.store.common import (
+    AuditChainError,
     CaseNotFoundError,
+    ChainVerdict,
     ConflictError,
     default_db_path,
     four_eyes_from_env,
 )
+from engine.cases.store.identity import person_key
 from engine.cases.store.schema import connect, migrate, schema_version
+
+log = logging.getLogger(__name__)
+
+
+class AuditTamperWarning(UserWarning):
+    """Warned when a store opens on an audit log whose hash chain is broken."""
+
+
+def private_file(path: Path) -> None:
+    """Make ``path``'s folder (when it has to be created: mode 0700) and ``path`` itself (mode
+    0600, created empty if missing; an existing file of ours is tightened to 0600).
+
+    Folders that already exist keep their mode (``$FRAUDLENS_DATA_DIR`` may be shared).
+    Raises ``OSError`` from the file system.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        st = path.stat()
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(path, 0o600)
 
 
 class StoreConnection:
@@ -31,7 +62,16 @@ class StoreConnection:
             ``$FRAUDLENS_FOUR_EYES`` (:func:`four_eyes_from_env`).
         timeout_s: seconds a write waits for another writer before
             ``sqlite3.OperationalError`` ("database is locked").
+        strict_audit: raise :class:`AuditChainError` when the audit chain is broken at open
+            (default: warn with :class:`AuditTamperWarning`, log an error, and keep the verdict
+            in :attr:`audit_verdict` for the audit screen).
+
+    The database file is created with mode 0600 (its folder, when created, 0700); SQLite's
+    ``-wal`` / ``-shm`` files take the database file's mode. The audit chain is verified on
+    every open (:attr:`audit_verdict`).
     """
+
+    audit_verdict: ChainVerdict
 
     def __init__(
         self,
@@ -39,17 +79,28 @@ class StoreConnection:
         *,
         four_eyes: bool | None = None,
         timeout_s: float = 30.0,
+        strict_audit: bool = False,
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else default_db_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(self.path)
         self.four_eyes = four_eyes_from_env() if four_eyes is None else bool(four_eyes)
         self._lock = threading.RLock()
         self._conn = connect(self.path, timeout_s=timeout_s)
         try:
+            self._conn.create_function("fraudlens_person_key", 1, _sql_person_key,
+                                       deterministic=True)
             migrate(self._conn)
+            self.audit_verdict = verify_chain(self._conn)
         except BaseException:
             self._conn.close()
             raise
+        if not self.audit_verdict.ok:
+            log.error("%s: %s", self.path, self.audit_verdict.message)
+            if strict_audit:
+                self._conn.close()
+                raise AuditChainError(self.audit_verdict)
+            warnings.warn(f"{self.path}: {self.audit_verdict.message}", AuditTamperWarning,
+                          stacklevel=2)
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -139,3 +190,7 @@ class StoreConnection:
             raise ConflictError(row["id"], row["version"], now)
         return {"state": state, "assignee": assignee, "pending_by": pending_by,
                 "version": row["version"] + 1}
+
+
+def _sql_person_key(name: object) -> str | None:
+    return person_key(name) if isinstance(name, str) else None

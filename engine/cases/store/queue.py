@@ -13,15 +13,18 @@ from engine.cases.store.common import (
     _SCORE_COLUMNS,
     _TS_FORMAT,
     CASE_INPUT_COLUMNS,
+    LEGACY_SOURCE,
     QUEUE_COLUMNS,
     STATES,
     SYSTEM_ACTOR,
     Thresholds,
     UpsertResult,
     _check_sha,
+    _check_source,
     _is_date_only,
     _ts_text,
     _utcnow,
+    person_key,
     resolve_analyst,
 )
 
@@ -80,9 +83,21 @@ class QueueMixin:
     # -- cases from scoring ---------------------------------------------------------------------
 
     def upsert_cases(
-        self, model_sha256: str, rows: pd.DataFrame, *, actor: str = SYSTEM_ACTOR
+        self,
+        model_sha256: str,
+        rows: pd.DataFrame,
+        *,
+        source_id: str = LEGACY_SOURCE,
+        actor: str = SYSTEM_ACTOR,
     ) -> UpsertResult:
-        """Create or refresh one case per (model, entity) from a per-entity score summary.
+        """Create or refresh one case per (model, data source, entity) from a per-entity summary.
+
+        ``source_id`` is the data source the rows were scored from
+        (:func:`~engine.cases.store.common.source_id`: file content sha256 + spec name); a case
+        belongs to one source, so the same entity id from another file is another case, and
+        refreshing one source never touches another source's cases. Callers that know the
+        source must pass it; the default :data:`LEGACY_SOURCE` is the one source of the cases
+        written before sources were recorded.
 
         ``rows`` has one row per entity with :data:`CASE_INPUT_COLUMNS`: ``entity_id`` (text),
         ``max_probability`` (highest fraud probability of the entity, in [0, 1]),
@@ -96,10 +111,11 @@ class QueueMixin:
 
         Pass every entity you want reviewable; the queue applies the review threshold.
 
-        Raises ``ValueError`` for missing columns, duplicate entity ids, or probabilities that
-        are missing or outside [0, 1].
+        Raises ``ValueError`` for missing columns, duplicate entity ids, probabilities that
+        are missing or outside [0, 1], or a malformed ``source_id``.
         """
         _check_sha(model_sha256)
+        _check_source(source_id)
         missing = [c for c in CASE_INPUT_COLUMNS if c not in rows.columns]
         if missing:
             raise ValueError(f"upsert_cases: missing columns {missing}")
@@ -139,8 +155,8 @@ class QueueMixin:
                 r["entity_id"]: r
                 for r in conn.execute(
                     f"SELECT id, entity_id, state, assignee, pending_by, version, {cols} "
-                    "FROM cases WHERE model_sha256 = ?",
-                    (model_sha256,),
+                    "FROM cases WHERE model_sha256 = ? AND source_id = ?",
+                    (model_sha256, source_id),
                 )
             }
             for rec in records:
@@ -148,16 +164,17 @@ class QueueMixin:
                 scores = {c: rec[c] for c in _SCORE_COLUMNS}
                 if old is None:
                     cur = conn.execute(
-                        f"INSERT INTO cases(model_sha256, entity_id, {cols}, state, created_at, "
-                        f"updated_at) VALUES (?, ?, {', '.join('?' * len(_SCORE_COLUMNS))}, "
-                        "'open', ?, ?)",
-                        (model_sha256, rec["entity_id"], *scores.values(), ts, ts),
+                        f"INSERT INTO cases(model_sha256, source_id, entity_id, {cols}, state, "
+                        f"created_at, updated_at) VALUES (?, ?, ?, "
+                        f"{', '.join('?' * len(_SCORE_COLUMNS))}, 'open', ?, ?)",
+                        (model_sha256, source_id, rec["entity_id"], *scores.values(), ts, ts),
                     )
                     after = {"state": "open", "assignee": None, "pending_by": None, "version": 0}
                     self._audit(
                         conn, ts, actor, "case_created", case_id=cur.lastrowid,
                         model_sha256=model_sha256,
-                        after={**after, "entity_id": rec["entity_id"], **scores},
+                        after={**after, "source_id": source_id, "entity_id": rec["entity_id"],
+                               **scores},
                     )
                     created += 1
                     continue
@@ -189,11 +206,23 @@ class QueueMixin:
         with self._lock:
             return dict(self._case_row(self._conn, case_id))
 
+    def find_case(self, model_sha256: str, source_id: str, entity_id: str) -> dict[str, Any] | None:
+        """The case of ``entity_id`` from ``source_id`` under the model, or ``None``.
+
+        Raises ``ValueError`` for a malformed sha256 or source id.
+        """
+        rows = self._read(
+            "SELECT * FROM cases WHERE model_sha256 = ? AND source_id = ? AND entity_id = ?",
+            (_check_sha(model_sha256), _check_source(source_id), str(entity_id)),
+        )
+        return dict(rows[0]) if rows else None
+
     def queue(
         self,
         model_sha256: str,
         review_threshold: float | None = None,
         *,
+        source_id: str | None = None,
         date_from: Any = None,
         date_to: Any = None,
         min_amount: float | None = None,
@@ -211,6 +240,8 @@ class QueueMixin:
             model_sha256: the model's sha256.
             review_threshold: probability; ``None`` -> the model's stored review threshold
                 (``ValueError`` if none is stored).
+            source_id: only the cases of this data source (``None``: every source; the
+                ``source_id`` column says which).
             date_from, date_to: keep cases whose activity ``[first_ts, last_ts]`` overlaps this
                 range (naive UTC or tz-aware; both ends inclusive; a date without time for
                 ``date_to`` includes that whole day).
@@ -218,7 +249,9 @@ class QueueMixin:
             label: ``"fraud"`` = the entity has at least one known-fraud-labelled transaction,
                 ``"not_fraud"`` = it has none.
             state: one state or several (:data:`STATES`).
-            assignee: analyst name (case-insensitive); ``""`` = unassigned cases only.
+            assignee: analyst name, compared by
+                :func:`~engine.cases.store.identity.person_key` (case, NFKC, zero-width and
+                lookalike characters do not matter); ``""`` = unassigned cases only.
             limit: at most this many rows.
 
         Returns:
@@ -236,6 +269,9 @@ class QueueMixin:
             review_threshold = thr.review
         where = ["model_sha256 = ?", "max_probability >= ?"]
         params: list[Any] = [model_sha256, float(review_threshold)]
+        if source_id is not None:
+            where.append("source_id = ?")
+            params.append(_check_source(source_id))
         if date_from is not None:
             where.append("last_ts >= ?")
             params.append(_ts_text(date_from))
@@ -271,11 +307,11 @@ class QueueMixin:
             if assignee.strip() == "":
                 where.append("assignee IS NULL")
             else:
-                where.append("assignee = ? COLLATE NOCASE")
-                params.append(assignee.strip())
+                where.append("fraudlens_person_key(assignee) = ?")
+                params.append(person_key(assignee))
         decline = thr.decline if thr is not None else None
         sql = (
-            "SELECT id AS case_id, model_sha256, entity_id, max_probability, "
+            "SELECT id AS case_id, model_sha256, source_id, entity_id, max_probability, "
             "CASE WHEN ? IS NOT NULL AND max_probability >= ? THEN 'decline' ELSE 'review' END "
             "AS recommendation, max_transaction_id, first_ts, last_ts, max_amount, "
             "n_transactions, n_known_fraud, state, assignee, pending_by, version, created_at, "

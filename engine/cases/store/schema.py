@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from engine.cases.store.common import (
+    LEGACY_SOURCE,
     STATES,
     CaseStoreError,
     SchemaError,
@@ -117,10 +118,100 @@ def _migration_2_versions_thresholds(conn: sqlite3.Connection) -> None:
     )
 
 
+def _no_replace(table: str, unique_key: tuple[str, ...] = ()) -> str:
+    """A BEFORE INSERT trigger refusing a row whose id (or unique key) exists already.
+
+    ``INSERT OR REPLACE`` / ``REPLACE`` deletes the old row without firing DELETE triggers
+    (unless ``PRAGMA recursive_triggers`` is on, which a raw connection will not set); a
+    BEFORE INSERT trigger runs before the conflict is resolved, whatever the pragma.
+    """
+    cond = f"EXISTS (SELECT 1 FROM {table} WHERE id = NEW.id)"
+    if unique_key:
+        match = " AND ".join(f"{c} = NEW.{c}" for c in unique_key)
+        cond += f" OR EXISTS (SELECT 1 FROM {table} WHERE {match})"
+    return (f"""CREATE TRIGGER {table}_no_replace BEFORE INSERT ON {table} WHEN {cond}
+                BEGIN SELECT RAISE(ABORT, '{table} is append-only: a row with this id or key exists (INSERT OR REPLACE is refused)'); END""")
+
+
+_CASE_COLUMNS_V2 = ("id", "model_sha256", "entity_id", "max_probability", "max_transaction_id",
+                    "first_ts", "last_ts", "max_amount", "n_transactions", "n_known_fraud",
+                    "state", "assignee", "pending_by", "created_at", "updated_at", "version")
+
+
+def _migration_3_sources_audit_chain(conn: sqlite3.Connection) -> None:
+    """v3: cases keyed by (model, data source, entity), existing cases -> source 'legacy';
+    REPLACE refused on append-only tables; audit log hash chain (prev_hash, row_hash,
+    audit_head)."""
+    from engine.cases.store.chain import GENESIS, row_hash
+
+    states = ", ".join(f"'{s}'" for s in STATES)
+    cols = ", ".join(_CASE_COLUMNS_V2)
+    _exec_all(
+        conn,
+        [
+            # cases: rebuilt, UNIQUE (model_sha256, entity_id) -> (model_sha256, source_id,
+            # entity_id) (SQLite cannot alter a constraint; migrate() runs with FKs off)
+            f"""CREATE TABLE cases_v3 (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                model_sha256 TEXT NOT NULL,
+                source_id TEXT NOT NULL,
+                entity_id TEXT NOT NULL,
+                max_probability REAL NOT NULL CHECK (max_probability BETWEEN 0 AND 1),
+                max_transaction_id TEXT,
+                first_ts TEXT,
+                last_ts TEXT,
+                max_amount REAL,
+                n_transactions INTEGER,
+                n_known_fraud INTEGER,
+                state TEXT NOT NULL DEFAULT 'open' CHECK (state IN ({states})),
+                assignee TEXT,
+                pending_by TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                version INTEGER NOT NULL DEFAULT 0,
+                UNIQUE (model_sha256, source_id, entity_id),
+                CHECK ((state = 'pending_approval') = (pending_by IS NOT NULL)))""",
+            f"INSERT INTO cases_v3 ({cols}, source_id) SELECT {cols}, '{LEGACY_SOURCE}' FROM cases",
+            "DROP TABLE cases",
+            "ALTER TABLE cases_v3 RENAME TO cases",
+            "CREATE INDEX cases_queue ON cases(model_sha256, source_id, max_probability DESC)",
+            *_append_only("cases", allow_update=True),
+            _no_replace("cases", ("model_sha256", "source_id", "entity_id")),
+            _no_replace("audit_log"),
+            _no_replace("dispositions"),
+            _no_replace("notes"),
+            # audit hash chain
+            "ALTER TABLE audit_log ADD COLUMN prev_hash TEXT",
+            "ALTER TABLE audit_log ADD COLUMN row_hash TEXT",
+            """CREATE TABLE audit_head (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                last_id INTEGER NOT NULL,
+                last_hash TEXT NOT NULL)""",
+            """CREATE TRIGGER audit_head_no_delete BEFORE DELETE ON audit_head
+                BEGIN SELECT RAISE(ABORT, 'audit_head cannot be deleted'); END""",
+            "DROP TRIGGER audit_log_no_update",  # the backfill below writes the new columns once
+        ],
+    )
+    prev, last = GENESIS, None
+    rows = conn.execute(
+        "SELECT id, ts, actor, action, case_id, model_sha256, before_json, after_json "
+        "FROM audit_log ORDER BY id"
+    ).fetchall()
+    for r in rows:
+        h = row_hash((*tuple(r), prev))
+        conn.execute("UPDATE audit_log SET prev_hash = ?, row_hash = ? WHERE id = ?",
+                     (prev, h, r[0]))
+        prev, last = h, r[0]
+    if last is not None:
+        conn.execute("INSERT INTO audit_head(id, last_id, last_hash) VALUES (1, ?, ?)", (last, prev))
+    _exec_all(conn, [s for s in _append_only("audit_log") if "no_update" in s])
+
+
 #: Ordered migrations; ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migration_1_initial,
     _migration_2_versions_thresholds,
+    _migration_3_sources_audit_chain,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 
@@ -138,6 +229,10 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
     ``schema_version`` row, so concurrent openers and crashes are safe. Raises
     :class:`SchemaError` if the database is newer than ``target`` / this code, or if a file with
     user_version 0 already contains tables (it is not a case store).
+
+    Foreign-key enforcement is off while migrating (SQLite's procedure for rebuilding a
+    table) and restored afterwards; ``PRAGMA foreign_key_check`` must be clean before each
+    migration commits, else it is rolled back and :class:`SchemaError` is raised.
     """
     target = LATEST_VERSION if target is None else target
     if not 0 <= target <= LATEST_VERSION:
@@ -150,6 +245,17 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
         )
     if current > target:
         raise SchemaError(f"cannot downgrade case store schema from {current} to {target}")
+    if current == target:
+        return current
+    fk = int(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        return _migrate_steps(conn, current, target)
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {fk}")
+
+
+def _migrate_steps(conn: sqlite3.Connection, current: int, target: int) -> int:
     while current < target:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -163,6 +269,10 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
                     raise SchemaError("file has tables but no fraudlens schema version")
             step = MIGRATIONS[current]
             step(conn)
+            bad = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if bad:
+                raise SchemaError(f"migration to version {current + 1} broke foreign keys: "
+                                  f"{[tuple(b) for b in bad[:3]]}")
             conn.execute(
                 "INSERT INTO schema_version(version, applied_at, description) VALUES (?, ?, ?)",
                 (current + 1, _utcnow(), (step.__doc__ or step.__name__).strip()),

@@ -1,0 +1,90 @@
+"""The Audit page (dashboard/pages/audit.py) through Streamlit's AppTest: the chain verdict, the
+filters by case, analyst and action, and the neutralised CSV export (issue 12, item 9)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sqlite3
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.cases.store import CaseStore, audit_csv
+
+from test_app import APP, TIMEOUT, _ok
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+SHA = "d" * 64
+
+
+@pytest.fixture
+def audit_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
+    db = tmp_path / "cases.sqlite3"
+    rows = pd.DataFrame({"entity_id": ["4111111111111111", "e2"], "max_probability": [0.9, 0.7],
+                         "max_transaction_id": ["t1", "t2"], "first_ts": pd.Timestamp("2024-01-01"),
+                         "last_ts": pd.Timestamp("2024-01-02"), "max_amount": 5.0, "n_transactions": 2,
+                         "n_known_fraud": 0})
+    with CaseStore(db, four_eyes=False) as s:
+        s.upsert_cases(SHA, rows)                                                   # rows 1, 2
+        s.add_note(1, '=HYPERLINK("http://evil.example","verify your card")', analyst="alice")  # 3
+        s.record_disposition(2, "escalate", "odd", analyst="\u0430lice")           # 4 (Cyrillic а)
+        s.assign(2, "bob", actor="bob")                                             # 5
+    return db
+
+
+def _audit(at: AppTest | None = None) -> AppTest:
+    at = at or AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page("pages/audit.py")
+    at.run()
+    return at
+
+
+def test_audit_page_lists_filters_and_verifies(audit_env):
+    at = _audit()
+    _ok(at)
+    assert at.title[0].value == "Audit log"
+    assert "intact (5 rows" in at.success[0].value
+    table = at.dataframe[0].value
+    assert table["id"].tolist() == [1, 2, 3, 4, 5]
+    assert "4111111111111111" not in " ".join(table["after"].dropna())  # card numbers masked
+    at.text_input(key="audit_analyst").set_value("ALICE").run()  # lookalikes are one person
+    assert at.dataframe[0].value["id"].tolist() == [3, 4]
+    at.text_input(key="audit_analyst").set_value("").run()
+    at.text_input(key="audit_case").set_value("2").run()
+    assert at.dataframe[0].value["id"].tolist() == [2, 4, 5]
+    at.multiselect(key="audit_actions").set_value(["assigned"]).run()
+    assert at.dataframe[0].value["id"].tolist() == [5]
+    at.text_input(key="audit_case").set_value("two").run()
+    assert "whole number" in at.error[0].value
+
+
+def test_audit_page_names_the_tampered_row(audit_env):
+    conn = sqlite3.connect(audit_env, isolation_level=None)
+    conn.execute("DROP TRIGGER audit_log_no_update")
+    conn.execute("UPDATE audit_log SET actor = 'mallory' WHERE id = 4")
+    conn.close()
+    at = _audit()
+    assert not at.exception
+    assert "tampered with at row 4" in at.error[0].value
+    assert {m.label: m.value for m in at.metric}["Chain"] == "broken at row 4"
+    assert "tampered with at row 4" in at.sidebar.error[0].value  # on every page
+
+
+def test_audit_csv_is_neutralised_and_masked(audit_env):
+    with CaseStore(audit_env) as s:
+        log = s.audit_log()
+    rows = list(csv.DictReader(io.StringIO(audit_csv(log).decode("utf-8"))))
+    assert [r["id"] for r in rows] == ["1", "2", "3", "4", "5"]
+    note = rows[2]["after"]
+    assert '"note":"=HYPERLINK' in note  # inside JSON text: not a formula ...
+    assert rows[2]["action"] == "note_added"
+    assert all(not v.startswith(("=", "+", "-", "@")) for r in rows for v in r.values())
+    assert "4111111111111111" not in audit_csv(log).decode("utf-8")
+    forged = log.assign(actor="=cmd|' /C calc'!A0")
+    assert {r["actor"] for r in csv.DictReader(io.StringIO(audit_csv(forged).decode()))} == {
+        "'=cmd|' /C calc'!A0"
+    }

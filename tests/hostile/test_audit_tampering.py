@@ -1,0 +1,253 @@
+"""Generated tampering attacks on the case store's append-only tables and audit hash chain
+(issue 12, item 9). Each attack runs on a raw ``sqlite3`` connection, as someone who can write
+the file would (no ``PRAGMA recursive_triggers``). Either the database refuses it (triggers, rows
+unchanged) or, once the attacker has dropped the triggers, the chain verification names the
+first broken row - when the store opens and on demand - and keeps naming it after the store
+writes on."""
+
+from __future__ import annotations
+
+import sqlite3
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engine.cases.store import AuditTamperWarning, CaseStore, verify_chain
+
+SHA = "c" * 64
+TABLES = ("audit_log", "dispositions", "notes", "cases")
+
+
+def _summary(n: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        "entity_id": [f"e{i}" for i in range(n)], "max_probability": [0.9 - 0.1 * i for i in range(n)],
+        "max_transaction_id": [f"t{i}" for i in range(n)], "first_ts": pd.Timestamp("2024-01-01"),
+        "last_ts": pd.Timestamp("2024-01-02"), "max_amount": 10.0, "n_transactions": 3,
+        "n_known_fraud": 0,
+    })
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    """A store with 3 cases, dispositions, notes and 9 audit rows."""
+    path = tmp_path / "cases.sqlite3"
+    with CaseStore(path, four_eyes=False) as s:
+        s.upsert_cases(SHA, _summary(3))                                     # audit rows 1-3
+        s.assign(1, "alice", actor="alice")                                  # 4
+        s.record_disposition(1, "false_positive", "legit", analyst="alice")  # 5
+        s.add_note(2, "customer called", analyst="bob")                      # 6
+        s.record_disposition(2, "escalate", "odd merchant", analyst="bob")   # 7
+        s.add_note(2, "card blocked", analyst="bob")                         # 8
+        s.set_thresholds(SHA, 0.5, 0.8, actor="carol")                       # 9
+        assert len(s.audit_log()) == 9 and s.verify_audit_chain().ok
+    return path
+
+
+def _raw(db: Path) -> sqlite3.Connection:
+    return sqlite3.connect(db, isolation_level=None)
+
+
+def _dump(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
+    return {t: conn.execute(f"SELECT * FROM {t} ORDER BY id").fetchall() for t in TABLES}
+
+
+# ------------------------------------------------------------------------------- refused outright
+def _cols(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _replace_existing(verb: str) -> Callable[[sqlite3.Connection, str], None]:
+    def attack(conn: sqlite3.Connection, table: str) -> None:
+        cols = _cols(conn, table)
+        row = list(conn.execute(f"SELECT * FROM {table} WHERE id = 1").fetchone())
+        for i, c in enumerate(cols):  # a forged value in the first text column after id
+            if isinstance(row[i], str) and c != "state":
+                row[i] = "forged"
+                break
+        conn.execute(f"{verb} INTO {table}({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                     row)
+    return attack
+
+
+def _upsert(conn: sqlite3.Connection, table: str) -> None:
+    cols = _cols(conn, table)
+    row = conn.execute(f"SELECT * FROM {table} WHERE id = 1").fetchone()
+    conn.execute(f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+                 f"ON CONFLICT(id) DO UPDATE SET id = excluded.id", row)
+
+
+def _replace_case_key(conn: sqlite3.Connection, table: str) -> None:
+    """REPLACE a case through its (model, source, entity) key with a fresh id."""
+    conn.execute("REPLACE INTO cases(id, model_sha256, source_id, entity_id, max_probability, state, "
+                 "created_at, updated_at) SELECT 99, model_sha256, source_id, entity_id, 0.01, 'open', "
+                 "created_at, updated_at FROM cases WHERE id = 1")
+
+
+def _update(conn: sqlite3.Connection, table: str) -> None:
+    col = {"audit_log": "actor", "dispositions": "analyst", "notes": "text", "cases": "id"}[table]
+    conn.execute(f"UPDATE {table} SET {col} = 'mallory' WHERE id = 1")
+
+
+def _update_or_replace(conn: sqlite3.Connection, table: str) -> None:
+    conn.execute(f"UPDATE OR REPLACE {table} SET id = 1 WHERE id = 2")
+
+
+def _delete(conn: sqlite3.Connection, table: str) -> None:
+    conn.execute(f"DELETE FROM {table} WHERE id = (SELECT max(id) FROM {table})")
+
+
+REFUSED = {
+    "insert_or_replace": (_replace_existing("INSERT OR REPLACE"), TABLES),
+    "replace": (_replace_existing("REPLACE"), TABLES),
+    "upsert_on_conflict": (_upsert, ("audit_log", "dispositions", "notes")),
+    "replace_case_key": (_replace_case_key, ("cases",)),
+    "update": (_update, ("audit_log", "dispositions", "notes")),
+    "update_or_replace": (_update_or_replace, ("audit_log", "dispositions", "notes")),
+    "delete": (_delete, TABLES),
+}
+
+
+@pytest.mark.parametrize(("attack", "table"), [(a, t) for a, (_, ts) in REFUSED.items() for t in ts])
+def test_append_only_tables_refuse(db, attack, table):
+    conn = _raw(db)
+    before = _dump(conn)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only|cannot be"):
+        REFUSED[attack][0](conn, table)
+    assert _dump(conn) == before
+    assert verify_chain(conn).ok
+    conn.close()
+
+
+def test_recursive_triggers_make_no_difference(db):
+    conn = _raw(db)
+    conn.execute("PRAGMA recursive_triggers = ON")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        _replace_existing("INSERT OR REPLACE")(conn, "audit_log")
+    with pytest.raises(sqlite3.DatabaseError, match="cannot be deleted"):
+        conn.execute("DELETE FROM audit_head")
+    assert verify_chain(conn).ok
+    conn.close()
+
+
+# -------------------------------------------------------------- evident: triggers dropped first
+def _drop_triggers(conn: sqlite3.Connection) -> None:
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+
+
+def _edit(col: str, value: object, row: int = 4) -> Callable[[sqlite3.Connection], int]:
+    def attack(conn: sqlite3.Connection) -> int:
+        conn.execute(f"UPDATE audit_log SET {col} = ? WHERE id = ?", (value, row))
+        return row
+    return attack
+
+
+def _delete_row(row: int | None) -> Callable[[sqlite3.Connection], int]:
+    def attack(conn: sqlite3.Connection) -> int:
+        rid = row or conn.execute("SELECT max(id) FROM audit_log").fetchone()[0]
+        conn.execute("DELETE FROM audit_log WHERE id = ?", (rid,))
+        return rid
+    return attack
+
+
+def _delete_last_and_rewind_head(conn: sqlite3.Connection) -> int:
+    last, prev = conn.execute("SELECT id, prev_hash FROM audit_log ORDER BY id DESC LIMIT 1").fetchone()
+    conn.execute("DELETE FROM audit_log WHERE id = ?", (last,))
+    prev_row = conn.execute("SELECT id, row_hash FROM audit_log WHERE id = ?", (last - 1,)).fetchone()
+    conn.execute("UPDATE audit_head SET last_id = ?, last_hash = ?", prev_row)
+    return last  # sqlite_sequence still remembers row `last`
+
+
+def _truncate(conn: sqlite3.Connection) -> int:
+    conn.execute("DELETE FROM audit_log")
+    return 1
+
+
+def _swap(a: int, b: int, cols: str) -> Callable[[sqlite3.Connection], int]:
+    """Reorder: rows a and b exchange their content (``cols``), ids stay."""
+    def attack(conn: sqlite3.Connection) -> int:
+        names = cols.split(", ")
+        ra = conn.execute(f"SELECT {cols} FROM audit_log WHERE id = ?", (a,)).fetchone()
+        rb = conn.execute(f"SELECT {cols} FROM audit_log WHERE id = ?", (b,)).fetchone()
+        sets = ", ".join(f"{n} = ?" for n in names)
+        conn.execute(f"UPDATE audit_log SET {sets} WHERE id = ?", (*rb, a))
+        conn.execute(f"UPDATE audit_log SET {sets} WHERE id = ?", (*ra, b))
+        return min(a, b)
+    return attack
+
+
+def _renumber(conn: sqlite3.Connection) -> int:
+    conn.execute("UPDATE audit_log SET id = 100 WHERE id = 3")
+    return 3
+
+
+def _replace_without_triggers(conn: sqlite3.Connection) -> int:
+    _replace_existing("INSERT OR REPLACE")(conn, "audit_log")
+    return 1
+
+
+def _forged_append(conn: sqlite3.Connection) -> int:
+    conn.execute("INSERT INTO audit_log(id, ts, actor, action, prev_hash, row_hash) VALUES "
+                 "(10, '2099-01-01', 'mallory', 'approved', 'x', 'y')")
+    return 10
+
+
+def _drop_head(conn: sqlite3.Connection) -> int:
+    conn.execute("DELETE FROM audit_head")
+    return 9
+
+
+ALL = "ts, actor, action, case_id, model_sha256, before_json, after_json, prev_hash, row_hash"
+EVIDENT = {
+    "edit_actor": _edit("actor", "mallory"),
+    "edit_action": _edit("action", "note_added"),
+    "edit_after_json": _edit("after_json", '{"state":"open"}', row=5),
+    "edit_ts": _edit("ts", "2020-01-01T00:00:00+00:00", row=1),
+    "edit_case_id": _edit("case_id", 3, row=7),
+    "edit_null_hash": _edit("row_hash", None, row=6),
+    "delete_middle_row": _delete_row(5),
+    "delete_first_row": _delete_row(1),
+    "delete_last_row": _delete_row(None),
+    "delete_last_row_and_rewind_head": _delete_last_and_rewind_head,
+    "delete_every_row": _truncate,
+    "reorder_content": _swap(3, 6, "ts, actor, action, case_id, model_sha256, before_json, after_json"),
+    "reorder_whole_rows": _swap(2, 5, ALL),
+    "renumber_row": _renumber,
+    "replace_without_triggers": _replace_without_triggers,
+    "forged_row_appended": _forged_append,
+    "head_removed": _drop_head,
+}
+
+
+#: where the first break is once the store has written on, if not where it was: with the head
+#: gone, the next row starts a new chain that does not follow the last row
+AFTER_WRITE = {"head_removed": 10}
+
+
+@pytest.mark.parametrize("attack", list(EVIDENT))
+def test_tampering_is_named_by_the_chain(db, attack):
+    conn = _raw(db)
+    _drop_triggers(conn)
+    broken = EVIDENT[attack](conn)
+    conn.close()
+    with pytest.warns(AuditTamperWarning, match=f"row {broken}\\b"):  # verified when it opens
+        s = CaseStore(db, four_eyes=False)
+    with s:
+        assert (s.audit_verdict.ok, s.audit_verdict.first_broken_id) == (False, broken)
+        assert s.audit_verdict.reason
+        # the store writes on; the evidence stays (the new row chains from the recorded head)
+        if s.get_case(3)["state"] == "open":
+            s.add_note(3, "written after the tampering", analyst="dave")
+        v = s.verify_audit_chain()
+        assert (v.ok, v.first_broken_id) == (False, AFTER_WRITE.get(attack, broken)), v
+
+
+def test_untouched_store_opens_without_warning(db):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AuditTamperWarning)
+        with CaseStore(db) as s:
+            assert s.audit_verdict.ok and s.audit_verdict.rows_checked == 9
+            assert "intact" in s.audit_verdict.message
