@@ -76,7 +76,9 @@ class EntitySpec(_Strict):
     """Columns whose joined values form the entity id (joined with ``separator``)."""
 
     columns: list[str] = Field(min_length=1)
-    separator: str = ":"
+    #: joins the parts; never empty. A part containing it is rejected at read time, so the
+    #: joined key is unambiguous ("0:1" + "2" vs "0" + "1:2").
+    separator: str = Field(default=":", min_length=1)
 
 
 class TimestampSpec(_Strict):
@@ -332,7 +334,8 @@ def load_spec(name_or_path: str | Path) -> DatasetSpec:
 
     Raises:
         FileNotFoundError: neither a built-in name nor an existing file.
-        ValueError: the TOML is malformed or does not validate (message names the file).
+        ValueError: a directory, not UTF-8 text, the TOML is malformed or does not validate
+            (message names the file).
     """
     p = Path(name_or_path)
     if not p.suffix and (SPEC_DIR / f"{name_or_path}.toml").exists():
@@ -342,8 +345,12 @@ def load_spec(name_or_path: str | Path) -> DatasetSpec:
             f"spec {str(name_or_path)!r}: not a built-in spec ({', '.join(builtin_specs())}) "
             "and no such file"
         )
+    if p.is_dir():
+        raise ValueError(f"spec {str(p)!r}: is a directory, not a TOML spec file")
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a TOML spec (the file is not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{p}: invalid TOML: {e}") from e
     return spec_from_dict(data, source=str(p))
