@@ -306,7 +306,8 @@ def _read_csv_slow(path: Path, header: list[str], max_rows: int | None, pr: Prob
                     start = last + 1
                     if reader.line_num > start or "end of data" in str(e):
                         raise _lost_sync(path, start, reader.line_num, _open_quote_column(lines.first, header, pr),
-                                         f"the quote is not closed ({e})") from None
+                                         "the quote is never closed" if "end of data" in str(e)
+                                         else f"the quote closes there with text after it ({e})") from None
                     n += 1
                     last = reader.line_num
                     rejected.append(dict(row_number=n, column="", value="",
