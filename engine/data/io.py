@@ -308,11 +308,8 @@ def _read_csv_slow(path: Path, header: list[str], max_rows: int | None, pr: Prob
                         raise _lost_sync(path, start, reader.line_num, _open_quote_column(lines.first, header, pr),
                                          "the quote is never closed" if "end of data" in str(e)
                                          else f"the quote closes there with text after it ({e})") from None
-                    n += 1
-                    last = reader.line_num
-                    rejected.append(dict(row_number=n, column="", value="",
-                                         reason=f"malformed quoting on line {start} ({e})"))
-                    continue
+                    # text after a closing quote on one line ('"Mia"mi'): read leniently, as the fast reader does
+                    rec = next(csv.reader([lines.first or ""], delimiter=pr.delimiter), [])
                 start, last = last + 1, reader.line_num
                 if not rec:  # blank line: not a record (same as the fast reader)
                     continue

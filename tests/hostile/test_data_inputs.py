@@ -100,7 +100,7 @@ def test_stray_quote_fails_naming_the_line(tmp_path, case):
 
 
 @pytest.mark.parametrize("case", ["mid_cell_quote", "end_cell_quote", "quoted_cells", "crlf", "blank_lines",
-                                  "multiline_cell"])
+                                  "multiline_cell", "text_after_quote_slow_path"])
 def test_rows_read_is_the_record_count(tmp_path, case):
     rows = list(ROWS)
     extra_lines = 0
@@ -115,6 +115,9 @@ def test_rows_read_is_the_record_count(tmp_path, case):
     elif case == "multiline_cell":
         rows = with_cell(rows, 9, "Merchant City", '"Monterey\nPark"')
         extra_lines = 1
+    elif case == "text_after_quote_slow_path":  # read as the fast reader does: "Mia"mi -> Miami
+        rows = with_cell(with_cell(rows, 3, "Merchant City", '"Monterey\nPark"'), 7, "Merchant City", '"Mia"mi')
+        extra_lines = 1
     body = text(rows)
     p = tmp_path / f"{case}.csv"
     p.write_bytes((body.replace("\n", "\r\n") if case == "crlf" else body).encode())
@@ -124,6 +127,8 @@ def test_rows_read_is_the_record_count(tmp_path, case):
     assert len(res.rejected) == 0
     if case == "mid_cell_quote":
         assert 'Joe"s Place' in set(res.frame["merchant_city"])
+    if case == "text_after_quote_slow_path":
+        assert res.frame.set_index("row_number").loc[[4, 8], "merchant_city"].tolist() == ["Monterey\nPark", "Miami"]
 
 
 def test_stray_quote_cli_exit_code(tmp_path):
