@@ -27,6 +27,8 @@ rejected input row). ``rows_read == len(frame) + len(rejected)`` always holds.
 
 Details of the parsing rules (beyond the contract):
 
+* A Parquet column the spec reads must hold one value per cell: list, struct, map and binary
+  columns are refused (``ValueError`` naming the column and its type).
 * CSV cells are read as text, never type-inferred, so nothing is coerced silently (a 64-bit
   merchant id stays exact). Parquet columns keep their stored types; they are turned into text
   where a role needs text (integers and floats as their shortest exact text, ``1.0`` -> ``"1"``).
@@ -350,6 +352,16 @@ def _has_surrogate(v: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in v) if not v.isascii() else False
 
 
+def _check_parquet_types(p: Path, spec: DatasetSpec, schema: pa.Schema) -> None:
+    """Refuse a Parquet column the spec reads that cannot hold one text or number per cell."""
+    for c in spec.required_columns():
+        t = schema.field(c).type
+        if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+                or pa.types.is_fixed_size_binary(t):
+            raise ValueError(f"{p}: column {c!r} has Parquet type {t}; the spec needs one text, number or "
+                             "timestamp per cell (store it as a string column)")
+
+
 def _read_parquet_table(pf: pq.ParquetFile, max_rows: int | None) -> pa.Table:
     if max_rows is None:
         return pf.read()
@@ -434,7 +446,9 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
         _check_columns(p, spec, _csv_header(p, pr))
         raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
     else:
-        _check_columns(p, spec, _parquet_file(p).schema_arrow.names)
+        schema = _parquet_file(p).schema_arrow
+        _check_columns(p, spec, schema.names)
+        _check_parquet_types(p, spec, schema)
         raw, row_numbers, pre_rejected = _read_parquet(p, max_rows)
     n = len(raw)
     probs = _Problems(n)

@@ -446,3 +446,62 @@ def test_markup_in_data_is_printed_as_text(tmp_path):
     r = runner.invoke(app, ["score", "--data", str(p), "--out", str(tmp_path / "s.parquet")])
     assert r.exit_code == 0, r.output
     assert "[/red]x" in r.output and "amount is not a number" in r.output
+
+
+# ---------------------------------------------------------------------------------------------
+# item 15: Parquet columns and specs that used to end in a traceback or a huge allocation
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["list", "binary"])
+def test_parquet_column_type_refused(tmp_path, case):
+    df = pd.read_csv(io.StringIO(BASE), dtype=str, keep_default_na=False)
+    if case == "list":
+        df["User"] = [[1, 2]] * len(df)
+    else:
+        df["Merchant Name"] = [b"\x00\xff"] * len(df)
+    p = tmp_path / f"{case}.parquet"
+    df.to_parquet(p)
+    column, ptype = ("User", "list<element: int64>") if case == "list" else ("Merchant Name", "binary")
+    msg = f"{p}: column {column!r} has Parquet type {ptype}; the spec needs one text, number or timestamp per cell"
+    with pytest.raises(ValueError, match="^" + re.escape(msg)):
+        read_transactions(p, SPEC)
+    r = runner.invoke(app, ["score", "--data", str(p), "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {msg}"), r.output
+
+
+DEMO_TOML = (ROOT / "engine" / "data" / "specs" / "demo.toml").read_text()
+PARTS = 'parts = { year = "Year", month = "Month", day = "Day", time = "Time" }'
+SPEC_CASES = {
+    "bad_format": (DEMO_TOML.replace(PARTS, 'column = "Time"\nformat = "%Q"'),
+                   "timestamp: format '%Q' is not a valid strftime format"),
+    "bad_origin": (DEMO_TOML.replace(PARTS, 'column = "Day"\nunit = "D"\norigin = "garbage"'),
+                   "timestamp: origin 'garbage' is not a date"),
+    "huge_buckets": (DEMO_TOML.replace("hashed_buckets = 4096", "hashed_buckets = 1000000000000"),
+                     "fields.0.hashed_buckets: Input should be less than or equal to 1048576"),
+    "huge_vocab": (DEMO_TOML.replace("max_vocab = 256", "max_vocab = 100000000"),
+                   "fields.4.max_vocab: Input should be less than or equal to 1048576"),
+    "empty_separator": (DEMO_TOML.replace('separator = ":"', 'separator = ""', 1),
+                        "entity.separator: String should have at least 1 character"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_CASES))
+def test_bad_spec_values_one_line(tmp_path, case):
+    toml, msg = SPEC_CASES[case]
+    s = tmp_path / "spec.toml"
+    s.write_text(toml)
+    with pytest.raises(ValueError, match="^" + re.escape(f"{s}: invalid dataset spec: {msg}")):
+        load_spec(s)
+    data = tmp_path / "t.csv"
+    data.write_text(BASE)
+    r = runner.invoke(app, ["score", "--data", str(data), "--spec", str(s), "--out", str(tmp_path / "o.parquet")])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {s}: invalid dataset spec: {msg}"), r.output
+    assert r.output.count("\n") == 1
+
+
+def test_aggregate_windows_bounded():
+    from engine.data.spec import DelayedAggregateSpec
+
+    with pytest.raises(ValueError, match=r"windows_days must be distinct whole days in 1..3650, got \[0, 7\]"):
+        DelayedAggregateSpec(name="t", key="terminal", windows_days=[0, 7])
+    with pytest.raises(ValueError, match="less than or equal to 3650"):
+        DelayedAggregateSpec(name="t", key="terminal", delay_days=10**9)
