@@ -79,13 +79,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from engine.data.sniff import Probe, probe
+from engine.data.sniff import Probe, _Lines, _open_quote_column, probe
 from engine.data.spec import DatasetSpec, FieldKind
 from engine.data.validate import (
     MAX_ABS_AMOUNT,
     MAX_CELL_CHARS,
     _categorical,
     _check_cells,
+    _check_parquet_types,
     _check_columns,
     _clip,
     _clip_names,
@@ -244,32 +245,6 @@ def _lost_sync(path: Path, start: int, end: int, column: str, why: str) -> Value
     )
 
 
-class _Lines:
-    """Iterate the lines of a text file, remembering the first line of the current record."""
-
-    def __init__(self, f):
-        self.f = f
-        self.first: str | None = None
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> str:
-        line = next(self.f)
-        if self.first is None:
-            self.first = line
-        return line
-
-
-def _open_quote_column(line: str | None, header: list[str], pr: Probe) -> str:
-    """The column whose cell opens the unclosed quote on ``line`` (the last cell a lenient parse of
-    that line alone finds)."""
-    if not line:
-        return "?"
-    i = len(next(csv.reader([line], delimiter=pr.delimiter), [""])) - 1
-    return header[i] if 0 <= i < len(header) else f"#{i + 1}"
-
-
 def _quoted_column(rec: list[str], header: list[str]) -> str:
     i = next((i for i, v in enumerate(rec) if "\n" in v or "\r" in v), None)
     return header[i] if i is not None and i < len(header) else f"#{(i or 0) + 1}"
@@ -350,16 +325,6 @@ def _read_csv_slow(path: Path, header: list[str], max_rows: int | None, pr: Prob
 
 def _has_surrogate(v: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in v) if not v.isascii() else False
-
-
-def _check_parquet_types(p: Path, spec: DatasetSpec, schema: pa.Schema) -> None:
-    """Refuse a Parquet column the spec reads that cannot hold one text or number per cell."""
-    for c in spec.required_columns():
-        t = schema.field(c).type
-        if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
-                or pa.types.is_fixed_size_binary(t):
-            raise ValueError(f"{p}: column {c!r} has Parquet type {t}; the spec needs one text, number or "
-                             "timestamp per cell (store it as a string column)")
 
 
 def _read_parquet_table(pf: pq.ParquetFile, max_rows: int | None) -> pa.Table:

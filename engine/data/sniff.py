@@ -144,3 +144,29 @@ def probe(path: str | Path, spec_format: str = "auto") -> Probe:
             delimiter = best
             note = f"{p}: read as {_DELIMITER_NAMES[best]}-delimited (detected from the header line)"
     return Probe("csv", comp, delimiter, note)
+
+
+class _Lines:
+    """Iterate the lines of a text file, remembering the first line of the current record."""
+
+    def __init__(self, f):
+        self.f = f
+        self.first: str | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self.f)
+        if self.first is None:
+            self.first = line
+        return line
+
+
+def _open_quote_column(line: str | None, header: list[str], pr: Probe) -> str:
+    """The column whose cell opens the unclosed quote on ``line`` (the last cell a lenient parse of
+    that line alone finds)."""
+    if not line:
+        return "?"
+    i = len(next(csv.reader([line], delimiter=pr.delimiter), [""])) - 1
+    return header[i] if 0 <= i < len(header) else f"#{i + 1}"

@@ -352,6 +352,16 @@ def _clip_names(names: list[str], n: int = 30) -> str:
     return repr(shown) + (f" and {len(names) - n:,} more" if len(names) > n else "")
 
 
+def _check_parquet_types(p: Path, spec: DatasetSpec, schema: pa.Schema) -> None:
+    """Refuse a Parquet column the spec reads that cannot hold one text or number per cell."""
+    for c in spec.required_columns():
+        t = schema.field(c).type
+        if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+                or pa.types.is_fixed_size_binary(t):
+            raise ValueError(f"{p}: column {c!r} has Parquet type {t}; the spec needs one text, number or "
+                             "timestamp per cell (store it as a string column)")
+
+
 def _is_text(s: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s)
 
