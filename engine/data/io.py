@@ -190,6 +190,8 @@ def _csv_header(path: Path, pr: Probe) -> list[str]:
             header = next(csv.reader(f, delimiter=pr.delimiter), None)
     finally:
         csv.field_size_limit(limit)
+    if header == []:
+        raise ValueError(f"{path}: line 1 is blank; the header (the column names) must be the first line")
     if not header:
         raise ValueError(f"{path}: empty file (no header line)")
     long = [i for i, c in enumerate(header) if len(c) > MAX_CELL_CHARS]
@@ -370,11 +372,16 @@ def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None
     Raises:
         FileNotFoundError: no such file.
         ValueError: not a regular file, not UTF-8 CSV or Parquet (see :func:`engine.data.sniff.probe`),
-            empty CSV, duplicate column names, a quote that lost sync (names the line).
+            empty CSV, duplicate column names, a quote that lost sync (names the line), no
+            well-formed record at all (records with the wrong cell count are otherwise skipped).
     """
     p = Path(path)
     pr = probe(p, fmt)
-    raw, _, _ = _read_csv(p, max_rows, pr) if pr.format == "csv" else _read_parquet(p, max_rows)
+    raw, _, rejected = _read_csv(p, max_rows, pr) if pr.format == "csv" else _read_parquet(p, max_rows)
+    if len(raw) == 0 and rejected:
+        r = rejected[0]
+        raise ValueError(f"{p}: none of the {len(rejected):,} records read is well formed "
+                         f"(row {r['row_number']}: {r['reason']})")
     return raw
 
 

@@ -241,6 +241,8 @@ FILE_CASES = {
     "bom_only": (lambda: b"\xef\xbb\xbf", re.escape("empty file (no header line)")),
     "huge_header_cell": (lambda: text([r + ",1" for r in ROWS], HEADER + "," + "H" * 200_000).encode(),
                          f"header column 18 has 200,000 characters \\(the limit is {MAX_CELL_CHARS:,}\\)"),
+    "blank_first_line": (lambda: ("\n\n" + BASE).encode(),
+                         re.escape("line 1 is blank; the header (the column names) must be the first line")),
     "duplicate_header": (lambda: text([r + ",1" for r in ROWS], HEADER + ",MCC").encode(),
                          r"duplicate column names in the header: \['MCC'\]"),
     "truncated_gzip": (lambda: gzip.compress(BASE.encode())[:40], "a gzip file that cannot be decompressed"),
@@ -261,6 +263,19 @@ def test_unreadable_file_one_clear_line(tmp_path, case):
         assert r.exception is None or isinstance(r.exception, SystemExit)
         assert r.output.startswith(f"error: {p}: ") and r.output.count("\n") == 1, r.output
         assert "\\x" not in r.output and "\udc8b" not in r.output  # no mojibake echoed
+
+
+@pytest.mark.parametrize("case", ["ragged", "only_quotes"])
+def test_inspect_no_well_formed_record(tmp_path, case):
+    p = tmp_path / f"{case}.csv"
+    p.write_text(HEADER + "\n" + ("a,b\n" * 20 if case == "ragged" else '"' * 5000 + "\n"))
+    n, cells_ = (20, 2) if case == "ragged" else (1, 1)
+    r = runner.invoke(app, ["inspect", str(p), "--out", str(tmp_path / "g.toml")])
+    assert r.exit_code == 2
+    assert r.output == (f"error: {p}: none of the {n} records read is well formed "
+                        f"(row 1: record has {cells_} cells, expected 17)\n")
+    res = read_transactions(p, SPEC)
+    assert res.summary() == f"rows read {n} = accepted 0 + rejected {n}"
 
 
 @pytest.mark.parametrize("case", ["directory", "device", "missing"])
