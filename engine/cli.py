@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,14 +25,23 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: str) -> str:
+    """Text from files for the terminal: rich markup escaped, control characters (an ESC sequence
+    in a merchant name would reach the terminal) shown as ``\\x1b``."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+
+
 def _fail(msg: str) -> None:
     """Print one error line (text from files is printed as text, never as rich markup) and exit 2."""
-    console.print(f"[red]error:[/red] {escape(' '.join(str(msg).split()))}", soft_wrap=True)
+    console.print(f"[red]error:[/red] {_safe(' '.join(str(msg).split()))}", soft_wrap=True)
     raise typer.Exit(2)
 
 
 def _note(msg: str) -> None:
-    console.print(f"[yellow]note:[/yellow] {escape(msg)}", soft_wrap=True)
+    console.print(f"[yellow]note:[/yellow] {_safe(msg)}", soft_wrap=True)
 
 
 def _writable(path: Path | None, option: str, example: str) -> None:
@@ -96,7 +106,7 @@ def _unseen_notes(bundle, frame) -> None:
 def _reject_report(res, rejected_out: Path | None) -> None:
     if len(res.rejected):
         console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
-        console.print(res.rejected.head(5).to_string(index=False), markup=False, highlight=False)
+        console.print(_safe(res.rejected.head(5).to_string(index=False)), highlight=False)
         if rejected_out:
             _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
             console.print(f"rejected rows written to {escape(str(rejected_out))}")
@@ -123,7 +133,7 @@ def inspect(
         _fail(str(e))
     t = Table("column", "role")
     for col, role in spec.roles().items():
-        t.add_row(escape(col), role.value)
+        t.add_row(_safe(col), role.value)
     console.print(t)
     console.print(f"spec written to {out}: check the roles, then use --spec {out}")
 
@@ -302,13 +312,13 @@ def explain(
     }
     _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
     first = next(iter(expls.values()))
-    console.print(escape(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
+    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
         top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]
         extra = f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else ""
         listed = ", ".join(f"{t} {v:+.3f}" for t, v in top) if top else "no earlier transaction"
-        console.print(escape(f"  {k:20s} top earlier: {listed}{extra}"))
+        console.print(_safe(f"  {k:20s} top earlier: {listed}{extra}"))
     console.print(f"written to {escape(str(out))} ({time.perf_counter() - t0:.2f} s)")
 
 

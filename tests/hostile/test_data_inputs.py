@@ -520,3 +520,12 @@ def test_aggregate_windows_bounded():
         DelayedAggregateSpec(name="t", key="terminal", windows_days=[0, 7])
     with pytest.raises(ValueError, match="less than or equal to 3650"):
         DelayedAggregateSpec(name="t", key="terminal", delay_days=10**9)
+
+
+def test_terminal_escape_sequences_are_shown_not_sent(tmp_path):
+    p = tmp_path / "esc.csv"
+    p.write_text(text(with_cell(ROWS, 2, "Amount", "\x1b[2J\x1b]0;pwned\x07")))
+    r = runner.invoke(app, ["score", "--data", str(p), "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x07" not in r.output
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in r.output and "amount is not a number" in r.output
