@@ -275,11 +275,11 @@ def explain(
         check_compatible(bundle, fr, str(data))
     except ValueError as e:
         _fail(str(e))
-    _unseen_notes(bundle, fr[fr["entity_id"] == entity])
     ent = fr[fr["entity_id"] == entity]
     if ent.empty:
         some = ", ".join(fr["entity_id"].drop_duplicates().head(5))
         _fail(f"entity {entity!r} not in {data} (entities look like: {some})")
+    _unseen_notes(bundle, ent)
     if (row is None) == (position is None):
         _fail("give exactly one of --row or --position")
     if row is not None:
