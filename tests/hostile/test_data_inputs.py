@@ -529,3 +529,23 @@ def test_terminal_escape_sequences_are_shown_not_sent(tmp_path):
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.output and "\x07" not in r.output
     assert "\\x1b[2J\\x1b]0;pwned\\x07" in r.output and "amount is not a number" in r.output
+
+
+def test_unseen_values_counts(tmp_path):
+    """The encoder reports values outside its vocabularies (not hashed fields, not missing cells)."""
+    from engine.data.features import FeatureEncoder
+
+    p = tmp_path / "t.csv"
+    p.write_text(BASE)
+    frame = read_transactions(p, SPEC).frame
+    enc = FeatureEncoder.fit(frame, SPEC)
+    frame = frame.copy()
+    frame.loc[[3, 4, 5], "mcc"] = ["grocery", "grocery", "fuel"]
+    frame.loc[7, "errors"] = "Made Up Error"
+    frame.loc[8, "merchant"] = "never seen merchant"  # hashed: no vocabulary, never 'unseen'
+    frame.loc[9, "merchant_state"] = "<empty>"  # missing, not unseen
+    got = {u["field"]: u for u in enc.unseen_values(frame)}
+    assert got["mcc"] == {"field": "mcc", "rows": 3, "distinct": 2, "example": "grocery", "encoded_as": "unseen"}
+    assert got["errors"]["example"] == "Made Up Error" and got["errors"]["rows"] == 1
+    assert got["errors"]["encoded_as"] == "other"
+    assert "merchant" not in got and "merchant_state" not in got
