@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="fraudlens: explainable sequence models for fraud investigation")
@@ -23,13 +25,48 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: str) -> str:
+    """Text from files for the terminal: rich markup escaped, control characters (an ESC sequence
+    in a merchant name would reach the terminal) shown as ``\\x1b``."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+
+
 def _fail(msg: str) -> None:
-    console.print(f"[red]error:[/red] {msg}")
+    """Print one error line (text from files is printed as text, never as rich markup) and exit 2."""
+    console.print(f"[red]error:[/red] {_safe(' '.join(str(msg).split()))}", soft_wrap=True)
     raise typer.Exit(2)
 
 
+def _note(msg: str) -> None:
+    console.print(f"[yellow]note:[/yellow] {_safe(msg)}", soft_wrap=True)
+
+
+def _writable(path: Path | None, option: str, example: str) -> None:
+    """Fail before any work when an output path is a directory (or its parent is a file)."""
+    if path is None:
+        return
+    if path.is_dir():
+        _fail(f"{option} {path} is a directory; give a file name, e.g. {path / example}")
+    parent = next((q for q in path.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        _fail(f"{option} {path}: {parent} is a file, not a directory")
+
+
+def _write(fn, path: Path, option: str):
+    """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line."""
+    try:
+        return fn()
+    except OSError as e:
+        _fail(f"cannot write {option} {path}: {e.strerror or e}")
+
+
 def _read(data: Path, spec, max_rows: int | None = None):
-    """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the accounting."""
+    """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
+    accounting and notes (detected delimiter, columns not read). A file without data rows, or
+    without one accepted row, is an error (exit 2)."""
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
@@ -38,17 +75,41 @@ def _read(data: Path, spec, max_rows: int | None = None):
         res = read_transactions(data, spec, max_rows=max_rows)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
+    for n in res.notes:
+        _note(n)
     console.print(res.summary())
+    if res.unused_columns:
+        u = res.unused_columns
+        shown = ", ".join(repr(c if len(c) <= 60 else c[:59] + "…") for c in u[:10])
+        _note(f"{len(u)} column{'s' if len(u) > 1 else ''} of {data} not in spec {spec.name!r}, not read: {shown}"
+              + (f" and {len(u) - 10} more" if len(u) > 10 else ""))
+    if res.rows_read == 0:
+        _fail(f"{data}: no transactions (the file has a header line and no data rows)")
     return spec, res
+
+
+def _require_accepted(res, data: Path) -> None:
+    if len(res.frame) == 0:
+        top = res.rejected["reason"].iloc[0] if len(res.rejected) else ""
+        _fail(f"{data}: no transaction accepted (all {res.rows_read:,} rows rejected; first reason: {top})")
+
+
+def _unseen_notes(bundle, frame) -> None:
+    """Warn about field values the model never saw in training (encoded as 'unseen' / 'other')."""
+    for u in bundle.encoder.unseen_values(frame):
+        ex = u["example"] if len(u["example"]) <= 40 else u["example"][:39] + "…"
+        _note(f"field {u['field']!r}: {u['rows']:,} transaction{'s' if u['rows'] != 1 else ''} with "
+              f"{u['distinct']:,} value{'s' if u['distinct'] != 1 else ''} not seen in training "
+              f"(e.g. {ex!r}), encoded as {u['encoded_as']!r}")
 
 
 def _reject_report(res, rejected_out: Path | None) -> None:
     if len(res.rejected):
         console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
-        console.print(res.rejected.head(5).to_string(index=False))
+        console.print(_safe(res.rejected.head(5).to_string(index=False)), highlight=False)
         if rejected_out:
-            res.write_rejected(rejected_out)
-            console.print(f"rejected rows written to {rejected_out}")
+            _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
+            console.print(f"rejected rows written to {escape(str(rejected_out))}")
 
 
 @app.command()
@@ -61,17 +122,18 @@ def inspect(
     """Guess a dataset spec (column roles) for an unknown file and write it for you to edit."""
     from engine.data.inspect import guess_spec, write_spec
 
+    out = out or file.with_suffix(".spec.toml")
+    _writable(out, "--out", "my_spec.toml")
     try:
         spec = guess_spec(file, name=name)
-        out = out or file.with_suffix(".spec.toml")
-        write_spec(spec, out, overwrite=force)
+        _write(lambda: write_spec(spec, out, overwrite=force), out, "--out")
     except FileExistsError:
         _fail(f"{out} exists; edit it, choose another --out, or pass --force to overwrite it")
-    except ValueError as e:
+    except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     t = Table("column", "role")
     for col, role in spec.roles().items():
-        t.add_row(col, role.value)
+        t.add_row(_safe(col), role.value)
     console.print(t)
     console.print(f"spec written to {out}: check the roles, then use --spec {out}")
 
@@ -123,6 +185,7 @@ def train(
 
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
+    _require_accepted(res, data)
     _reject_report(res, out / "rejected.csv")
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
@@ -191,6 +254,8 @@ def score(
     from engine.model.checkpoint import load_checkpoint
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
+    _writable(out, "--out", "scores.parquet")
+    _writable(rejected, "--rejected", "rejected.csv")
     try:
         bundle = load_checkpoint(model)
     except (FileNotFoundError, ValueError) as e:
@@ -201,8 +266,9 @@ def score(
         scores = score_frame(bundle, res.frame)
     except ValueError as e:
         _fail(f"{data}: {e}")
+    _unseen_notes(bundle, res.frame)
     run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
-    write_scores(run, out)
+    _write(lambda: write_scores(run, out), out, "--out")
     _reject_report(res, rejected)
     flagged = int((scores["probability"] >= bundle.threshold).sum())
     console.print(run.accounting())
@@ -212,7 +278,7 @@ def score(
     if hist:
         console.print(f"warning: {hist}", markup=False)
     console.print(f"{flagged:,} transactions at or above the review threshold {bundle.threshold:.3f}; "
-                  f"written to {out} ({run.seconds:.1f} s, model {bundle.short_sha})")
+                  f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
 
 @app.command()
@@ -232,11 +298,13 @@ def explain(
     from engine.model.checkpoint import load_checkpoint
     from engine.explain import explain_transaction
 
+    _writable(out, "--out", "explanation.json")
     try:
         bundle = load_checkpoint(model)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     sp, res = _read(data, spec or bundle.spec)
+    _require_accepted(res, data)
     fr = res.frame
     from engine.model.scoring import check_compatible
 
@@ -248,6 +316,7 @@ def explain(
     if ent.empty:
         some = ", ".join(fr["entity_id"].drop_duplicates().head(5))
         _fail(f"entity {entity!r} not in {data} (entities look like: {some})")
+    _unseen_notes(bundle, ent)
     if (row is None) == (position is None):
         _fail("give exactly one of --row or --position")
     if row is not None:
@@ -265,8 +334,11 @@ def explain(
             _fail(f"entity {entity!r} has {len(ent)} transactions; position {position} is out of range")
     tid = str(hit["transaction_id"].iloc[0])
     t0 = time.perf_counter()
-    expls = explain_transaction(bundle, fr, tid, methods=tuple(m.strip() for m in methods.split(",")),
-                                ig_steps=ig_steps, seed=seed)
+    try:
+        expls = explain_transaction(bundle, fr, tid, methods=tuple(m.strip() for m in methods.split(",")),
+                                    ig_steps=ig_steps, seed=seed)
+    except ValueError as e:
+        _fail(str(e))
     doc = {
         "schema": "fraudlens-explanation/1",
         "model": {"name": bundle.meta.get("name"), "sha256": bundle.sha256},
@@ -275,15 +347,16 @@ def explain(
         "query": {"transaction_id": tid, "row_number": int(hit["row_number"].iloc[0])},
         "explanations": {k: v.to_dict() for k, v in expls.items()},
     }
-    out.write_text(json.dumps(doc, indent=1))
+    _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
     first = next(iter(expls.values()))
-    console.print(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
-                  f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context")
+    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
+                  f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
         top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]
         extra = f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else ""
-        console.print(f"  {k:20s} top earlier: " + ", ".join(f"{t} {v:+.3f}" for t, v in top) + extra)
-    console.print(f"written to {out} ({time.perf_counter() - t0:.2f} s)")
+        listed = ", ".join(f"{t} {v:+.3f}" for t, v in top) if top else "no earlier transaction"
+        console.print(_safe(f"  {k:20s} top earlier: {listed}{extra}"))
+    console.print(f"written to {escape(str(out))} ({time.perf_counter() - t0:.2f} s)")
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="benchmarks that print tables and write bench/results/*.md")

@@ -5,6 +5,8 @@ Map of the package, in data-flow order:
 * :mod:`~engine.data.spec` - the dataset spec (TOML: which column plays which role) and the
   built-in specs in ``engine/data/specs/``;
 * :mod:`~engine.data.inspect` - guessing a spec from an unknown file;
+* :mod:`~engine.data.sniff` - what an input file is (format, compression, encoding, delimiter)
+  before it is parsed;
 * :mod:`~engine.data.io` - reading CSV / Parquet into the canonical frame with row accounting
   (``rows read = accepted + rejected``), using the per-column parsers of
   :mod:`~engine.data.validate`;

@@ -292,6 +292,40 @@ class FeatureEncoder:
             time_s=np.asarray([ts.value / 1e9]),
         )
 
+    def unseen_values(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
+        """Values of ``frame`` the fitted vocabularies do not know, per field, so that a caller
+        can warn that they are encoded as "unseen" (categoricals, index 0) or "other"
+        (multi-valued). Hashed fields have no vocabulary and are never listed; missing cells
+        are not unseen.
+
+        Returns:
+            One dict per field with unseen values, in field order: ``field`` (name), ``rows``
+            (transactions with an unseen value), ``distinct`` (how many distinct unseen values),
+            ``example`` (the most frequent one, text), ``encoded_as`` (``"unseen"``/``"other"``).
+        """
+        out: list[dict[str, Any]] = []
+        fspec = {f.name: f for f in self.spec.fields}
+        for name, st in self.state["categorical"].items():
+            if "hashed_buckets" in st or name not in frame:
+                continue
+            vals = frame[name].astype(str)
+            bad = vals[~vals.isin(set(st["vocab"])) & (vals != fspec[name].missing)]
+            if len(bad):
+                vc = bad.value_counts()
+                out.append(dict(field=name, rows=int(len(bad)), distinct=int(len(vc)), example=str(vc.index[0]),
+                                encoded_as="unseen"))
+        for name, st in self.state["multi_valued"].items():
+            if name not in frame:
+                continue
+            s = frame[name].astype(str).reset_index(drop=True)
+            ex = s[s != ""].str.split("|").explode()
+            bad = ex[~ex.isin(set(st["vocab"]))]
+            if len(bad):
+                vc = bad.value_counts()
+                out.append(dict(field=name, rows=int(bad.index.nunique()), distinct=int(len(vc)),
+                                example=str(vc.index[0]), encoded_as="other"))
+        return out
+
     # ------------------------------------------------------------------ display
     def describe_value(self, field: str, row: pd.Series) -> str:
         """Raw value of ``field`` for one canonical-frame row, as text for display."""
@@ -335,8 +369,14 @@ def _to_seconds(ts: pd.Series) -> np.ndarray:
 
 
 def stable_hash(values: np.ndarray, buckets: int) -> np.ndarray:
-    """Stable (process-independent) hash of text values into ``[0, buckets)``; blake2b, 8 bytes."""
-    uniq, inv = np.unique(values.astype(str), return_inverse=True)
+    """Stable (process-independent) hash of text values into ``[0, buckets)``; blake2b, 8 bytes.
+
+    Each distinct value is hashed once. Works on an object array of ``str`` without making a
+    fixed-width unicode copy (one long cell would otherwise size every row: 19,963 rows x a
+    1,000,000-character cell asked for 74 GiB).
+    """
+    inv, uniq = pd.factorize(pd.Series(values, dtype=object).map(str), sort=False)
+    uniq = np.asarray(uniq, dtype=object)
     h = np.fromiter(
         (int.from_bytes(hashlib.blake2b(u.encode(), digest_size=8).digest(), "little") % buckets for u in uniq),
         dtype=np.int64,

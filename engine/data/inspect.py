@@ -165,10 +165,13 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is empty or has duplicate column names.
+        ValueError: the file is empty, has no data rows, has duplicate column names, or is not
+            a UTF-8 CSV / Parquet file (:func:`engine.data.sniff.probe`).
     """
     p = Path(path)
     raw = read_raw(p, max_rows=sample_rows)
+    if len(raw) == 0:
+        raise ValueError(f"{p}: no transactions (the file has a header line and no data rows): nothing to guess from")
     cols = {c: _describe(c, raw[c]) for c in raw.columns}
     left = list(raw.columns)  # unassigned, file order
     notes: list[str] = []

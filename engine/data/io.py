@@ -27,12 +27,26 @@ rejected input row). ``rows_read == len(frame) + len(rejected)`` always holds.
 
 Details of the parsing rules (beyond the contract):
 
+* A Parquet column the spec reads must hold one value per cell: list, struct, map and binary
+  columns are refused (``ValueError`` naming the column and its type).
 * CSV cells are read as text, never type-inferred, so nothing is coerced silently (a 64-bit
   merchant id stays exact). Parquet columns keep their stored types; they are turned into text
   where a role needs text (integers and floats as their shortest exact text, ``1.0`` -> ``"1"``).
-* Entity and id cells are stripped of surrounding blanks. An empty entity part is rejected.
+* Before parsing, :func:`engine.data.sniff.probe` checks the file: a directory, a device, a zip
+  archive, UTF-16 text, NUL bytes or a non-UTF-8 header line fail with one line naming the cause;
+  gzip/bzip2/xz are read by their magic bytes; a semicolon-, tab- or pipe-delimited file is
+  detected from its header line.
+* CSV records: rows read is the file's record count. A quoted cell may contain a line break, but
+  a quote that loses sync (the record then has the wrong number of cells, is never closed, or a
+  cell swallows whole records) fails the read, naming the line where the quote opened.
+* A cell of a column the spec reads that is longer than ``MAX_CELL_CHARS`` (4,096) characters or
+  contains a NUL character is rejected (row and column named).
+* Entity and id cells are stripped of surrounding blanks. An empty entity part is rejected; with
+  several entity columns, a part containing the separator is rejected (``"0:1"`` + ``"2"`` and
+  ``"0"`` + ``"1:2"`` would both be ``"0:1:2"``).
 * Amount: the characters in ``spec.amount.strip`` are removed, then the text must be a finite
-  number (``"$-25.00"`` -> -25.0, ``"1,234.50"`` -> 1234.5).
+  number (``"$-25.00"`` -> -25.0, ``"1,234.50"`` -> 1234.5) of absolute value at most
+  ``MAX_ABS_AMOUNT`` (1e12).
 * Timestamp: see :class:`engine.data.spec.TimestampSpec`. Text is parsed as ISO 8601 unless a
   ``format`` is given; offsets are converted to UTC, then dropped. It must fall in the
   datetime64[ns] range (1677-09-22 .. 2262-04-11).
@@ -47,31 +61,35 @@ Details of the parsing rules (beyond the contract):
 * A row whose raw cells all equal an earlier row's is rejected as ``"exact duplicate of row N"``;
   with ``spec.id``, a row reusing an earlier row's transaction id is rejected too (the id is a key).
 * A row with several problems is rejected once, for the first problem found in the order
-  entity, timestamp, amount, id, fields, label, duplicates.
+  cell length/NUL, entity, timestamp, amount, id, fields, label, duplicates.
 * CSV records with the wrong number of cells or invalid UTF-8 are rejected (``column`` is ``""``
   for a wrong cell count).
 """
 
 from __future__ import annotations
 
-import bz2
 import csv
-import gzip
-import lzma
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from engine.data.sniff import Probe, _Lines, _open_quote_column, probe
 from engine.data.spec import DatasetSpec, FieldKind
 from engine.data.validate import (
+    MAX_ABS_AMOUNT,
+    MAX_CELL_CHARS,
     _categorical,
+    _check_cells,
+    _check_parquet_types,
     _check_columns,
     _clip,
+    _clip_names,
     _first_of,
     _flag_duplicates,
     _is_text,
@@ -80,14 +98,19 @@ from engine.data.validate import (
     _multi,
     _numbers,
     _Problems,
+    _sep_in_parts,
     _text,
     _text_codes,
     _timestamps,
 )
 
-__all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format"]
+__all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format",
+           "MAX_CELL_CHARS", "MAX_ABS_AMOUNT"]
 
 REJECTED_COLUMNS = ["file", "row_number", "column", "value", "reason"]
+#: csv module field limit while reading (its default, 131,072, raised an uncaught error); cells
+#: above MAX_CELL_CHARS are rejected afterwards, so this only bounds one record's size
+_CSV_FIELD_LIMIT = 1 << 30
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +130,7 @@ class LoadResult:
         file: the file that was read.
         spec: the spec it was read with.
         unused_columns: file columns the spec does not mention (not read into the frame).
+        notes: sentences for the user about how the file was read (e.g. a detected delimiter).
     """
 
     frame: pd.DataFrame
@@ -115,6 +139,7 @@ class LoadResult:
     file: Path
     spec: DatasetSpec | None = None
     unused_columns: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line of row accounting, e.g. ``"rows read 19,963 = accepted 19,963 + rejected 0"``."""
@@ -148,50 +173,52 @@ class LoadResult:
 # raw reading
 # ---------------------------------------------------------------------------------------------
 def detect_format(path: str | Path, spec_format: str = "auto") -> str:
-    """``"csv"`` or ``"parquet"``: ``spec_format`` unless ``"auto"``, then the suffix
-    (``.parquet``/``.pq`` -> parquet, ``.csv``/``.txt`` and compressed ``.csv.gz`` -> csv), then the
-    file's magic bytes (``PAR1`` -> parquet, else csv)."""
-    if spec_format != "auto":
-        return spec_format
-    p = Path(path)
-    suffixes = [s.lower() for s in p.suffixes]
-    if suffixes and suffixes[-1] in (".parquet", ".pq"):
-        return "parquet"
-    if any(s in (".csv", ".txt") for s in suffixes):
-        return "csv"
-    with open(p, "rb") as f:
-        return "parquet" if f.read(4) == b"PAR1" else "csv"
+    """``"csv"`` or ``"parquet"``: ``spec_format`` unless ``"auto"``, then the file's magic bytes
+    (``PAR1`` -> parquet, else csv; a ``.parquet`` name without them is refused).
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`engine.data.sniff.probe`.
+    """
+    return probe(path, spec_format).format
 
 
-def _open_text(path: Path):
-    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix.lower(), open)
-    return opener(path, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
-
-
-def _csv_header(path: Path) -> list[str]:
-    with _open_text(path) as f:
-        header = next(csv.reader(f), None)
+def _csv_header(path: Path, pr: Probe) -> list[str]:
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, _CSV_FIELD_LIMIT))
+    try:
+        with pr.open_text(path) as f:
+            header = next(csv.reader(f, delimiter=pr.delimiter), None)
+    finally:
+        csv.field_size_limit(limit)
+    if header == []:
+        raise ValueError(f"{path}: line 1 is blank; the header (the column names) must be the first line")
     if not header:
         raise ValueError(f"{path}: empty file (no header line)")
+    long = [i for i, c in enumerate(header) if len(c) > MAX_CELL_CHARS]
+    if long:
+        raise ValueError(f"{path}: header column {long[0] + 1} has {len(header[long[0]]):,} characters "
+                         f"(the limit is {MAX_CELL_CHARS:,})")
     dup = sorted({c for c in header if header.count(c) > 1})
     if dup:
-        raise ValueError(f"{path}: duplicate column names in the header: {dup}")
+        raise ValueError(f"{path}: duplicate column names in the header: {_clip_names(dup)}")
     return header
 
 
-def _read_csv(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, np.ndarray, list[dict]]:
-    header = _csv_header(path)
+def _read_csv(path: Path, max_rows: int | None, pr: Probe) -> tuple[pd.DataFrame, np.ndarray, list[dict]]:
+    header = _csv_header(path, pr)
     ropts = pacsv.ReadOptions(use_threads=True, block_size=1 << 24)
+    popts = pacsv.ParseOptions(delimiter=pr.delimiter)
     copts = pacsv.ConvertOptions(
         column_types={c: pa.string() for c in header},
         strings_can_be_null=False,
         quoted_strings_can_be_null=False,
     )
     try:
+        stream = pa.input_stream(str(path), compression=pr.compression)
         if max_rows is None:
-            table = pacsv.read_csv(path, read_options=ropts, convert_options=copts)
+            table = pacsv.read_csv(stream, read_options=ropts, parse_options=popts, convert_options=copts)
         else:
-            reader = pacsv.open_csv(path, read_options=ropts, convert_options=copts)
+            reader = pacsv.open_csv(stream, read_options=ropts, parse_options=popts, convert_options=copts)
             batches, n = [], 0
             while n < max_rows:
                 try:
@@ -202,43 +229,96 @@ def _read_csv(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, np.ndarra
                 n += b.num_rows
             table = pa.Table.from_batches(batches, schema=reader.schema).slice(0, max_rows)
     except (pa.ArrowInvalid, UnicodeDecodeError):
-        # ragged records, invalid UTF-8, newlines inside quoted cells: go record by record
-        return _read_csv_slow(path, header, max_rows)
+        # ragged records, invalid UTF-8, over-long cells: go record by record
+        return _read_csv_slow(path, header, max_rows, pr)
+    if any(pc.any(pc.match_substring_regex(col, "[\\r\\n]")).as_py() for col in table.columns):
+        # a line break inside a quoted cell: legitimate, or a stray quote that swallowed records;
+        # the record-by-record reader tells them apart (it tracks physical lines)
+        return _read_csv_slow(path, header, max_rows, pr)
     raw = table.to_pandas()
     return raw, np.arange(1, len(raw) + 1, dtype=np.int64), []
 
 
-def _read_csv_slow(path: Path, header: list[str], max_rows: int | None):
+def _lost_sync(path: Path, start: int, end: int, column: str, why: str) -> ValueError:
+    return ValueError(
+        f"{path}: line {start}: a quote opened in column {column!r} runs over a line break "
+        f"to line {end}: {why}; parsing lost sync there (a stray or unclosed '\"'?). "
+        "Fix the quoting (a quote inside a quoted cell is written '\"\"') and read the file again"
+    )
+
+
+def _quoted_column(rec: list[str], header: list[str]) -> str:
+    i = next((i for i, v in enumerate(rec) if "\n" in v or "\r" in v), None)
+    return header[i] if i is not None and i < len(header) else f"#{(i or 0) + 1}"
+
+
+def _read_csv_slow(path: Path, header: list[str], max_rows: int | None, pr: Probe):
+    """Record by record with :mod:`csv` (strict quoting), tracking the physical lines of each record.
+
+    A record that spans several lines (a quoted cell with a line break) is kept only if it is
+    well formed: the right number of cells, its quotes closed, and no cell with a line break that
+    holds as many delimiters as a whole record; otherwise a quote lost sync and swallowed
+    records, and the read fails naming the line where the quote opened.
+    """
     m = len(header)
     rows: list[list[str]] = []
     numbers: list[int] = []
     rejected: list[dict] = []
     n = 0
-    with _open_text(path) as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        for rec in reader:
-            if not rec:  # blank line: not a record (same as the fast reader)
-                continue
-            if max_rows is not None and n >= max_rows:
-                break
-            n += 1
-            if len(rec) != m:
-                text = ",".join(rec).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-                rejected.append(
-                    dict(row_number=n, column="", value=_clip(text),
-                         reason=f"record has {len(rec)} cells, expected {m}")
-                )
-                continue
-            bad = next((i for i, v in enumerate(rec) if _has_surrogate(v)), None)
-            if bad is not None:
-                v = rec[bad].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-                rejected.append(
-                    dict(row_number=n, column=header[bad], value=_clip(v), reason="not valid UTF-8 text")
-                )
-                continue
-            rows.append(rec)
-            numbers.append(n)
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, _CSV_FIELD_LIMIT))
+    try:
+        with pr.open_text(path) as f:
+            lines = _Lines(f)
+            reader = csv.reader(lines, delimiter=pr.delimiter, strict=True)
+            next(reader, None)
+            last = reader.line_num
+            while True:
+                if max_rows is not None and n >= max_rows:
+                    break
+                lines.first = None
+                try:
+                    rec = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as e:
+                    start = last + 1
+                    if reader.line_num > start or "end of data" in str(e):
+                        raise _lost_sync(path, start, reader.line_num, _open_quote_column(lines.first, header, pr),
+                                         "the quote is never closed" if "end of data" in str(e)
+                                         else f"the quote closes there with text after it ({e})") from None
+                    # text after a closing quote on one line ('"Mia"mi'): read leniently, as the fast reader does
+                    rec = next(csv.reader([lines.first or ""], delimiter=pr.delimiter), [])
+                start, last = last + 1, reader.line_num
+                if not rec:  # blank line: not a record (same as the fast reader)
+                    continue
+                n += 1
+                if last > start:
+                    if len(rec) != m:
+                        raise _lost_sync(path, start, last, _quoted_column(rec, header),
+                                         f"the record then has {len(rec)} cells, expected {m}")
+                    swallow = next((header[i] for i, v in enumerate(rec) if ("\n" in v or "\r" in v)
+                                    and v.count(pr.delimiter) >= m - 1), None)
+                    if swallow is not None:
+                        raise _lost_sync(path, start, last, swallow, "the cell holds whole records")
+                if len(rec) != m:
+                    text = pr.delimiter.join(rec).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                    rejected.append(
+                        dict(row_number=n, column="", value=_clip(text),
+                             reason=f"record has {len(rec)} cells, expected {m}")
+                    )
+                    continue
+                bad = next((i for i, v in enumerate(rec) if _has_surrogate(v)), None)
+                if bad is not None:
+                    v = rec[bad].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                    rejected.append(
+                        dict(row_number=n, column=header[bad], value=_clip(v), reason="not valid UTF-8 text")
+                    )
+                    continue
+                rows.append(rec)
+                numbers.append(n)
+    finally:
+        csv.field_size_limit(limit)
     raw = pd.DataFrame(rows, columns=header, dtype=str) if rows else pd.DataFrame(
         {c: pd.Series([], dtype=str) for c in header}
     )
@@ -249,22 +329,28 @@ def _has_surrogate(v: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in v) if not v.isascii() else False
 
 
+def _read_parquet_table(pf: pq.ParquetFile, max_rows: int | None) -> pa.Table:
+    if max_rows is None:
+        return pf.read()
+    batches, n = [], 0
+    for b in pf.iter_batches(batch_size=max(1, min(max_rows, 1 << 16))):
+        batches.append(b)
+        n += b.num_rows
+        if n >= max_rows:
+            break
+    return pa.Table.from_batches(batches, schema=pf.schema_arrow).slice(0, max_rows)
+
+
 def _read_parquet(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, np.ndarray, list[dict]]:
-    pf = pq.ParquetFile(path)
+    pf = _parquet_file(path)
     names = pf.schema_arrow.names
     dup = sorted({c for c in names if names.count(c) > 1})
     if dup:
         raise ValueError(f"{path}: duplicate column names: {dup}")
-    if max_rows is None:
-        table = pf.read()
-    else:
-        batches, n = [], 0
-        for b in pf.iter_batches(batch_size=max(1, min(max_rows, 1 << 16))):
-            batches.append(b)
-            n += b.num_rows
-            if n >= max_rows:
-                break
-        table = pa.Table.from_batches(batches, schema=pf.schema_arrow).slice(0, max_rows)
+    try:
+        table = _read_parquet_table(pf, max_rows)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
     cols = {}
     for name, col in zip(table.column_names, table.columns):
         if pa.types.is_integer(col.type) and col.null_count:
@@ -285,14 +371,26 @@ def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: empty CSV, duplicate column names.
+        ValueError: not a regular file, not UTF-8 CSV or Parquet (see :func:`engine.data.sniff.probe`),
+            empty CSV, duplicate column names, a quote that lost sync (names the line), no
+            well-formed record at all (records with the wrong cell count are otherwise skipped).
     """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such file")
-    f = detect_format(p, fmt)
-    raw, _, _ = _read_csv(p, max_rows) if f == "csv" else _read_parquet(p, max_rows)
+    pr = probe(p, fmt)
+    raw, _, rejected = _read_csv(p, max_rows, pr) if pr.format == "csv" else _read_parquet(p, max_rows)
+    if len(raw) == 0 and rejected:
+        r = rejected[0]
+        raise ValueError(f"{p}: none of the {len(rejected):,} records read is well formed "
+                         f"(row {r['row_number']}: {r['reason']})")
     return raw
+
+
+def _parquet_file(p: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(p)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{p}: not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+
 
 def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None) -> LoadResult:
     """Read a raw CSV or Parquet file through ``spec`` into the canonical frame.
@@ -307,29 +405,38 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the file is empty, has duplicate column names, or lacks a column the spec
-            requires (the message names the file, the missing column(s) and the columns found).
+        ValueError: not a regular file or not UTF-8 CSV / Parquet (:func:`engine.data.sniff.probe`),
+            the file is empty, has duplicate column names, lacks a column the spec requires (the
+            message names the file, the missing column(s) and the columns found), or a quote lost
+            sync (the message names the line).
     """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such file")
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"max_rows must be >= 0, got {max_rows}")
-    fmt = detect_format(p, spec.format)
-    if fmt == "csv":
-        _check_columns(p, spec, _csv_header(p))
-        raw, row_numbers, pre_rejected = _read_csv(p, max_rows)
+    pr = probe(p, spec.format)
+    if pr.format == "csv":
+        _check_columns(p, spec, _csv_header(p, pr))
+        raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
     else:
-        _check_columns(p, spec, pq.ParquetFile(p).schema_arrow.names)
+        schema = _parquet_file(p).schema_arrow
+        _check_columns(p, spec, schema.names)
+        _check_parquet_types(p, spec, schema)
         raw, row_numbers, pre_rejected = _read_parquet(p, max_rows)
     n = len(raw)
     probs = _Problems(n)
 
+    # cells: length, NUL ------------------------------------------------------------------------
+    _check_cells(raw, [c for c in spec.required_columns() if c in raw.columns], probs)
+
     # entity -----------------------------------------------------------------------------------
     ent_parts = []
+    sep = spec.entity.separator
     for c in spec.entity.columns:
         codes, texts = _text_codes(raw[c], strip=True, canonical=True)
         probs.flag((texts == "")[codes], c, "", "entity key is empty")
+        if len(spec.entity.columns) > 1:
+            probs.flag(_sep_in_parts(codes, texts, sep), c, texts[codes],
+                       f"entity part contains the separator {sep!r} (the joined entity key would be ambiguous)")
         ent_parts.append((codes, texts))
     ent_codes, ent_keys = _join_keys(ent_parts, spec.entity.separator)
 
@@ -342,6 +449,8 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     probs.flag(empty, a, atext, "amount is empty")
     probs.flag(np.isnan(amount), a, atext, "amount is not a number")
     probs.flag(np.isinf(amount), a, atext, "amount is not finite")
+    probs.flag(np.abs(np.nan_to_num(amount)) > MAX_ABS_AMOUNT, a, atext,
+               f"amount is above the limit of {MAX_ABS_AMOUNT:.0e} in absolute value")
 
     # id -----------------------------------------------------------------------------------------
     id_key = None  # per-row array: equal ids <=> equal keys
@@ -461,4 +570,6 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     assert rows_read == len(frame) + len(rej)
     mentioned = set(spec.roles())
     unused = [c for c in raw.columns if c not in mentioned]
-    return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused)
+    notes = [pr.note] if pr.format == "csv" and pr.note else []
+    return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused,
+                      notes=notes)

@@ -37,7 +37,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 SPEC_DIR = Path(__file__).parent / "specs"
 
@@ -76,7 +76,9 @@ class EntitySpec(_Strict):
     """Columns whose joined values form the entity id (joined with ``separator``)."""
 
     columns: list[str] = Field(min_length=1)
-    separator: str = ":"
+    #: joins the parts; never empty. A part containing it is rejected at read time, so the
+    #: joined key is unambiguous ("0:1" + "2" vs "0" + "1:2").
+    separator: str = Field(default=":", min_length=1)
 
 
 class TimestampSpec(_Strict):
@@ -98,6 +100,20 @@ class TimestampSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_way(self) -> "TimestampSpec":
+        import pandas as pd  # the same parser the reader uses
+
+        if self.format is not None:
+            try:
+                pd.to_datetime(pd.Index(["2000-01-01"]), format=self.format, errors="coerce")
+            except ValueError as e:
+                raise ValueError(f"format {self.format!r} is not a valid strftime format: {e}") from None
+        if self.origin is not None:
+            try:
+                o = pd.Timestamp(self.origin)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"origin {self.origin!r} is not a date: {e}") from None
+            if o is pd.NaT:
+                raise ValueError(f"origin {self.origin!r} is not a date")
         if (self.column is None) == (self.parts is None):
             raise ValueError("timestamp: give exactly one of 'column' or 'parts'")
         if self.parts is not None:
@@ -142,6 +158,11 @@ class LabelSpec(_Strict):
         return self
 
 
+#: upper bound of ``hashed_buckets`` and ``max_vocab`` (an embedding row per category: a huge value
+#: would only allocate memory; the built-in specs use at most 16,384)
+MAX_CATEGORIES = 1 << 20
+
+
 class FieldSpec(_Strict):
     """One field of the canonical frame: a model input unless ``model_input = false``.
 
@@ -149,8 +170,9 @@ class FieldSpec(_Strict):
     * ``column``: the raw column it is read from.
     * ``kind``: categorical, numeric or multi_valued.
     * ``hashed_buckets``: for high-cardinality categoricals (merchant, terminal): values
-      are hashed into this many buckets instead of a vocabulary.
-    * ``max_vocab``: vocabulary size cap for plain categoricals (most frequent in training).
+      are hashed into this many buckets instead of a vocabulary (2 .. ``MAX_CATEGORIES``).
+    * ``max_vocab``: vocabulary size cap for plain categoricals (most frequent in training;
+      2 .. ``MAX_CATEGORIES``).
     * ``separator``: the list separator of a multi-valued cell (TabFormer ``"Errors?"``: ``","``).
     * ``missing``: what an empty cell means for a categorical (a category name). An empty
       multi-valued cell is the empty set (``""`` in the canonical frame); ``missing`` is unused there.
@@ -163,8 +185,8 @@ class FieldSpec(_Strict):
     name: str
     column: str
     kind: FieldKind
-    hashed_buckets: int | None = Field(default=None, ge=2)
-    max_vocab: int = Field(default=256, ge=2)
+    hashed_buckets: int | None = Field(default=None, ge=2, le=MAX_CATEGORIES)
+    max_vocab: int = Field(default=256, ge=2, le=MAX_CATEGORIES)
     separator: str = ","
     missing: str = "<empty>"
     normalize: Literal["zip5", "strip", "none"] = "strip"
@@ -206,10 +228,17 @@ class DelayedAggregateSpec(_Strict):
     name: str
     key: str
     windows_days: list[int] = [1, 7, 30]
-    delay_days: int = Field(default=7, ge=0)
+    delay_days: int = Field(default=7, ge=0, le=3650)
     recent_labels: list[int] = []
     fraud_run: bool = False
     description: str = ""
+
+    @field_validator("windows_days")
+    @classmethod
+    def _windows_ok(cls, v: list[int]) -> list[int]:
+        if not v or any(not 1 <= w <= 3650 for w in v) or len(set(v)) != len(v):
+            raise ValueError(f"windows_days must be distinct whole days in 1..3650, got {v}")
+        return v
 
     @field_validator("recent_labels")
     @classmethod
@@ -332,7 +361,8 @@ def load_spec(name_or_path: str | Path) -> DatasetSpec:
 
     Raises:
         FileNotFoundError: neither a built-in name nor an existing file.
-        ValueError: the TOML is malformed or does not validate (message names the file).
+        ValueError: a directory, not UTF-8 text, the TOML is malformed or does not validate
+            (message names the file).
     """
     p = Path(name_or_path)
     if not p.suffix and (SPEC_DIR / f"{name_or_path}.toml").exists():
@@ -342,8 +372,12 @@ def load_spec(name_or_path: str | Path) -> DatasetSpec:
             f"spec {str(name_or_path)!r}: not a built-in spec ({', '.join(builtin_specs())}) "
             "and no such file"
         )
+    if p.is_dir():
+        raise ValueError(f"spec {str(p)!r}: is a directory, not a TOML spec file")
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a TOML spec (the file is not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{p}: invalid TOML: {e}") from e
     return spec_from_dict(data, source=str(p))
@@ -353,7 +387,13 @@ def spec_from_dict(data: dict, source: str = "<dict>") -> DatasetSpec:
     """Validate a spec from a plain dict (as parsed from TOML or stored in a checkpoint)."""
     try:
         return DatasetSpec.model_validate(data)
-    except Exception as e:  # pydantic.ValidationError -> one readable message
+    except ValidationError as e:  # -> one readable line: "where: what" per problem
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or 'spec'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
+        )
+        raise ValueError(f"{source}: invalid dataset spec: {problems}") from None
+    except Exception as e:
         raise ValueError(f"{source}: invalid dataset spec: {e}") from e
 
 

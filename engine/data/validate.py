@@ -21,6 +21,12 @@ import pyarrow.compute as pc
 from engine.data.spec import DatasetSpec, FieldSpec
 
 _MAX_VALUE_CHARS = 200
+#: longest cell (characters) read in a column the spec uses; a longer one rejects its row. Real
+#: transaction fields are far shorter; the bound keeps memory proportional to the file size.
+MAX_CELL_CHARS = 4096
+#: largest absolute amount accepted (in the file's currency); above it the row is rejected as
+#: implausible (1e308 passes as a finite number, but no card or bank transaction is that large).
+MAX_ABS_AMOUNT = 1e12
 _NS_MIN = pd.Timestamp.min.as_unit("ns")
 _NS_MAX = pd.Timestamp.max.as_unit("ns")
 
@@ -319,8 +325,41 @@ def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> None:
     raise ValueError(
         f"{path}: column{'s' if len(missing) > 1 else ''} required by spec {spec.name!r} not found: "
         + "; ".join(parts)
-        + f". Columns found: {found}"
+        + f". Columns found: {_clip_names(found)}"
     )
+
+
+def _check_cells(raw: pd.DataFrame, columns: list[str], probs: "_Problems") -> None:
+    """Reject rows with a cell above :data:`MAX_CELL_CHARS` characters or with a NUL character,
+    in the text columns of ``columns`` (the ones the spec reads), naming the column."""
+    for c in columns:
+        s = raw[c]
+        if not _is_text(s) or not len(s):
+            continue
+        lens = s.str.len().to_numpy(dtype=np.float64, na_value=0.0)
+        long = lens > MAX_CELL_CHARS
+        if long.any():
+            reasons = np.empty(len(s), dtype=object)
+            reasons[long] = [f"cell has {int(k):,} characters; the limit is {MAX_CELL_CHARS:,}" for k in lens[long]]
+            probs.flag(long, c, _LazyText(s), reasons)
+        nul = s.str.contains("\x00", regex=False).to_numpy(dtype=bool, na_value=False)
+        probs.flag(nul, c, _LazyText(s), "cell contains a NUL character (binary data)")
+
+
+def _clip_names(names: list[str], n: int = 30) -> str:
+    """Column names for a message: at most ``n``, each clipped to 60 characters."""
+    shown = [c if len(c) <= 60 else c[:59] + "…" for c in names[:n]]
+    return repr(shown) + (f" and {len(names) - n:,} more" if len(names) > n else "")
+
+
+def _check_parquet_types(p: Path, spec: DatasetSpec, schema: pa.Schema) -> None:
+    """Refuse a Parquet column the spec reads that cannot hold one text or number per cell."""
+    for c in spec.required_columns():
+        t = schema.field(c).type
+        if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+                or pa.types.is_fixed_size_binary(t):
+            raise ValueError(f"{p}: column {c!r} has Parquet type {t}; the spec needs one text, number or "
+                             "timestamp per cell (store it as a string column)")
 
 
 def _is_text(s: pd.Series) -> bool:
@@ -336,7 +375,9 @@ class _LazyText:
 
 def _join_keys(parts: list[tuple[np.ndarray, np.ndarray]], sep: str) -> tuple[np.ndarray, np.ndarray]:
     """Entity parts (canonical codes, texts) -> (codes, keys): ``keys[codes]`` is the joined key
-    per row; each distinct key string is built once and equal keys have equal codes."""
+    per row; each distinct key string is built once and equal keys have equal codes. The join is
+    unambiguous only for parts without ``sep``: the reader rejects the others first
+    (:func:`_sep_in_parts`)."""
     if len(parts) == 1:
         return parts[0]
     n = len(parts[0][0])
@@ -350,6 +391,13 @@ def _join_keys(parts: list[tuple[np.ndarray, np.ndarray]], sep: str) -> tuple[np
     # different part tuples can still join to the same text ("a:b" + "c" vs "a" + "b:c")
     kc, ku = pd.factorize(keys)
     return kc[combined], np.asarray(ku, dtype=object)
+
+
+def _sep_in_parts(codes: np.ndarray, texts: np.ndarray, sep: str) -> np.ndarray:
+    """Per row: the entity part contains the separator (``"0:1"`` + ``"2"`` would join to the same
+    key as ``"0"`` + ``"1:2"``)."""
+    has = np.asarray([sep in t for t in texts], dtype=bool)
+    return has[codes]
 
 
 def _first_of(keys) -> np.ndarray:
