@@ -312,13 +312,10 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
         r = san["result"]
         words = [f"**{_title(m)}**: {v}" for m, v in r.verdicts().items()]
         st.markdown(" · ".join(words))
-        st.caption(f"Each layer is randomised in turn, top first. A method is *evidence* only if every step moves its "
-                   f"ranking of the earlier transactions further than re-running it with another seed does, and "
-                   f"with every layer random its rank correlation |rho| with the original is at most {r.bound}. "
-                   f"The chart shows that |rho| per step with its 95 % interval over the cases. Cases: "
-                   + ", ".join(cv.mask(t) for t in san["cases"]) + f" ({r.elapsed_s:.0f} s).")
-        for row in r.summary.itertuples():
-            st.text(f"{_title(row.method)}: {row.verdict} ({row.reason})")
+        st.caption(f"Layers randomised top first. *Evidence*: every step moves the ranking more than a re-run with "
+                   f"another seed does, and with every layer random |rho| <= {r.bound} (chart: |rho| per step, 95 % "
+                   "interval over cases). Cases: " + ", ".join(cv.mask(t) for t in san["cases"]) + f" ({r.elapsed_s:.0f} s).")
+        st.text("\n".join(f"{_title(x.method)}: {x.verdict} ({x.reason})" for x in r.summary.itertuples()))
         st.plotly_chart(tfig.randomisation_figure(r.steps_table, bound=r.bound, height=300),
                         key="trust_randomisation", config=PLOTLY_CONFIG)
 
