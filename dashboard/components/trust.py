@@ -45,6 +45,16 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import state
+from dashboard.components.sanity import (  # noqa: F401 (re-exported for the page and tests)
+    SANITY_CASES,
+    SANITY_METHODS,
+    SANITY_MODELS,
+    SANITY_SHAP_SAMPLES,
+    _request_sanity,
+    _sanity_requested,
+    sanity_cases,
+    sanity_result,
+)
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.trust import figures as tfig
@@ -53,15 +63,11 @@ WHATIF_EDITS = "whatif_edits"
 WHATIF_RESULT = "whatif_result"
 WHATIF_ERROR = "whatif_error"
 SHOW_KEY = "trust_show"
-SANITY_MODELS = "trust_sanity_models"
 TAB_LABELS = ["Trust", "What-if"]
 
 #: faithfulness settings: AOPC over top 1..K, curves drawn to k = CURVE_MAX, random orders
 FAITH_K, CURVE_MAX, N_RANDOM = 10, 20, 5
 #: randomisation check: flagged cases, methods, SHAP coalitions (kept small: it runs L + 3 times)
-SANITY_CASES = 3
-SANITY_METHODS = ("attention", "integrated_gradients", "shap", "occlusion")
-SANITY_SHAP_SAMPLES = 256
 #: fields offered in the what-if form besides amount and time (the spec's, in this order)
 WHATIF_FIELDS = ("merchant", "mcc", "use_chip", "merchant_city", "merchant_state", "terminal")
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
@@ -151,50 +157,6 @@ def case_trust(loaded: "state.Loaded", transaction_id: str, edits: list[dict[str
     edits = list(edits or [])
     return _case_trust(sha, spec, max_rows, model_sha, str(transaction_id), edits_key(edits), path, model_path,
                        tuple(edits))
-
-
-def sanity_cases(scores: pd.DataFrame, n: int = SANITY_CASES, min_position: int = 3) -> list[str]:
-    """The ``n`` highest-scored flagged transactions with at least ``min_position`` earlier ones
-    (topped up with the highest-scored others when fewer are flagged)."""
-    pos = scores.groupby("entity_id", sort=False).cumcount().to_numpy()
-    s = scores.assign(_pos=pos)
-    s = s[s["_pos"] >= min_position].sort_values("probability", ascending=False, kind="stable")
-    flagged = s[s["flagged"]] if "flagged" in s else s.iloc[:0]
-    ids = flagged["transaction_id"].astype(str).tolist()[:n]
-    ids += [t for t in s["transaction_id"].astype(str) if t not in set(ids)][: n - len(ids)]
-    return ids
-
-
-@st.cache_data(show_spinner="Randomising the model's parameters layer by layer…", max_entries=8)
-def _sanity(model_sha: str, data_sha: str, spec: str, max_rows: int | None, n_cases: int, _path: str,
-            _model_path: str) -> dict[str, Any]:
-    from engine.explain.context import build_context
-    from engine.explain import ShapConfig
-    from engine.trust.sanity import randomisation_check
-
-    source = state._source(_path, spec, data_sha, max_rows)
-    bundle = state.get_bundle(_model_path)
-    scores = state._scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
-    cases = sanity_cases(scores, n_cases)
-    ctxs = [build_context(bundle, source.frame, t) for t in cases]
-    res = randomisation_check(ctxs, SANITY_METHODS, configs={"shap": ShapConfig(nsamples=SANITY_SHAP_SAMPLES)})
-    return {"cases": cases, "result": res}
-
-
-def sanity_result(loaded: "state.Loaded", n_cases: int = SANITY_CASES) -> dict[str, Any]:
-    """Randomisation check of the loaded model on ``n_cases`` flagged cases of the loaded data
-    (cached per model sha256, data sha256, spec)."""
-    path, spec, sha, max_rows, model_path, model_sha = loaded.key
-    return _sanity(model_sha, sha, spec, max_rows, int(n_cases), path, model_path)
-
-
-def _sanity_requested(loaded) -> bool:
-    return loaded.bundle.sha256 in (st.session_state.get(SANITY_MODELS) or [])
-
-
-def _request_sanity(model_sha: str) -> None:
-    ss = st.session_state
-    ss[SANITY_MODELS] = sorted(set(ss.get(SANITY_MODELS) or []) | {model_sha})
 
 
 # ------------------------------------------------------------------------------------- render
@@ -312,10 +274,10 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
         r = san["result"]
         words = [f"**{_title(m)}**: {v}" for m, v in r.verdicts().items()]
         st.markdown(" · ".join(words))
-        st.caption(f"Layers randomised top first. *Evidence*: every step moves the ranking more than a re-run with "
-                   f"another seed does, and with every layer random |rho| <= {r.bound} (chart: |rho| per step, 95 % "
-                   "interval over cases). Cases: " + ", ".join(cv.mask(t) for t in san["cases"]) + f" ({r.elapsed_s:.0f} s).")
-        st.text("\n".join(f"{_title(x.method)}: {x.verdict} ({x.reason})" for x in r.summary.itertuples()))
+        st.caption(f"Layers randomised top first. *Evidence*: every step moves the ranking more than a re-run with another seed "
+                   f"does, and with every layer random |rho| <= {r.bound} (chart: |rho| per step, 95 % interval over cases).")
+        st.text("\n".join(f"{_title(x.method)}: {x.verdict} ({x.reason})" for x in r.summary.itertuples())
+                + "\nCases: " + ", ".join(cv.mask(t) for t in san["cases"]) + f" ({r.elapsed_s:.0f} s)")
         st.plotly_chart(tfig.randomisation_figure(r.steps_table, bound=r.bound, height=300),
                         key="trust_randomisation", config=PLOTLY_CONFIG)
 
