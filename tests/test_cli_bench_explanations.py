@@ -33,7 +33,8 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| method | cases | deletion AOPC@10")
     rows = table[1:]
-    assert [r.split("|")[1].strip() for r in rows] == METHODS
+    names = [r.split("|")[1].strip().removesuffix(" (does not beat most recent first)") for r in rows]
+    assert names == [*METHODS, "baseline: most recent first (no model)", "baseline: largest absolute amount first (no model)"]
     assert all(r.split("|")[2].strip() == "2" for r in rows)  # two cases each
     assert "written to" in res.output
 

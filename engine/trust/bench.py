@@ -50,6 +50,7 @@ from engine.model.checkpoint import ModelBundle, package_versions
 from engine.explain.context import QueryContext, build_context
 from engine.explain import DEFAULT_METHODS, explain_all
 from engine.model.scoring import score_encoded, sigmoid
+from engine.trust.baselines import BASELINES, baseline_orders
 from engine.trust.faithfulness import evaluate_faithfulness, ranking_order
 from engine.trust.sanity import COMPLETENESS_TOLERANCE, completeness_checks
 
@@ -161,11 +162,14 @@ def run_explanation_bench(
         expl = explain_all(ctx, run_methods, seed=seed, ig_steps=ig_steps, shap_samples=shap_samples)
         checks, expl = completeness_checks(ctx, expl, warn=False)  # IG re-run with more steps if needed
         retries = {c.method: c.retries for c in checks}
-        faith = evaluate_faithfulness(ctx, expl, k_max=k_max, curve_max=k_max, n_random=n_random, seed=seed)
+        base = baseline_orders(ctx)  # model-free orders every method must beat
+        faith = evaluate_faithfulness(ctx, {**expl, **base}, k_max=k_max, curve_max=k_max, n_random=n_random,
+                                      seed=seed)
+        expl = {**expl, **base}
         truth, rule = ground_truth(ctx)
         P = ctx.T - 1
         label = frame["label"].iloc[r] if "label" in frame else pd.NA
-        for m in methods:
+        for m in [*methods, *BASELINES]:
             e, fr = expl[m], faith[m]
             gap = e.convergence_delta
             per_case.append({
@@ -182,13 +186,21 @@ def run_explanation_bench(
         log(f"case {n + 1}/{len(cases)} {tid}: T={ctx.T} truth={len(truth)} ({time.perf_counter() - t0:.1f} s)")
     pc = pd.DataFrame(per_case)
     out = []
-    for m in methods:
+    rec = pc[pc.method == "recency"].set_index("case") if len(pc) else pc
+    for m in [*methods, *BASELINES]:
         d = pc[pc.method == m] if len(pc) else pc
         if not len(d):
             continue
         t = d[d.n_truth > 0]
         gaps = d["completeness_gap"].dropna()
+        r = rec.loc[d["case"]]
+        rt = r[r.n_truth > 0]
+        beats_rec_aopc = float((d.aopc.to_numpy() > r.aopc.to_numpy()).mean())
+        prec_rec = rt.precision_at_k.mean() if len(rt) else float("nan")
         out.append({
+            "aopc_recency": r.aopc.mean(), "beats_recency": beats_rec_aopc, "precision_recency": prec_rec,
+            "below_recency": bool(m not in BASELINES and (d.aopc.mean() <= r.aopc.mean()
+                                  or (len(t) and t.precision_at_k.mean() <= prec_rec))),
             "method": m, "n_cases": int(len(d)),
             "aopc": d.aopc.mean(), "aopc_random": d.aopc_random.mean(), "aopc_attention": d.aopc_attention.mean(),
             "aopc_minus_random": (d.aopc - d.aopc_random).mean(),
@@ -223,15 +235,20 @@ def markdown_table(res: pd.DataFrame) -> str:
     """The bench result as a GitHub markdown table (logits; lower sufficiency = better)."""
     k = res.attrs.get("info", {}).get("k", 5)
     km = res.attrs.get("info", {}).get("k_max", 10)
-    head = (f"| method | cases | deletion AOPC@{km} | random AOPC | attention AOPC | beats random | "
-            f"sufficiency@{km} (lower = better) | random sufficiency | cases with truth | precision@{k} | "
-            f"random precision | mean abs completeness gap (IG re-runs) | s / case |")
-    lines = [head, "|" + "---|" * 13]
+    head = (f"| method | cases | deletion AOPC@{km} | random AOPC | attention AOPC | most-recent-first AOPC | "
+            f"beats random | beats most recent first | sufficiency@{km} (lower = better) | random sufficiency | "
+            f"cases with truth | precision@{k} | random precision | most-recent-first precision | "
+            f"mean abs completeness gap (IG re-runs) | s / case |")
+    lines = [head, "|" + "---|" * 16]
     for _, r in res.iterrows():
+        name = (f"baseline: {BASELINES[r.method]}" if r.method in BASELINES
+                else r.method + (" (does not beat most recent first)" if r.get("below_recency") else ""))
         lines.append(
-            f"| {r.method} | {r.n_cases} | {_f(r.aopc)} | {_f(r.aopc_random)} | {_f(r.aopc_attention)} | "
-            f"{_f(100 * r.beats_random, '.0f')}% | {_f(r.sufficiency)} | {_f(r.sufficiency_random)} | "
+            f"| {name} | {r.n_cases} | {_f(r.aopc)} | {_f(r.aopc_random)} | {_f(r.aopc_attention)} | "
+            f"{_f(r.aopc_recency)} | {_f(100 * r.beats_random, '.0f')}% | {_f(100 * r.beats_recency, '.0f')}% | "
+            f"{_f(r.sufficiency)} | {_f(r.sufficiency_random)} | "
             f"{r.n_truth_cases} | {_f(r.precision_at_k, '.2f')} | {_f(r.precision_random, '.2f')} | "
+            f"{_f(r.precision_recency, '.2f')} | "
             f"{_f(r.completeness_gap, '.2e')}{f' ({r.retries})' if r.retries else ''} | {_f(r.seconds_per_case, '.2f')} |")
     return "\n".join(lines)
 

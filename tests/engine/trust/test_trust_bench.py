@@ -24,13 +24,13 @@ def bench():
 
 def test_bench_table(bench):
     bundle, fr = trained_bundle(), frame()
-    assert list(bench.method) == list(METHODS)
+    assert list(bench.method) == [*METHODS, "recency", "largest_amount"]  # + the model-free baselines
     info, pc = bench.attrs["info"], bench.attrs["per_case"]
     s = score_frame(bundle, fr)
     test = fr.timestamp >= pd.Timestamp(bundle.meta["split"]["val_end"])
     assert info["n_period_rows"] == int(test.sum())
     assert info["n_flagged"] == int((test & (s.probability >= bundle.threshold)).sum()) > 6
-    assert info["n_cases"] == 6 and (bench.n_cases == 6).all() and len(pc) == 6 * len(METHODS)
+    assert info["n_cases"] == 6 and (bench.n_cases == 6).all() and len(pc) == 6 * (len(METHODS) + 2)
     flagged_ids = set(fr.transaction_id[test & (s.probability >= bundle.threshold)])
     assert set(pc.case) <= flagged_ids
     for c in ("aopc", "aopc_random", "sufficiency", "precision_at_k", "seconds_per_case"):
@@ -46,6 +46,23 @@ def test_bench_table(bench):
         assert b.loc[m, "precision_at_k"] > b.loc[m, "precision_random"] + 0.2, bench
         assert b.loc[m, "aopc"] > b.loc[m, "aopc_random"]
     assert np.isnan(b.loc["attention", "completeness_gap"]) and b.loc["shap", "completeness_gap"] < 1e-6
+    # every method is compared with "most recent first", case by case
+    rec = pc[pc.method == "recency"].set_index("case")
+    for m in METHODS:
+        d = pc[pc.method == m].set_index("case")
+        assert b.loc[m, "aopc_recency"] == pytest.approx(rec.aopc.mean())
+        assert b.loc[m, "beats_recency"] == pytest.approx(float((d.aopc > rec.loc[d.index].aopc).mean()))
+        below = b.loc[m, "aopc"] <= rec.aopc.mean() or b.loc[m, "precision_at_k"] <= b.loc[m, "precision_recency"]
+        assert bool(b.loc[m, "below_recency"]) == bool(below)
+    # the recency order is what its name says: the latest earlier transactions first
+    ctx = build_context(bundle, fr, pc.case.iloc[0])
+    from engine.trust.baselines import baseline_orders
+    from engine.trust.faithfulness import ranking_order
+
+    orders = baseline_orders(ctx)
+    assert ranking_order(orders["recency"]).tolist() == list(range(ctx.T - 2, -1, -1))
+    amt = np.abs(ctx.rows.amount.to_numpy()[:-1])
+    assert amt[ranking_order(orders["largest_amount"])].tolist() == sorted(amt, reverse=True)
 
 
 def test_ground_truth_and_precision():
@@ -87,7 +104,9 @@ def test_main_end_to_end(tmp_path):
     logs = []
     res = main(data, None, tmp_path / "model", out, 2, methods=("attention", "occlusion"), log=logs.append)
     text = out.read_text()
-    assert list(res.method) == ["attention", "occlusion"] and "| occlusion | 2 |" in text
+    assert list(res.method) == ["attention", "occlusion", "recency", "largest_amount"]
+    assert "| occlusion | 2 |" in text or "| occlusion (does not beat most recent first) | 2 |" in text
+    assert "| baseline: most recent first (no model) | 2 |" in text
     assert "torch" in text and "cpu_count" in text and "deletion AOPC@10" in text
     main(data, None, tmp_path / "model", out, 2, methods=("attention", "occlusion"), log=logs.append)
     assert out.read_text().count("<!-- bench:tx.csv|") == 1  # the section is replaced, not appended
