@@ -1,0 +1,168 @@
+"""Generated hostile inputs against every export (made by code here, never copied files).
+
+One parametrised case per attack class:
+
+* formula cells (``=``, ``+``, ``-``, ``@``, tab, CR, NUL, full-width ``＝``) in every CSV the project
+  writes: ``score --out x.csv``, ``--rejected``, the report CSV, the simulator's CSV, the writer itself;
+* markdown / HTML payloads (links, images, raw ``<img>``) in text shown by the dashboard and in the
+  charts' labels and hover text;
+* long text (a 20,000-character note, a 5,000-character field value) in the PDF.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from engine.data.csv_writer import CSV_FORMULA_TRIGGERS, csv_bytes, neutralise_csv_frame, write_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+#: attack class -> a cell a spreadsheet would evaluate
+FORMULAS = {
+    "equals": '=HYPERLINK("http://127.0.0.1:9/x","verify your card")',
+    "plus": "+1+cmd|' /C calc'!A0",
+    "minus": "-2+3",
+    "at": "@SUM(A1:A9)",
+    "tab": "\t=1+2",
+    "cr": "\r=1+2",
+    "nul": "\x00=1+2",
+    "fullwidth_equals": "\uff1dHYPERLINK(\"http://127.0.0.1:9/x\")",
+}
+#: attack class -> markdown / HTML that would become a link, an image or markup if rendered
+MARKUP = {
+    "md_link": "[verify your card](http://127.0.0.1:9/x)",
+    "md_image": "![x](http://127.0.0.1:9/img.png)",
+    "html_img": '<img src="http://127.0.0.1:9/img.png">',
+    "html_link": '<a href="http://127.0.0.1:9/x">verify</a>',
+    "autolink": "see http://127.0.0.1:9/x or www.example.invalid",
+    "streamlit_directives": ":red[alert] :material/warning: $x^2$ **bold** `code`",
+}
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _cells(data: bytes) -> list[str]:
+    return [c for row in csv.reader(io.StringIO(data.decode("utf-8"))) for c in row]
+
+
+def _assert_safe(data: bytes) -> None:
+    bad = [c for c in _cells(data) if c.startswith(CSV_FORMULA_TRIGGERS) and not _is_number(c)]
+    assert bad == []
+
+
+# ------------------------------------------------------------------------------------ CSV writer
+@pytest.mark.parametrize("attack", list(FORMULAS))
+def test_the_writer_neutralises_every_trigger(attack, tmp_path):
+    v = FORMULAS[attack]
+    df = pd.DataFrame({"text": [v, "plain"], "cat": pd.Categorical([v, "x"]), v: [1.5, -2.0]})
+    data = csv_bytes(df)
+    _assert_safe(data)
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    assert rows[0] == ["text", "cat", "'" + v]
+    assert rows[1][:2] == ["'" + v, "'" + v] and rows[2][:2] == ["plain", "x"]
+    assert rows[1][2] == "1.5" and rows[2][2] == "-2.0"  # numbers stay numbers
+    assert write_csv(df, tmp_path / "a" / "x.csv").read_bytes() == data
+    buf = io.BytesIO()
+    write_csv(df, buf)
+    assert buf.getvalue() == data
+
+
+def test_a_frame_without_triggers_is_written_as_pandas_would():
+    df = pd.DataFrame({"a": ["x", "y, z"], "n": [-1, 2]})
+    assert csv_bytes(df) == df.to_csv(index=False, lineterminator="\n").encode()
+    assert neutralise_csv_frame(df)["n"].dtype == df["n"].dtype
+
+
+def test_redact_keeps_re_exporting_the_rule():
+    from engine.cases import redact
+    from engine.data import csv_writer
+
+    assert redact.neutralise_csv_cell is csv_writer.neutralise_csv_cell
+    assert redact.neutralise_csv_frame is csv_writer.neutralise_csv_frame
+
+
+# --------------------------------------------------------------------------- score --out and --rejected
+@pytest.fixture(scope="module")
+def hostile_world(tmp_path_factory):
+    """The demo slice with one formula per attack class in ``Amount`` (rejected rows) and in
+    ``Merchant State`` (accepted rows), and a tiny model for it."""
+    from engine.cases import view as cv
+    from tiny_models import demo_slice, tiny_checkpoint
+
+    d = tmp_path_factory.mktemp("hostile")
+    clean = demo_slice(d / "clean.csv", 300)
+    rows = list(csv.reader(io.StringIO(clean.read_text(encoding="utf-8"))))
+    head = rows[0]
+    for i, v in enumerate(FORMULAS.values()):
+        rows[1 + i][head.index("Amount")] = v
+        rows[20 + i][head.index("Merchant State")] = v
+    data = d / "hostile.csv"
+    with open(data, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    src = cv.load_source(clean, cv.demo_spec_name())
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-hostile",
+                                                       "thresholds": {"review": 0.5, "decline": 0.8}})
+    return {"dir": d, "data": data, "model": d / "model"}
+
+
+def test_score_csv_and_rejected_csv_are_neutralised(hostile_world, tmp_path, monkeypatch):
+    from engine.cli import app
+
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
+    out, rej = tmp_path / "x.csv", tmp_path / "rejected.csv"
+    r = CliRunner().invoke(app, ["score", "--data", str(hostile_world["data"]), "--spec", "demo",
+                                 "--model", str(hostile_world["model"]), "--out", str(out),
+                                 "--rejected", str(rej)])
+    assert r.exit_code == 0, r.output
+    for path in (out, rej):
+        data = path.read_bytes()
+        _assert_safe(data)
+        cells = _cells(data)
+        # the rejected formulas are there, as text: the payload behind one leading quote
+        for attack in ("equals", "minus", "at", "fullwidth_equals"):
+            assert "'" + FORMULAS[attack] in cells, (path.name, attack)
+
+
+def test_report_csv_is_neutralised(hostile_world):
+    from engine.cases import report as rp
+
+    rep = {"report_id": "=r", "report_sha256": "+s", "case": {"case_id": 1, "entity_pseudonym": "@p"},
+           "model": {"sha256": "-m"}, "explanations": {"occlusion": {"is_attribution": True, "values": [0.5]}},
+           "disposition": {"state": "open", "history": [], "notes": [{"text": FORMULAS["equals"]}]},
+           "transactions": [{"position": 0, "transaction_id": FORMULAS["tab"], "is_query": True,
+                             "timestamp": "2024-01-01T00:00:00", "amount": -5.0, "currency": "USD",
+                             "probability": 0.9, "known_label": None,
+                             "details": {"merchant_state": FORMULAS["fullwidth_equals"]}}]}
+    data = rp.to_csv(rep)
+    _assert_safe(data)
+    assert "'" + FORMULAS["equals"] in _cells(data) and "'" + FORMULAS["fullwidth_equals"] in _cells(data)
+
+
+def test_simulator_csv_is_neutralised_and_the_demo_data_unchanged():
+    from engine.data.simulate import simulate
+    from engine.data.simulate.generate import csv_bytes as sim_csv_bytes
+
+    demo = simulate(customers=2, seed=3).head(48).copy()
+    assert (demo["Merchant Name"] < 0).any()  # negative merchant ids are numbers, never quoted
+    demo["Merchant City"] = [FORMULAS[k] for k in FORMULAS] * 6
+    data = sim_csv_bytes(demo)
+    _assert_safe(data)
+    assert "'" + FORMULAS["at"] in _cells(data)
+    # only trigger cells change: the rest of the row is written as before
+    plain = demo.assign(**{"Merchant City": "Hialeah"})
+    assert sim_csv_bytes(plain) == plain.to_csv(index=False, lineterminator="\n").encode()
