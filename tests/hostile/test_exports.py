@@ -166,3 +166,69 @@ def test_simulator_csv_is_neutralised_and_the_demo_data_unchanged():
     # only trigger cells change: the rest of the row is written as before
     plain = demo.assign(**{"Merchant City": "Hialeah"})
     assert sim_csv_bytes(plain) == plain.to_csv(index=False, lineterminator="\n").encode()
+
+
+# ------------------------------------------------------------------------------------ long text in the PDF
+def _words(n_chars: int, tag: str) -> str:
+    """Distinct words (``tag00001 tag00002 ...``) of about ``n_chars`` characters: every part of
+    the text can be found again in the PDF."""
+    out, i = [], 0
+    while sum(map(len, out)) + len(out) < n_chars:
+        i += 1
+        out.append(f"{tag}{i:05d}")
+    return " ".join(out)
+
+
+def _report_of(world, note: str, field_value: str, tmp_path) -> dict:
+    from engine.cases import report as rp
+    from engine.cases import view as cv
+    from engine.cases.store import CaseStore
+
+    src = cv.load_source(world["data"], cv.demo_spec_name())
+    bundle = cv.load_model(world["model"])
+    scores = cv.score_source(bundle, src.frame)
+    ranking = cv.rank_entities(scores, bundle.threshold)
+    entity = ranking["entity_id"].iloc[0]
+    tl = cv.entity_timeline(src.frame, scores, entity, bundle.threshold)
+    query = cv.default_query(tl)
+    expls = cv.explain_query(bundle, src.frame, query, methods=("occlusion",))
+    ctx = cv.context_rows(expls, src.frame).copy()
+    ctx.loc[ctx.index[-1], "merchant_city"] = field_value
+    store = CaseStore(tmp_path / "cases.sqlite3", four_eyes=False)
+    store.upsert_cases(bundle.sha256, pd.DataFrame([{
+        "entity_id": entity, "max_probability": float(ranking["max_probability"].iloc[0]),
+        "max_transaction_id": query, "first_ts": tl["timestamp"].min(), "last_ts": tl["timestamp"].max(),
+        "max_amount": float(tl["amount"].max()), "n_transactions": len(tl), "n_known_fraud": 0}]))
+    case_id = int(store.queue(bundle.sha256, 0.0).case_id.iloc[0])
+    store.record_disposition(case_id, "escalate", note, analyst="alice")
+    store.add_note(case_id, note, analyst="bob")
+    return rp.build_report(
+        case=store.get_case(case_id), entity_id=entity, model=bundle,
+        dataset={"spec": src.spec.name, "file_name": "hostile.csv", "file_sha256": src.file_sha256,
+                 "max_rows": None, "currency": src.currency},
+        expls=expls, context=ctx, thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+        history=store.history(case_id), notes=store.notes(case_id), scored_at="2024-01-01T00:00:00",
+        probabilities=dict(zip(tl["transaction_id"], tl["probability"])), salt="s", exported_by="alice")
+
+
+@pytest.mark.parametrize("attack, note_chars, field_chars", [
+    ("long_note", 20_000, 10), ("long_field", 10, 5_000), ("unbroken_field", 10, 0)])
+def test_pdf_wraps_long_text_across_pages(hostile_world, tmp_path, attack, note_chars, field_chars):
+    from pypdf import PdfReader
+
+    from engine.cases import report as rp
+
+    note = _words(note_chars, "note")
+    field = _words(field_chars, "field") if field_chars else "§" * 5_000  # one 5,000-character token
+    pdf = rp.to_pdf(_report_of(hostile_world, note, field, tmp_path), images={})
+    pages = PdfReader(io.BytesIO(pdf)).pages
+    text = "\n".join(p.extract_text() for p in pages)
+    if note_chars >= 5_000 or field_chars >= 5_000:
+        assert len(pages) >= 3
+    # every word of the note, in order, twice (disposition history and notes tables): nothing cut
+    words = note.split()
+    assert re.findall(r"note\d{5}", text) == words + words
+    if field_chars:
+        assert re.findall(r"field\d{5}", text) == field.split()
+    else:  # one unbroken token, wrapped at characters: all 5,000 of them, in the details column
+        assert text.count("§") == 5_000
