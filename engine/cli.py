@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="fraudlens: explainable sequence models for fraud investigation")
@@ -172,9 +173,13 @@ def score(
     run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
     write_scores(run, out)
     _reject_report(res, rejected)
-    flagged = int((scores["probability"] >= bundle.threshold).sum())
+    from engine.cases.thresholds import thresholds_in_force
+
+    thr = thresholds_in_force(bundle)  # the case store's for this model (if any), else the checkpoint's
+    flagged = int((scores["probability"] >= thr["review"]).sum())
     console.print(run.accounting())
-    console.print(f"{flagged:,} transactions at or above the review threshold {bundle.threshold:.3f}; "
+    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+                  f"({escape(thr['source'])}); "
                   f"written to {out} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
 

@@ -5,6 +5,7 @@
 * :func:`neutralise_csv_cell` / :func:`neutralise_csv_frame` - CSV (formula) injection defence,
   per OWASP: https://owasp.org/www-community/attacks/CSV_Injection (defined in
   :mod:`engine.data.csv_writer`, the one CSV writer, and re-exported here)
+* :func:`escape_markdown` - text for a Streamlit markdown context (backslash escapes).
 * :func:`escape_markup` - text for HTML (and fpdf2's ``write_html``), per the OWASP XSS
   Prevention Cheat Sheet:
   https://cheatsheetseries.owasp.org/cheatsheets/Cross_Site_Scripting_Prevention_Cheat_Sheet.html
@@ -107,3 +108,26 @@ def escape_markup(text: Any) -> str:
     if text is None:
         return ""
     return html.escape(_CONTROL_RE.sub("", str(text)), quote=True)
+
+
+#: every ASCII punctuation character: CommonMark lets each be backslash-escaped
+_MD_SPECIAL = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def escape_markdown(text: Any) -> str:
+    """Untrusted text for a Streamlit markdown context (``st.markdown``, ``st.caption``, ``st.info``
+    / ``warning`` / ``error`` / ``success``, ``st.title`` / ``subheader``, widget labels and
+    ``help=``, expander labels, ``st.metric`` labels), shown as the literal text.
+
+    Every ASCII punctuation character gets a backslash (CommonMark backslash escapes), so no
+    markdown construct can form: no link or image (``[a](u)``, ``![x](u)``), no autolink
+    (``http://`` becomes ``http\\:\\/\\/``, ``www.`` becomes ``www\\.``), no emphasis, code, heading,
+    list or table, no raw HTML (``<img ...>`` stays text), no Streamlit directive (``:red[...]``,
+    ``:material/...:``) and no ``$...$`` math. Line breaks become spaces (the text stays on its
+    line) and C0 control characters are removed, as in :func:`escape_markup`.
+    ``None`` -> ``""``; other values use ``str()``. Use ``st.text`` / ``st.code`` for long text.
+    """
+    if text is None:
+        return ""
+    s = _CONTROL_RE.sub("", str(text)).replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)

@@ -232,3 +232,157 @@ def test_pdf_wraps_long_text_across_pages(hostile_world, tmp_path, attack, note_
         assert re.findall(r"field\d{5}", text) == field.split()
     else:  # one unbroken token, wrapped at characters: all 5,000 of them, in the details column
         assert text.count("§") == 5_000
+
+
+# ------------------------------------------------------------------------------------ markdown / HTML payloads
+def _rendered(markdown_source: str) -> str:
+    """HTML a CommonMark renderer (raw HTML allowed: the worst case) makes of ``markdown_source``."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).render(markdown_source)
+
+
+def _no_link_or_image(html_out: str) -> None:
+    assert "<a " not in html_out and "<img" not in html_out, html_out
+
+
+@pytest.mark.parametrize("attack", list(MARKUP))
+def test_escaped_markdown_shows_the_literal_text(attack):
+    import html as html_mod
+
+    from dashboard.components.safe import md
+
+    payload = MARKUP[attack]
+    src = f"**Data** {md(payload)} · spec {md('demo')}"
+    out = _rendered(src)
+    _no_link_or_image(out)
+    assert html_mod.unescape(re.sub(r"<[^>]+>", "", out)).strip() == f"Data {payload} · spec demo"
+    # GFM autolink literals (remark-gfm in Streamlit's renderer): no "scheme://" or "www." left intact
+    assert "://" not in md(payload) and "www." not in md(payload)
+    assert md("line one\nline two\r\n") == "line one line two "
+
+
+@pytest.mark.parametrize("attack", list(MARKUP))
+def test_chart_labels_and_hover_are_plain_text(hostile_world, attack):
+    from engine.cases import figures as fig
+    from engine.cases import view as cv
+
+    payload = MARKUP[attack]
+    src = cv.load_source(hostile_world["data"], cv.demo_spec_name())
+    bundle = cv.load_model(hostile_world["model"])
+    scores = cv.score_source(bundle, src.frame)
+    ent = cv.rank_entities(scores, bundle.threshold)["entity_id"].iloc[0]
+    tl = cv.entity_timeline(src.frame, scores, ent, bundle.threshold).assign(merchant_city=payload)
+    expls = cv.explain_query(bundle, src.frame, cv.default_query(tl), methods=("integrated_gradients",))
+    e = expls["integrated_gradients"]
+    figs = [fig.timeline_figure(tl, 0.5, hover_columns=["merchant_city"]),
+            fig.field_bars(e, values=[payload] * len(e.field_names)),
+            fig.attribution_bars(e, labels=[payload] * len(e.transaction_ids)),
+            fig.field_heatmap(e, labels=[payload] * len(e.transaction_ids))]
+    for f in figs:
+        text = f.to_json()
+        if "<" in payload:
+            assert "<a " not in text and "<img" not in text and "&lt;" in text
+
+
+# ------------------------------------------------------------------- every page, every markdown context
+HOST = "127.0.0.1:9"
+_TEXT_KEYS = {"body", "label", "help", "placeholder", "caption", "text"}
+
+
+def _strings(obj, key=None):
+    """Every string under a markdown-rendered key of a protobuf message dict."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _strings(v, k)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v, key)
+    elif isinstance(obj, str) and key in _TEXT_KEYS:
+        yield obj
+
+
+def _page_texts(at):
+    """(markdown-rendered strings, Plotly specs) of every element and block of an AppTest run."""
+    from google.protobuf.json_format import MessageToDict
+
+    texts, charts = [], []
+    stack = [at._tree]
+    while stack:
+        node = stack.pop()
+        stack += list(getattr(node, "children", {}).values())
+        proto = getattr(node, "proto", None)
+        if proto is None or not hasattr(proto, "DESCRIPTOR"):
+            continue
+        d = MessageToDict(proto)
+        texts += list(_strings(d))
+        if "spec" in d and isinstance(d["spec"], str):
+            charts.append(d["spec"])
+    return texts, charts
+
+
+@pytest.fixture(scope="module")
+def markup_world(tmp_path_factory):
+    """Demo slice whose last card carries markdown / HTML payloads in merchant, city, state and MCC
+    (new categories in its latest transactions, so reason codes cite them), a file name and a model
+    name with payloads, and a tiny model fitted on it."""
+    from engine.cases import view as cv
+    from tiny_models import demo_slice, tiny_checkpoint
+
+    d = tmp_path_factory.mktemp("markup")
+    clean = demo_slice(d / "clean.csv", 600)
+    df = pd.read_csv(clean, dtype=str, keep_default_na=False)
+    payloads = list(MARKUP.values())
+    for col in ("Merchant City", "Merchant State", "MCC", "Merchant Name"):
+        idx = df.index[-6:]
+        df.loc[idx, col] = [payloads[i % len(payloads)] for i in range(len(idx))]
+    data = d / "![x](http:127.0.0.1:9) [verify your card](http:127.0.0.1:9) <img src=x>.csv"
+    write_csv(df, data)
+    src = cv.load_source(data, cv.demo_spec_name())
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny [verify your card](http://127.0.0.1:9/x)",
+                                                       "thresholds": {"review": 0.0, "decline": 0.99}})
+    ent = src.frame["entity_id"].iloc[-1] if False else df["User"].iloc[-1] + ":" + df["Card"].iloc[-1]
+    return {"dir": d, "data": data, "model": d / "model", "entity": ent}
+
+
+def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch, tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    from engine.cases.store import CaseStore
+
+    evil_analyst = "![x](http://127.0.0.1:9/img.png) [verify your card](http://127.0.0.1:9/x)"
+    evil_note = "<img src=http://127.0.0.1:9/img.png> [verify your card](http://127.0.0.1:9/x) www.evil.invalid"
+    monkeypatch.setenv("FRAUDLENS_DATA", str(markup_world["data"]))
+    monkeypatch.setenv("FRAUDLENS_SPEC", "demo")
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(markup_world["model"]))
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FRAUDLENS_ANALYST", evil_analyst)
+    monkeypatch.setenv("FRAUDLENS_PSEUDONYM_SALT", "t")
+    monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
+    monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    app = str(ROOT / "dashboard" / "app.py")
+    seen_payload = False
+    for page, state in [("pages/queue.py", {}), ("pages/cases.py", {"entity_id": markup_world["entity"]}),
+                        ("pages/case.py", {"entity_id": markup_world["entity"], "trust_show": True}),
+                        ("pages/model.py", {})]:
+        at = AppTest.from_file(app, default_timeout=180)
+        for k, v in state.items():
+            at.session_state[k] = v
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        if page == "pages/case.py":  # a disposition by the hostile analyst, with a hostile note
+            at.radio(key="disp_choice").set_value("escalate")
+            at.text_area(key="disp_note").set_value(evil_note)
+            at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+            assert not at.exception, [e.value for e in at.exception]
+            with CaseStore(tmp_path / "cases.sqlite3") as s:
+                assert s.audit_log()["actor"].eq(evil_analyst).any()
+        texts, charts = _page_texts(at)
+        for t in texts:
+            _no_link_or_image(_rendered(t))
+            assert "://" not in t and "www." not in t, (page, t)
+        seen_payload |= any("verify your card" in t for t in texts)
+        for spec in charts:
+            assert "<a " not in spec and "<img" not in spec, page
+    assert seen_payload  # the payloads were on the pages, as text
