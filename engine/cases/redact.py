@@ -112,6 +112,11 @@ def escape_markup(text: Any) -> str:
 
 #: every ASCII punctuation character: CommonMark lets each be backslash-escaped
 _MD_SPECIAL = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+#: U+2060 WORD JOINER: invisible, no line break; splits what GFM would turn into a link
+WORD_JOINER = "\u2060"
+# GFM autolink literals are found in the *text* after parsing (remark-gfm's find-and-replace), so
+# backslash escapes do not stop them: "http(s):", "www." and "x@y" get a word joiner instead.
+_AUTOLINK_RE = re.compile(r"(?i)(?<=http)(?=:)|(?<=https)(?=:)|(?<=www)(?=\.)|(?<=@)(?=[\w-])")
 
 
 def escape_markdown(text: Any) -> str:
@@ -120,14 +125,18 @@ def escape_markdown(text: Any) -> str:
     ``help=``, expander labels, ``st.metric`` labels), shown as the literal text.
 
     Every ASCII punctuation character gets a backslash (CommonMark backslash escapes), so no
-    markdown construct can form: no link or image (``[a](u)``, ``![x](u)``), no autolink
-    (``http://`` becomes ``http\\:\\/\\/``, ``www.`` becomes ``www\\.``), no emphasis, code, heading,
-    list or table, no raw HTML (``<img ...>`` stays text), no Streamlit directive (``:red[...]``,
-    ``:material/...:``) and no ``$...$`` math. Line breaks become spaces (the text stays on its
-    line) and C0 control characters are removed, as in :func:`escape_markup`.
-    ``None`` -> ``""``; other values use ``str()``. Use ``st.text`` / ``st.code`` for long text.
+    markdown construct can form: no link or image (``[a](u)``, ``![x](u)``), no emphasis, code,
+    heading, list or table, no raw HTML (``<img ...>`` stays text), no Streamlit directive
+    (``:red[...]``, ``:material/...:``) and no ``$...$`` math. GFM's autolink literals are found
+    in the text *after* parsing, where the escapes are gone, so an invisible U+2060 word joiner
+    goes between ``http`` / ``https`` and ``:``, between ``www`` and ``.``, and after ``@``
+    (e-mail links): the text reads the same and nothing becomes a link. Line breaks become
+    spaces (the text stays on its line) and C0 control characters are removed, as in
+    :func:`escape_markup`. ``None`` -> ``""``; other values use ``str()``. Use ``st.text`` /
+    ``st.code`` for long text.
     """
     if text is None:
         return ""
     s = _CONTROL_RE.sub("", str(text)).replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+    s = _AUTOLINK_RE.sub(WORD_JOINER, s)
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)

@@ -246,6 +246,14 @@ def _no_link_or_image(html_out: str) -> None:
     assert "<a " not in html_out and "<img" not in html_out, html_out
 
 
+#: what remark-gfm turns into links in the text *after* parsing (escapes are gone by then)
+_GFM_AUTOLINK = re.compile(r"(?i)(https?://|www\.)|[-.\w+]+@[-\w]+(\.[-\w]+)+")
+
+
+def _no_autolink(rendered_text: str) -> None:
+    assert not _GFM_AUTOLINK.search(rendered_text), rendered_text
+
+
 @pytest.mark.parametrize("attack", list(MARKUP))
 def test_escaped_markdown_shows_the_literal_text(attack):
     import html as html_mod
@@ -256,9 +264,9 @@ def test_escaped_markdown_shows_the_literal_text(attack):
     src = f"**Data** {md(payload)} · spec {md('demo')}"
     out = _rendered(src)
     _no_link_or_image(out)
-    assert html_mod.unescape(re.sub(r"<[^>]+>", "", out)).strip() == f"Data {payload} · spec demo"
-    # GFM autolink literals (remark-gfm in Streamlit's renderer): no "scheme://" or "www." left intact
-    assert "://" not in md(payload) and "www." not in md(payload)
+    text = html_mod.unescape(re.sub(r"<[^>]+>", "", out)).strip()
+    assert text.replace("\u2060", "") == f"Data {payload} · spec demo"  # the literal text
+    _no_autolink(text)
     assert md("line one\nline two\r\n") == "line one line two "
 
 
@@ -346,6 +354,8 @@ def markup_world(tmp_path_factory):
 
 
 def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch, tmp_path):
+    import html as html_mod
+
     from streamlit.testing.v1 import AppTest
 
     from engine.cases.store import CaseStore
@@ -380,8 +390,9 @@ def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch
                 assert s.audit_log()["actor"].eq(evil_analyst).any()
         texts, charts = _page_texts(at)
         for t in texts:
-            _no_link_or_image(_rendered(t))
-            assert "://" not in t and "www." not in t, (page, t)
+            out = _rendered(t)
+            _no_link_or_image(out)
+            _no_autolink(html_mod.unescape(re.sub(r"<[^>]+>", "", out)))
         seen_payload |= any("verify your card" in t for t in texts)
         for spec in charts:
             assert "<a " not in spec and "<img" not in spec, page
