@@ -224,6 +224,7 @@ trust_ui.render_case_trust(loaded, query, expls)
 # ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
 from dashboard.components.disposition import render_case_panel  # noqa: E402
 
-# the export carries the trust checks and the what-if edits in force (computed at download time, cached)
+# the export carries the trust checks and the what-if edits in force (built in the script run when the
+# analyst prepares the exports, cached)
 render_case_panel(loaded, entity, expls, tl, trust=lambda: trust_ui.export_payload(loaded, query))
 # ---- end disposition and exports ----

@@ -151,7 +151,9 @@ def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):
     metrics = {m.label: m.value for m in at.metric}
     p = float(s.loc[s["transaction_id"] == other, "probability"].iloc[0])
     assert metrics["Fraud probability"] == f"{p:.3f}"
-    assert metrics["Decision"] == ("review" if p >= 0.5 else "no flag")
+    # the one band rule (checkpoint thresholds 0.5 / 0.8), as the disposition panel and the export
+    assert metrics["Decision"] == cv.BAND_LABELS[cv.decision_band(p, 0.5, 0.8)]
+    assert metrics["Decision band"] == metrics["Decision"]
     assert re.fullmatch(r"[+-]\d\.\d{4}", metrics["IG convergence delta"])
     assert int(metrics["Context (transactions)"]) > 5
     assert len(_charts(at)) == N_CASE_CHARTS
