@@ -152,6 +152,7 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
 
     # the exports: prepared in the session, the JSON carries the edit
     page.get_by_role("button", name="Prepare the exports").click()
+    page.get_by_role("button", name=re.compile("Download JSON")).wait_for(timeout=3 * T)  # trust + PDF + charts
     with page.expect_download(timeout=2 * T) as dl:
         page.get_by_role("button", name=re.compile("Download JSON")).click()
     path = tmp_path / "r.json"
