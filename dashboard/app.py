@@ -16,10 +16,12 @@ if str(_ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only das
 import streamlit as st  # noqa: E402
 
 from dashboard import state  # noqa: E402
+from dashboard.components.safe import md  # noqa: E402
 from engine.cases.view import mask  # noqa: E402
 
 # page icon: an emoji becomes an inline SVG favicon; a :material/...: icon would be fetched from a CDN
 st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")
+st.set_option("client.disableDataExport", True)  # tables' raw CSV export: off (also in .streamlit/config.toml)
 state.init_state(state.parse_settings(sys.argv[1:]))
 
 pages = [
@@ -37,12 +39,12 @@ def render_sidebar() -> None:
     src = ss[state.SOURCE]
     with st.sidebar:
         st.caption("Loaded")
-        st.markdown(f"**Data** {src['label']} · spec `{src['spec']}`")
-        st.markdown(f"**Model** {'demo model' if not ss[state.MODEL] else Path(ss[state.MODEL]).name}")
+        st.markdown(f"**Data** {md(src['label'])} · spec {md(src['spec'])}")
+        st.markdown(f"**Model** {'demo model' if not ss[state.MODEL] else md(Path(ss[state.MODEL]).name)}")
         if ss.get(state.ENTITY):
-            st.markdown(f"**Entity** `{mask(ss[state.ENTITY])}`")
+            st.markdown(f"**Entity** {md(mask(ss[state.ENTITY]))}")
         if ss.get(state.QUERY):
-            st.markdown(f"**Query** `{mask(ss[state.QUERY])}`")
+            st.markdown(f"**Query** {md(mask(ss[state.QUERY]))}")
         render_chain_alarm()
 
 

@@ -245,10 +245,33 @@ def _scores(path: str, spec: str, sha: str, max_rows: int | None, model_path: st
     return cv.score_source(get_bundle(model_path), source.frame)
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _ranking(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str):
-    bundle = get_bundle(model_path)
-    return cv.rank_entities(_scores(path, spec, sha, max_rows, model_path, model_sha), bundle.threshold)
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _flagged(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str,
+             review: float):
+    """The scores with ``flagged`` at the review threshold in force (the same frame when that is
+    the checkpoint's)."""
+    s = _scores(path, spec, sha, max_rows, model_path, model_sha)
+    if review == get_bundle(model_path).threshold:
+        return s
+    return s.assign(flagged=s["probability"].to_numpy() >= review)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _ranking(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str,
+             review: float):
+    return cv.rank_entities(_scores(path, spec, sha, max_rows, model_path, model_sha), review)
+
+
+def thresholds_now(bundle: Any) -> dict[str, Any]:
+    """The thresholds in force for ``bundle`` (:func:`engine.cases.view.thresholds_in_force`): the
+    case store's when it exists (never created here), else the checkpoint's."""
+    from engine.cases.store import default_db_path
+
+    if not default_db_path().is_file():
+        return cv.thresholds_in_force(bundle, None, db_path=default_db_path())
+    from dashboard.components import get_store
+
+    return cv.thresholds_in_force(bundle, get_store())
 
 
 @dataclass
@@ -261,10 +284,13 @@ class Loaded:
     scores: Any
     ranking: Any
     key: tuple
+    #: the thresholds in force (review, decline, source): the one source for every page and export
+    thresholds: dict = None  # type: ignore[assignment]
 
     @property
     def threshold(self) -> float:
-        return self.bundle.threshold
+        """The review threshold in force (probability)."""
+        return float((self.thresholds or {}).get("review", self.bundle.threshold))
 
 
 def load_all() -> Loaded:
@@ -275,19 +301,22 @@ def load_all() -> Loaded:
     sha = file_sha(src["path"])
     source = _source(src["path"], src["spec"], sha, src.get("max_rows"))
     key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
-    return Loaded(src=src, source=source, bundle=bundle, scores=_scores(*key), ranking=_ranking(*key), key=key)
+    thr = thresholds_now(bundle)
+    return Loaded(src=src, source=source, bundle=bundle, scores=_flagged(*key, thr["review"]),
+                  ranking=_ranking(*key, thr["review"]), key=key, thresholds=thr)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _timeline(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str, entity: str):
+def _timeline(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str, entity: str,
+              review: float):
     source = _source(path, spec, sha, max_rows)
     scores = _scores(path, spec, sha, max_rows, model_path, model_sha)
-    return cv.entity_timeline(source.frame, scores, entity, get_bundle(model_path).threshold, source.currency)
+    return cv.entity_timeline(source.frame, scores, entity, review, source.currency)
 
 
 def get_timeline(loaded: Loaded, entity_id: str):
-    """One entity's display timeline (cached per data sha, spec, model sha, entity)."""
-    return _timeline(*loaded.key, str(entity_id))
+    """One entity's display timeline (cached per data sha, spec, model sha, entity, review threshold)."""
+    return _timeline(*loaded.key, str(entity_id), loaded.threshold)
 
 
 @st.cache_data(show_spinner="Explaining the transaction…", max_entries=64)

@@ -270,14 +270,18 @@ def score(
     run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
     _write(lambda: write_scores(run, out), out, "--out")
     _reject_report(res, rejected)
-    flagged = int((scores["probability"] >= bundle.threshold).sum())
+    from engine.cases.thresholds import thresholds_in_force
+
+    thr = thresholds_in_force(bundle)  # the case store's for this model (if any), else the checkpoint's
+    flagged = int((scores["probability"] >= thr["review"]).sum())
     console.print(run.accounting())
     from engine.model.split_checks import history_warning
 
     hist = history_warning(res.frame, bundle.config.min_history)
     if hist:
         console.print(f"warning: {hist}", markup=False)
-    console.print(f"{flagged:,} transactions at or above the review threshold {bundle.threshold:.3f}; "
+    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+                  f"({escape(thr['source'])}); "
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
 

@@ -111,16 +111,11 @@ def sync_cases(loaded: Any) -> dict[str, Any]:
 
 
 def effective_thresholds(bundle: Any, store: CaseStore | None = None) -> dict[str, Any]:
-    """``review``, ``decline``, ``source`` for the model (stored thresholds win)."""
-    store = store or get_store()
-    t = store.get_thresholds(bundle.sha256) if bundle.sha256 else None
-    if t is not None:
-        return {"review": float(t.review), "decline": float(t.decline),
-                "source": f"set by {t.updated_by} at {t.updated_at[:19]} UTC"}
-    m = (bundle.meta or {}).get("thresholds", {}) or {}
-    review = float(m.get("review", 0.5))
-    decline = float(m.get("decline", max(review, 0.9)))
-    return {"review": review, "decline": max(decline, review), "source": "checkpoint default"}
+    """``review``, ``decline``, ``source`` for the model (stored thresholds win):
+    :func:`engine.cases.thresholds.thresholds_in_force` on this process's case store."""
+    from engine.cases.thresholds import thresholds_in_force
+
+    return thresholds_in_force(bundle, store or get_store())
 
 
 def case_for_entity(loaded: Any, entity_id: str) -> dict | None:
@@ -132,4 +127,4 @@ def case_for_entity(loaded: Any, entity_id: str) -> dict | None:
 
 STATE_LABELS = {"open": "open", "assigned": "assigned", "pending_approval": "pending approval",
                 "confirmed_fraud": "confirmed fraud", "false_positive": "false positive", "escalated": "escalated"}
-BAND_LABELS = {"below_review": "below review", "review": "review", "decline": "decline"}
+from engine.cases.thresholds import BAND_LABELS  # noqa: E402,F401 - re-exported for the pages

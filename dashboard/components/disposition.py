@@ -12,9 +12,10 @@ from typing import Any
 import streamlit as st
 
 from dashboard import components as comp
+from dashboard.components.safe import md
 from engine.cases import view as cv
 from engine.cases.store import DISPOSITIONS, CaseStoreError, ConflictError
-from engine.cases.report import decision_band
+from engine.cases.thresholds import decision_band
 
 DISPOSITION_LABELS = {"confirmed_fraud": "Confirmed fraud", "false_positive": "False positive",
                       "escalate": "Escalate"}
@@ -35,11 +36,11 @@ def _record(store, case: dict, who: str | None) -> None:
     try:
         new = store.record_disposition(case["id"], disp, note, analyst=who, expected_version=case["version"])
     except ConflictError as e:
-        return _flash("warning", str(e))
+        return _flash("warning", md(e))
     except CaseStoreError as e:
-        return _flash("error", str(e))
+        return _flash("error", md(e))
     ss["disp_note"] = ""
-    _flash("success", f"Recorded {DISPOSITION_LABELS[disp].lower()} by {who}: case is now "
+    _flash("success", f"Recorded {DISPOSITION_LABELS[disp].lower()} by {md(who)}: case is now "
                       f"{comp.STATE_LABELS.get(new, new)}.")
 
 
@@ -53,9 +54,9 @@ def _approve(store, case: dict, who: str | None) -> None:
     try:
         store.approve(case["id"], note, analyst=who, expected_version=case["version"])
     except CaseStoreError as e:
-        return _flash("error", str(e))
+        return _flash("error", md(e))
     ss["approve_note"] = ""
-    _flash("success", f"Approved by {who}: confirmed fraud.")
+    _flash("success", f"Approved by {md(who)}: confirmed fraud.")
 
 
 def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dict | None = None) -> None:
@@ -69,19 +70,19 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     if case is None:
         st.info("This entity has no case in the case store.")
         return
-    thr = comp.effective_thresholds(loaded.bundle, store)
+    thr = loaded.thresholds  # in force (engine.cases.thresholds.thresholds_in_force): one source
     e = next(iter(v for v in expls.values() if hasattr(v, "score_logit")), None)
     prob = float(e.score_probability) if e is not None else float(case["max_probability"])
     band = decision_band(prob, thr["review"], thr["decline"])
     m = st.columns(5)
     m[0].metric("Query fraud probability", f"{prob:.3f}")
-    m[1].metric("Review threshold", f"{thr['review']:.3f}", help=thr["source"])
-    m[2].metric("Decline threshold", f"{thr['decline']:.3f}", help=thr["source"])
+    m[1].metric("Review threshold", f"{thr['review']:.3f}", help=md(thr["source"]))
+    m[2].metric("Decline threshold", f"{thr['decline']:.3f}", help=md(thr["source"]))
     m[3].metric("Decision band", comp.BAND_LABELS[band],
                 help="below review: p < review · review: review ≤ p < decline · decline: p ≥ decline")
     m[4].metric("Case state", comp.STATE_LABELS.get(case["state"], case["state"]))
     st.caption(f"Case {case['id']} · version {case['version']} · assignee "
-               f"{cv.mask(case['assignee']) if case['assignee'] else 'nobody'} · thresholds: {thr['source']} · "
+               f"{md(cv.mask(case['assignee'])) if case['assignee'] else 'nobody'} · thresholds: {md(thr['source'])} · "
                f"four-eyes {'on' if store.four_eyes else 'off'}")
 
     msg = st.session_state.pop(MSG, None)
@@ -89,7 +90,7 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
         getattr(st, msg[0])(msg[1])
 
     if case["state"] == "pending_approval":
-        st.warning(f"Confirmed fraud proposed by **{cv.mask(case['pending_by'])}**, waiting for a second analyst "
+        st.warning(f"Confirmed fraud proposed by **{md(cv.mask(case['pending_by']))}**, waiting for a second analyst "
                    "(four-eyes).")
         if who is not None and who.strip().casefold() != (case["pending_by"] or "").strip().casefold():
             with st.form("approve_form"):

@@ -5,8 +5,14 @@ Nothing is recomputed: the report is built from the explanations the case page a
 process by *case + explanation key* (case id and version, data sha, spec, model sha,
 transaction, thresholds), so a download never reruns an explanation and a re-download serves
 identical bytes (same report id and sha256). A new disposition bumps the case version and so
-produces a new report. The bytes are produced when a button is clicked (deferred
-``st.download_button`` data), not on every page run.
+produces a new report.
+
+The bytes are built *inside the script run* (with the session state available), after the analyst
+clicks "Prepare the exports": the report then carries this session's what-if edits and
+randomisation verdicts. (A deferred ``st.download_button`` callable runs outside the session -
+"missing ScriptRunContext" - and saw no edits and no verdicts.) The prepared exports belong to
+one key (case version, query, thresholds, edits, verdicts shown): any change asks to prepare
+again, so a download never carries a state the page no longer shows.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from typing import Any, Callable
 import streamlit as st
 
 from dashboard import components as comp
+from dashboard.components.safe import md
 from engine.cases import view as cv
 from engine.cases import report as rp
 
+PREPARED = "export_prepared"  # session state: the key of the exports prepared in this session
 _LOCK = threading.Lock()
 _CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
 _MAX = 48
@@ -77,38 +85,36 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     if trust is None and isinstance(expls.get("trust"), dict):
         trust = expls["trust"]
 
-    if callable(trust):  # lazy provider (trust checks + what-if edits), keyed by the edits in force
-        try:
-            from dashboard.components.trust import edits_key, query_edits
-
-            key = key + ("edits", edits_key(query_edits(query)))
-        except Exception:  # pragma: no cover - trust UI absent
-            pass
-
-    def report() -> dict:
-        def make() -> dict:
-            t = trust() if callable(trust) else trust
-            return build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who, t)
-        return _cached(key, make)
-
-    def pdf() -> bytes:
-        def make() -> bytes:
-            r = report()
-            figs = rp.report_figures(expls, tl, thresholds["review"], loaded.source.currency)
-            images, err = rp.render_pngs(figs)
-            return rp.to_pdf(r, images=images, image_error=err)
-        return _cached(key + ("pdf",), make)
-
-    def js() -> bytes:
-        return _cached(key + ("json",), lambda: rp.to_json(report()))
-
-    def csv() -> bytes:
-        return _cached(key + ("csv",), lambda: rp.to_csv(report()))
+    if callable(trust):  # trust checks + what-if edits: keyed by the edits and verdicts in force
+        key = key + session_key(loaded, query)
 
     st.markdown("**Export for compliance**")
     st.caption("PDF, JSON (schema `engine/cases/report/report_schema.json`) and per-transaction attributions (CSV) of "
-               f"transaction {cv.mask(query)}; card numbers masked, entity pseudonymised. The PDF carries the "
+               f"transaction {md(cv.mask(query))}; card numbers masked, entity pseudonymised. The PDF carries the "
                "JSON report's id and sha256.")
+    ss = st.session_state
+    if ss.get(PREPARED) != key:
+        st.button("Prepare the exports", key="dl_prepare", on_click=ss.__setitem__, args=(PREPARED, key),
+                  icon=":material/inventory_2:",
+                  help="Builds the PDF, JSON and CSV now, with this session's what-if edits and randomisation "
+                       "verdicts; a change on the page asks to prepare them again.")
+        return
+
+    # built here, in the script run: the trust payload reads this session's state
+    def make_report() -> dict:
+        t = trust() if callable(trust) else trust
+        return build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who, t)
+
+    def make_pdf() -> bytes:
+        figs = rp.report_figures(expls, tl, thresholds["review"], loaded.source.currency)
+        images, err = rp.render_pngs(figs)
+        return rp.to_pdf(report, images=images, image_error=err)
+
+    with st.spinner("Preparing the exports…"):
+        report = _cached(key, make_report)
+        pdf = _cached(key + ("pdf",), make_pdf)
+        js = _cached(key + ("json",), lambda: rp.to_json(report))
+        csv = _cached(key + ("csv",), lambda: rp.to_csv(report))
     c = st.columns(3)
     stem = f"fraudlens-case-{case['id']}-v{case['version']}"
     c[0].download_button("Download PDF", pdf, file_name=f"{stem}.pdf", mime=MIME["pdf"], key="dl_pdf",
@@ -117,3 +123,14 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
                          on_click="ignore", icon=":material/data_object:")
     c[2].download_button("Download CSV", csv, file_name=f"{stem}.csv", mime=MIME["csv"], key="dl_csv",
                          on_click="ignore", icon=":material/table:")
+
+
+def session_key(loaded: Any, query: str) -> tuple:
+    """The part of the export key that lives in this session: the what-if edits of ``query`` and
+    whether the randomisation verdicts of the loaded model are shown (read in the script run)."""
+    try:
+        from dashboard.components.trust import SANITY_MODELS, edits_key, query_edits
+    except ImportError:  # pragma: no cover - trust UI absent
+        return ()
+    sanity = loaded.bundle.sha256 in (st.session_state.get(SANITY_MODELS) or [])
+    return ("edits", edits_key(query_edits(query)), "sanity", bool(sanity))

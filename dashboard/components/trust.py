@@ -55,6 +55,7 @@ from dashboard.components.sanity import (  # noqa: F401 (re-exported for the pag
     sanity_cases,
     sanity_result,
 )
+from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.trust import figures as tfig
@@ -214,7 +215,7 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
     try:
         res = case_trust(loaded, query)
     except Exception as e:  # noqa: BLE001
-        st.warning(f"The trust checks could not run for {cv.mask(query)}: {type(e).__name__}: {e}")
+        st.warning(f"The trust checks could not run for {md(cv.mask(query))}: {error_text(e)}")
         return
     if res["T"] <= 1:
         st.info("This is the first transaction of the entity's history: there is nothing earlier to check the "
@@ -225,7 +226,7 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
         try:
             verdicts = sanity_result(loaded)["result"].verdicts()
         except Exception as e:  # noqa: BLE001
-            st.warning(f"The randomisation check could not run: {type(e).__name__}: {e}")
+            st.warning(f"The randomisation check could not run: {error_text(e)}")
 
     # ---- faithfulness ------------------------------------------------------------------------
     st.markdown("#### Faithfulness: does removing what a method ranks first change the score?")
@@ -249,10 +250,10 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
     })
     for c in res["completeness"]:
         if not c.ok:
-            st.warning(f"{_title(c.method)}: {c.message}.", icon=":material/warning:")
+            st.warning(f"{md(_title(c.method))}: {md(c.message)}.", icon=":material/warning:")
     ok = [c for c in res["completeness"] if c.ok]
     if ok:
-        st.caption(" · ".join(c.message for c in ok))
+        st.caption(" · ".join(md(c.message) for c in ok))
     methods = list(res["faithfulness"])
     cols = st.columns(min(3, max(1, len(methods))))
     for i, m in enumerate(methods):
@@ -311,8 +312,8 @@ def render_reasons(res: dict[str, Any], currency: str, key: str) -> None:
     labels = _labels(rows, currency)
     lab = dict(zip(ids, labels))
     for i, r in enumerate(reasons):
-        cited = ", ".join(cv.mask(lab.get(t, t)) for t in r.transaction_ids)
-        st.markdown(f"{i + 1}. **{cv.mask(r.text)}** — cites {len(r.transaction_ids)}: {cited}")
+        cited = md(", ".join(cv.mask(lab.get(t, t)) for t in r.transaction_ids))
+        st.markdown(f"{i + 1}\\. **{md(cv.mask(r.text))}** — cites {len(r.transaction_ids)}: {cited}")
     pick = st.radio("Show the transactions a reason cites", list(range(len(reasons))), key=key, horizontal=True,
                     format_func=lambda i: f"Reason {i + 1}")
     cited = set(reasons[pick or 0].transaction_ids)
@@ -419,7 +420,7 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
         base = case_trust(loaded, query)
         cur = case_trust(loaded, query, edits) if edits else base
     except Exception as e:  # noqa: BLE001
-        st.warning(f"The what-if could not be computed: {type(e).__name__}: {e}. Reset the edits to start again.")
+        st.warning(f"The what-if could not be computed: {error_text(e)}. Reset the edits to start again.")
         st.button("Reset", key="whatif_reset_err", on_click=reset_whatif, args=(query,), icon=":material/restart_alt:")
         return
     p0, p1 = _sigmoid(base["logit"]), _sigmoid(cur["logit"])
@@ -435,10 +436,10 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
     m[0].metric("Original probability", f"{p0:.3f}")
     m[1].metric("What-if probability", f"{p1:.3f}", delta=f"{p1 - p0:+.3f}" if edits else None, delta_color="inverse")
     m[2].metric("What-if score (logit)", f"{cur['logit']:+.3f}")
-    m[3].metric("What-if decision", "review" if p1 >= thr else "no flag")
+    m[3].metric("What-if decision", cv.BAND_LABELS[cv.decision_band(p1, thr, loaded.thresholds["decline"])])
 
     if ss.get(WHATIF_ERROR):
-        st.warning(ss[WHATIF_ERROR], icon=":material/warning:")
+        st.warning(md(ss[WHATIF_ERROR]), icon=":material/warning:")
 
     # ---- current edits ------------------------------------------------------------------------
     c1, c2, c3 = st.columns([4, 1, 1], vertical_alignment="bottom")
@@ -472,7 +473,7 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
         cols[0].number_input(f"Amount ({currency})", value=float(r["amount"]), key=f"{prefix}_amount", format="%.2f")
         cols[1].text_input("Time (UTC)", value=str(pd.Timestamp(r["timestamp"])), key=f"{prefix}_time")
         for i, f in enumerate(fields):
-            cols[2 + i].text_input(f, value=str(r[f]), key=f"{prefix}_{f}")
+            cols[2 + i].text_input(md(f), value=str(r[f]), key=f"{prefix}_{f}")
         current = {"amount": r["amount"], "timestamp": r["timestamp"], **{f: str(r[f]) for f in fields}}
         st.button("Apply edit", key="whatif_apply", on_click=_on_apply,
                   args=(loaded, query, target, fields, current, prefix), icon=":material/edit:")
@@ -484,7 +485,7 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
         cols[1].text_input("Time (UTC)", value=str(qts - pd.Timedelta(minutes=10)), key=f"{prefix}_time",
                            help="at or before the query's time")
         for i, f in enumerate(fields):
-            cols[2 + i].text_input(f, value="", key=f"{prefix}_{f}", placeholder="missing")
+            cols[2 + i].text_input(md(f), value="", key=f"{prefix}_{f}", placeholder="missing")
         st.button("Add transaction", key="whatif_add", on_click=_on_add, args=(loaded, query, fields, prefix),
                   icon=":material/add:")
 
@@ -506,7 +507,7 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
                        "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f")})
     removed = [e["transaction_id"] for e in edits if e["op"] == "remove"]
     if removed:
-        st.caption("Removed: " + ", ".join(cv.mask(t) for t in removed))
+        st.caption("Removed: " + md(", ".join(cv.mask(t) for t in removed)))
     methods = [mth for mth in ("integrated_gradients", "shap", "occlusion") if mth in e_sel]
     if methods and cur["T"] > 1:
         mth = st.segmented_control("Explanation", methods, default=methods[0], key="whatif_method",

@@ -7,6 +7,7 @@ from functools import partial
 import streamlit as st
 
 from dashboard import state
+from dashboard.components.safe import csv_download, error_text, md
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.explain.base import ATTENTION_CAVEAT
@@ -19,11 +20,12 @@ try:
     loaded = state.load_all()
 except Exception as e:  # noqa: BLE001
     st.title("Case")
-    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    st.error(md(state.load_or_explain_error(e)), icon=":material/error:")
     st.page_link("pages/cases.py", label="Choose data and model on Cases", icon=":material/folder_open:")
     st.stop()
 
 ranking, thr, currency = loaded.ranking, loaded.threshold, loaded.source.currency
+thresholds = loaded.thresholds  # in force: stored for the model, else the checkpoint's (one source)
 if not len(ranking):
     st.title("Case")
     st.info("The data has no scored transactions.")
@@ -37,7 +39,7 @@ entity = ss[state.ENTITY]
 max_p = dict(zip(ranking["entity_id"], ranking["max_probability"]))
 
 head, pick = st.columns([3, 2], vertical_alignment="bottom")
-head.title(f"Case {cv.mask(entity)}")
+head.title(f"Case {md(cv.mask(entity))}")
 options = entity_ids[:500] if entity in set(entity_ids[:500]) else entity_ids[:500] + [entity]
 ss["case_entity_pick"] = entity
 pick.selectbox(
@@ -53,7 +55,8 @@ m[0].metric("Transactions", f"{len(tl):,}")
 m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud probability ≥ review threshold {thr:.3f}")
 m[2].metric("Known frauds", "—" if "label" not in tl or tl["label"].isna().all() else f"{int(tl['label'].fillna(0).sum()):,}")
 m[3].metric("Max fraud probability", f"{r['max_probability']:.3f}")
-m[4].metric("Review threshold", f"{thr:.3f}", help="probability at or above which a transaction is flagged")
+m[4].metric("Review threshold", f"{thr:.3f}", help="probability at or above which a transaction is flagged · "
+            + md(thresholds["source"]))
 
 # ------------------------------------------------------------------------------ query selection
 ids = tl["transaction_id"].tolist()
@@ -106,14 +109,14 @@ st.dataframe(
 # --------------------------------------------------------------------------------- the query
 qrow = tl.iloc[ids.index(query)]
 st.divider()
-st.subheader(f"Transaction {cv.mask(query)} · {qrow['when']}")
+st.subheader(f"Transaction {md(cv.mask(query))} · {md(qrow['when'])}")
 try:
     expls = state.get_explanations(loaded, query)
 except ImportError as e:
-    st.info(f"Explanations are not available in this installation ({e}).")
+    st.info(f"Explanations are not available in this installation ({md(e)}).")
     st.stop()
 except Exception as e:  # noqa: BLE001
-    st.error(f"Could not explain {cv.mask(query)}: {type(e).__name__}: {e}", icon=":material/error:")
+    st.error(f"Could not explain {md(cv.mask(query))}: {error_text(e)}", icon=":material/error:")
     st.stop()
 
 qs = cv.query_summary(expls, tl, query, thr)
@@ -121,8 +124,9 @@ m = st.columns(6)
 m[0].metric("Fraud probability", f"{qs.probability:.3f}",
             delta=f"{qs.probability - thr:+.3f} vs threshold", delta_color="inverse")
 m[1].metric("Score (logit)", f"{qs.logit:+.3f}", help="log-odds of fraud; probability = 1 / (1 + e^−logit)")
-m[2].metric("Decision", "review" if qs.flagged else "no flag",
-            help="review: fraud probability ≥ review threshold; no flag: below it")
+m[2].metric("Decision", cv.BAND_LABELS[cv.decision_band(qs.probability, thr, thresholds["decline"])],
+            help=f"below review: p < {thr:.3f} · review: {thr:.3f} ≤ p < {thresholds['decline']:.3f} · "
+                 f"decline: p ≥ {thresholds['decline']:.3f}")
 m[3].metric("Known label", {None: "unknown", 1: "fraud", 0: "legitimate"}[qs.known_label])
 ig_delta = qs.convergence.get("integrated_gradients")
 m[4].metric("IG convergence delta", "—" if ig_delta is None else f"{ig_delta:+.4f}",
@@ -209,6 +213,7 @@ with tabs[3]:
     )
     st.caption("The transactions the model saw for this score (time order, query last) with each method's "
                "value; attributions in logits, attention as weights.")
+    csv_download(table.drop(columns=["transaction_id"]), f"context-{query}.csv", key="dl_context_csv")
 
 # ---- Trust checks + what-if (owner: dashboard/components/trust.py; keep this block as is) ----
 from dashboard.components import trust as trust_ui  # noqa: E402
@@ -219,6 +224,7 @@ trust_ui.render_case_trust(loaded, query, expls)
 # ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
 from dashboard.components.disposition import render_case_panel  # noqa: E402
 
-# the export carries the trust checks and the what-if edits in force (computed at download time, cached)
+# the export carries the trust checks and the what-if edits in force (built in the script run when the
+# analyst prepares the exports, cached)
 render_case_panel(loaded, entity, expls, tl, trust=lambda: trust_ui.export_payload(loaded, query))
 # ---- end disposition and exports ----

@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import state
+from dashboard.components.safe import csv_download, md
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.data.spec import builtin_specs
@@ -32,8 +33,8 @@ def _spec_picker(key: str, current: str) -> str:
 src = ss[state.SOURCE]
 _model_dir = Path(ss[state.MODEL]) if ss[state.MODEL] else cv.default_model_dir()
 _missing = not Path(src["path"]).is_file() or not (_model_dir / "checkpoint.json").is_file()
-with st.expander(f"Data: **{src['label']}** (spec `{src['spec']}`) · Model: **"
-                 f"{'demo model' if not ss[state.MODEL] else Path(ss[state.MODEL]).name}**",
+with st.expander(f"Data: **{md(src['label'])}** (spec {md(src['spec'])}) · Model: **"
+                 f"{'demo model' if not ss[state.MODEL] else md(Path(ss[state.MODEL]).name)}**",
                  expanded=_missing):
     c1, c2 = st.columns(2, gap="large")
     with c1:
@@ -87,7 +88,7 @@ with st.expander(f"Data: **{src['label']}** (spec `{src['spec']}`) · Model: **"
 try:
     loaded = state.load_all()
 except Exception as e:  # noqa: BLE001 - show any load failure to the analyst
-    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    st.error(md(state.load_or_explain_error(e)), icon=":material/error:")
     if not ss[state.MODEL] and not cv.default_model_dir().exists():
         st.info("The demo model is not installed. Train one (`fraudlens train --data demo_data/transactions.csv "
                 "--spec demo --out assets/demo_model`) or choose a checkpoint folder above.")
@@ -138,12 +139,13 @@ cur = ss.get(state.ENTITY)
 if cur is not None and cur in set(ranking["entity_id"]):
     r = ranking.loc[ranking["entity_id"] == cur].iloc[0]
     c1, c2 = st.columns([3, 1], vertical_alignment="center")
-    c1.markdown(f"Selected **{cv.mask(cur)}** · max probability **{r['max_probability']:.3f}** · "
+    c1.markdown(f"Selected **{md(cv.mask(cur))}** · max probability **{r['max_probability']:.3f}** · "
                 f"{int(r['n_flagged'])} flagged of {int(r['n_transactions'])}")
     if c2.button("Open case →", type="primary", key="open_case", width="stretch"):
         st.switch_page("pages/case.py")
 else:
     st.caption("Select a row to open a case.")
+csv_download(view.drop(columns=["entity_id"]), "entities.csv", key="dl_ranking_csv", label="Download the ranking (CSV)")
 
 with st.expander("Score distribution"):
     st.plotly_chart(fig.score_distribution(scores["probability"], thr), key="score_dist",
@@ -152,3 +154,4 @@ with st.expander("Score distribution"):
 if len(loaded.source.rejected):
     with st.expander(f"Rejected rows ({len(loaded.source.rejected):,})"):
         st.dataframe(cv.mask_frame(loaded.source.rejected), hide_index=True, height=240)
+        csv_download(loaded.source.rejected, "rejected_rows.csv", key="dl_rejected_csv")

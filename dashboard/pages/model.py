@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import state
+from dashboard.components.safe import md
 from engine.cases import view as cv
 from engine.cases import figures as fig
 
@@ -17,21 +18,24 @@ try:
     bundle = state.get_bundle(ss[state.MODEL])
 except Exception as e:  # noqa: BLE001
     st.title("Model")
-    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    st.error(md(state.load_or_explain_error(e)), icon=":material/error:")
     st.page_link("pages/cases.py", label="Choose a model on Cases", icon=":material/folder_open:")
     st.stop()
 
 card = cv.model_card(bundle)
-st.title(f"Model {card['name']}")
-st.caption(f"sha256 `{card['sha256']}` · created {card['created_at'] or 'unknown'} · "
-           f"{card['path'] or 'not saved'}")
+st.title(f"Model {md(card['name'])}")
+st.caption(f"sha256 {md(card['sha256'])} · created {md(card['created_at'] or 'unknown')} · "
+           f"{md(card['path'] or 'not saved')}")
 
-th = card["thresholds"]
+th = card["thresholds"]  # the checkpoint's, chosen on validation
+now = state.thresholds_now(bundle)  # in force (stored for the model, else the checkpoint's): as every page
 m = st.columns(4)
-m[0].metric("Review threshold", f"{th.get('review', card['threshold']):.3f}",
-            help="fraud probability at or above which a transaction is flagged for review (max F1 on validation)")
-m[1].metric("Decline threshold", f"{th['decline']:.3f}" if "decline" in th else "—",
-            help="lowest threshold with validation precision ≥ 0.8")
+m[0].metric("Review threshold", f"{now['review']:.3f}",
+            help=f"fraud probability at or above which a transaction is flagged for review · {md(now['source'])}; "
+                 f"checkpoint: {th.get('review', card['threshold']):.3f} (max F1 on validation)")
+m[1].metric("Decline threshold", f"{now['decline']:.3f}",
+            help=f"{md(now['source'])}; checkpoint: "
+                 + (f"{th['decline']:.3f} (lowest threshold with validation precision ≥ 0.8)" if "decline" in th else "—"))
 m[2].metric("Parameters", f"{card['n_parameters']:,}")
 m[3].metric("Best epoch", card["best_epoch"] if card["best_epoch"] is not None else "—")
 
@@ -56,7 +60,7 @@ if len(mdf):
     )
     split = card["split"]
     if split:
-        st.caption(f"Time split: train < {split.get('train_end', '?')} ≤ validation < {split.get('val_end', '?')} "
+        st.caption(f"Time split: train < {md(split.get('train_end', '?'))} ≤ validation < {md(split.get('val_end', '?'))} "
                    "≤ test. Metrics at the review threshold.")
 else:
     st.info("This checkpoint carries no metrics.")
@@ -89,8 +93,8 @@ with c2:
         _kv(td, "train_data")
     else:
         st.caption("Not recorded in this checkpoint.")
-    st.subheader(f"Spec `{card['spec_name']}`")
-    st.caption("Input fields: " + ", ".join(card["field_names"]))
+    st.subheader(f"Spec {md(card['spec_name'])}")
+    st.caption("Input fields: " + md(", ".join(card["field_names"])))
     with st.expander("Spec (TOML)"):
         st.code(card["spec_toml"], language="toml")
     st.subheader("Versions")

@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard import state
+from dashboard.components.safe import csv_download, md
 from engine.cases import view as cv
 from engine.cases.store import STATES, CaseStoreError
 from engine.cases.report import threshold_metrics
@@ -21,18 +22,18 @@ who = comp.identity_sidebar()
 try:
     loaded = state.load_all()
 except Exception as e:  # noqa: BLE001
-    st.error(state.load_or_explain_error(e), icon=":material/error:")
+    st.error(md(state.load_or_explain_error(e)), icon=":material/error:")
     st.page_link("pages/cases.py", label="Choose data and model on Cases", icon=":material/folder_open:")
     st.stop()
 
 store = comp.get_store()
 synced = comp.sync_cases(loaded)
 sha = loaded.bundle.sha256
-thr = comp.effective_thresholds(loaded.bundle, store)
+thr = loaded.thresholds  # in force (engine.cases.thresholds.thresholds_in_force): the same on every page
 
 # --------------------------------------------------------------------------------- thresholds
 with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{thr['decline']:.3f}** "
-                 f"({thr['source']})"):
+                 f"({md(thr['source'])})"):
     qual = threshold_metrics(loaded.scores, {"review": thr["review"], "decline": thr["decline"]},
                              loaded.bundle.meta)
     rows = [{"threshold": k, "value": v["threshold"], "precision": v["precision"], "recall": v["recall"],
@@ -41,7 +42,7 @@ with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{th
                  column_config={"value": st.column_config.NumberColumn("Probability", format="%.3f"),
                                 "precision": st.column_config.NumberColumn(format="%.3f"),
                                 "recall": st.column_config.NumberColumn(format="%.3f")})
-    st.caption(f"Precision / recall: {qual['source']}"
+    st.caption(f"Precision / recall: {md(qual['source'])}"
                + (f" · {qual['n']:,} transactions, {qual['n_fraud']:,} known frauds" if qual["n"] else "")
                + ". Blank: not measured at that threshold.")
     with st.form("thresholds_form"):
@@ -53,10 +54,10 @@ with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{th
         if st.form_submit_button("Save thresholds for this model", disabled=who is None):
             try:
                 store.set_thresholds(sha, review, decline, actor=who)
-                st.success(f"Saved by {who}.")
+                st.success(f"Saved by {md(who)}.")
                 st.rerun()
             except (ValueError, CaseStoreError) as e:
-                st.error(str(e))
+                st.error(md(e))
 
 # ------------------------------------------------------------------------------------ filters
 st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · cases created "
@@ -87,7 +88,7 @@ if assignee == "(unassigned)":
 elif assignee not in ("(anyone)", "(unassigned)"):
     kw["assignee"] = assignee
 q = store.queue(sha, thr["review"], source_id=comp.data_source_id(loaded), **kw)
-q["band"] = ["decline" if p >= thr["decline"] else "review" for p in q["max_probability"]]
+q["band"] = [cv.decision_band(p, thr["review"], thr["decline"]) for p in q["max_probability"]]
 q["entity"] = q["entity_id"].map(cv.mask)
 q["state_label"] = q["state"].map(comp.STATE_LABELS)
 
@@ -117,6 +118,8 @@ st.dataframe(
         "last_ts": st.column_config.DatetimeColumn("Last seen", format="YYYY-MM-DD HH:mm"),
     },
 )
+csv_download(q[["case_id", "entity", "max_probability", "band", "state_label", "assignee", "n_transactions",
+              "n_known_fraud", "max_amount", "last_ts"]], "queue.csv", key="dl_queue_csv")
 sel = state.selected_row_id(table_key, ids)
 if sel is None and ids:
     sel = ids[0]
@@ -126,9 +129,9 @@ if sel is None:
     st.stop()
 
 case = store.get_case(int(sel))
-st.markdown(f"Selected case **{case['id']}** · {cv.mask(case['entity_id'])} · max probability "
+st.markdown(f"Selected case **{case['id']}** · {md(cv.mask(case['entity_id']))} · max probability "
             f"**{case['max_probability']:.3f}** · {comp.STATE_LABELS.get(case['state'])} · assignee "
-            f"**{case['assignee'] or 'nobody'}**")
+            f"**{md(case['assignee'] or 'nobody')}**")
 c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
 target = c1.text_input("Assign to (analyst)", value=who or "", key="q_assign_to")
 if c2.button("Assign", key="q_assign", disabled=who is None or not target.strip(), width="stretch"):
@@ -136,7 +139,7 @@ if c2.button("Assign", key="q_assign", disabled=who is None or not target.strip(
         store.assign(case["id"], target.strip(), actor=who, expected_version=case["version"])
         st.rerun()
     except CaseStoreError as e:
-        st.error(str(e))
+        st.error(md(e))
 if c3.button("Open case →", type="primary", key="q_open", width="stretch"):
     state.set_entity(case["entity_id"])
     state.set_query(case["max_transaction_id"])

@@ -10,8 +10,10 @@ Map of the package:
   the same figures);
 * :mod:`~engine.cases.report` - the report model of one case and one writer per format (JSON,
   PDF, CSV);
+* :mod:`~engine.cases.thresholds` - the thresholds in force for a model (stored, else the
+  checkpoint's) and the decision band: one source of truth for every page, export and the CLI;
 * :mod:`~engine.cases.redact` - card-number masking, keyed pseudonyms, CSV-formula
-  neutralisation, markup escaping.
+  neutralisation (re-exported from :mod:`engine.data.csv_writer`), markdown and markup escaping.
 
 May import :mod:`engine.data`, :mod:`engine.model`, :mod:`engine.explain` and
 :mod:`engine.trust`; nothing below imports it. Public names are re-exported here, imported on
@@ -32,7 +34,8 @@ _EXPORTS = {
     "build_report": "report", "to_csv": "report", "to_json": "report", "to_pdf": "report",
     "verify_report": "report",
     "escape_markup": "redact", "mask_card_number": "redact", "neutralise_csv_frame": "redact",
-    "pseudonymise": "redact",
+    "pseudonymise": "redact", "escape_markdown": "redact",
+    "thresholds_in_force": "thresholds", "decision_band": "thresholds", "BANDS": "thresholds",
 }
 __all__ = sorted(_EXPORTS)
 

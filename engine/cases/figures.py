@@ -17,6 +17,7 @@ them back from ``fig.data``.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "QUERY_COLOR",
     "METHOD_TITLES",
     "transaction_labels",
+    "plain_text",
     "unique_labels",
     "timeline_figure",
     "attention_heatmap",
@@ -94,12 +96,20 @@ def format_amount(amount: float, currency: str = "") -> str:
     return f"{sign}{abs(amount):,.2f}" + (f" {currency}" if currency else "")
 
 
+def plain_text(text: Any) -> str:
+    """``text`` for a Plotly label, title or hover text, shown literally: Plotly renders a subset
+    of HTML there (``<a href>``, ``<b>``, ``<br>``, entities), so ``& < >`` become entities
+    (``"<a href=x>"`` -> ``"&lt;a href=x&gt;"``, drawn as the literal text)."""
+    return html.escape(str(text), quote=False)
+
+
 def unique_labels(labels: Sequence[str]) -> list[str]:
-    """Make labels unique (Plotly merges equal category labels): repeats get `` (2)``, `` (3)``..."""
+    """Make labels unique (Plotly merges equal category labels): repeats get `` (2)``, `` (3)``...
+    Each label is made plain text first (:func:`plain_text`)."""
     seen: dict[str, int] = {}
     out = []
     for lab in labels:
-        lab = str(lab)
+        lab = plain_text(lab)
         n = seen.get(lab, 0) + 1
         seen[lab] = n
         out.append(lab if n == 1 else f"{lab} ({n})")
@@ -189,9 +199,9 @@ def timeline_figure(
     hover_cols = [c for c in hover_columns if c in df]
     custom = np.column_stack(
         [pos, [format_amount(a, currency) for a in df["amount"]], prob]
-        + [df[c].astype(str).to_numpy() for c in hover_cols]
+        + [np.asarray([plain_text(v) for v in df[c].astype(str)], dtype=object) for c in hover_cols]
     ) if len(df) else np.empty((0, 3 + len(hover_cols)))
-    extra = "".join(f"<br>{c}: %{{customdata[{3 + i}]}}" for i, c in enumerate(hover_cols))
+    extra = "".join(f"<br>{plain_text(c)}: %{{customdata[{3 + i}]}}" for i, c in enumerate(hover_cols))
     hover = "%{x|%d %b %Y %H:%M}<br>amount %{customdata[1]}<br>probability %{customdata[2]:.3f}" + extra + "<extra></extra>"
     yvals = df[y].to_numpy(dtype=float)
     size = 7 + 13 * np.nan_to_num(prob, nan=0.0)
@@ -431,7 +441,7 @@ def field_heatmap(
     ref = z[:-1] if scale == "history" and len(z) > 1 else z
     lim = float(np.nanmax(np.abs(ref))) if ref.size and np.isfinite(ref).any() else 1.0
     lim = lim or 1.0
-    fields = list(expl.field_names or [])
+    fields = [plain_text(f) for f in (expl.field_names or [])]
     fig = go.Figure(
         go.Heatmap(
             z=z, x=fields, y=labs, colorscale=SIGNED_SCALE, zmid=0.0, zmin=-lim, zmax=lim,
@@ -473,9 +483,9 @@ def field_bars(
     if expl.field_values is None:
         raise ValueError(f"{expl.method}: no per-field values")
     x = expl.field_values[position]
-    names = list(expl.field_names or [])
+    names = [plain_text(n) for n in (expl.field_names or [])]
     if values is not None:
-        names = [f"{n} = {v}" for n, v in zip(names, values)]
+        names = [f"{n} = {plain_text(v)}" for n, v in zip(names, values)]
     colors = np.where(x >= 0, FRAUD_COLOR, LEGIT_COLOR).tolist()
     fig = go.Figure(
         go.Bar(

@@ -3,7 +3,9 @@
 * :func:`mask_card_number` - PAN-like digit runs -> first 6 / last 4 digits visible.
 * :func:`pseudonymise` - stable keyed pseudonym (HMAC-SHA256) for an entity id.
 * :func:`neutralise_csv_cell` / :func:`neutralise_csv_frame` - CSV (formula) injection defence,
-  per OWASP: https://owasp.org/www-community/attacks/CSV_Injection
+  per OWASP: https://owasp.org/www-community/attacks/CSV_Injection (defined in
+  :mod:`engine.data.csv_writer`, the one CSV writer, and re-exported here)
+* :func:`escape_markdown` - text for a Streamlit markdown context (backslash escapes).
 * :func:`escape_markup` - text for HTML (and fpdf2's ``write_html``), per the OWASP XSS
   Prevention Cheat Sheet:
   https://cheatsheetseries.owasp.org/cheatsheets/Cross_Site_Scripting_Prevention_Cheat_Sheet.html
@@ -17,18 +19,20 @@ import html
 import re
 from typing import Any
 
-import pandas as pd
+# the CSV rule lives in the lowest layer (one writer for every CSV); re-exported here for compatibility
+from engine.data.csv_writer import (  # noqa: F401
+    CSV_FORMULA_TRIGGERS,
+    OWASP_CSV_INJECTION_URL,
+    neutralise_csv_cell,
+    neutralise_csv_frame,
+)
 
-OWASP_CSV_INJECTION_URL = "https://owasp.org/www-community/attacks/CSV_Injection"
 OWASP_XSS_PREVENTION_URL = (
     "https://cheatsheetseries.owasp.org/cheatsheets/Cross_Site_Scripting_Prevention_Cheat_Sheet.html"
 )
 
 # 12-19 digits, single spaces or dashes allowed between digits, not part of a longer digit run.
 _CARD_RE = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){11,18}(?![0-9])")
-#: First characters that make a spreadsheet treat a cell as a formula (OWASP list, plus NUL
-#: from OWASP ASVS 5.0 V1.2.10).
-CSV_FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "\x00")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -90,41 +94,6 @@ def pseudonymise(entity_id: Any, salt: str | bytes, *, length: int = 16) -> str:
     return digest[: int(length)]
 
 
-def neutralise_csv_cell(value: Any) -> Any:
-    """Make one CSV cell safe to open in a spreadsheet (CSV / formula injection).
-
-    Per OWASP (https://owasp.org/www-community/attacks/CSV_Injection): a *string* starting with
-    ``=``, ``+``, ``-``, ``@``, tab (0x09) or carriage return (0x0D) - and NUL (0x00, OWASP
-    ASVS 5.0 V1.2.10) - gets a leading single quote, so the spreadsheet shows it as text
-    instead of evaluating it (``"=HYPERLINK(...)"`` -> ``"'=HYPERLINK(...)"``; a string
-    ``"-5"`` becomes ``"'-5"``).
-
-    Only the first character is tested (the OWASP rule): ``" =x"`` and ``"a=b"`` are unchanged,
-    and an already-quoted ``"'=x"`` is not quoted twice.
-
-    Non-strings are returned unchanged - numbers stay numbers (a negative amount ``-12.5`` as a
-    float stays the float ``-12.5``), as do ``None``, NaN, bools, timestamps. Quoting of embedded
-    quotes, commas and newlines (the other half of the OWASP advice) is the CSV writer's job:
-    use ``csv`` / ``DataFrame.to_csv`` (RFC 4180 quoting), never string concatenation.
-    """
-    if isinstance(value, str) and value.startswith(CSV_FORMULA_TRIGGERS):
-        return "'" + value
-    return value
-
-
-def neutralise_csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``frame`` with :func:`neutralise_csv_cell` applied to every cell of its
-    object/string columns (and to string column names). Numeric columns are untouched.
-    OWASP: https://owasp.org/www-community/attacks/CSV_Injection
-    """
-    out = frame.copy()
-    for col in out.columns:
-        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col].dtype):
-            out[col] = out[col].map(neutralise_csv_cell)
-    out.columns = [neutralise_csv_cell(c) for c in out.columns]
-    return out
-
-
 def escape_markup(text: Any) -> str:
     """Escape untrusted text for HTML element content and quoted attributes, and for fpdf2's
     ``write_html``: ``& < > " '`` become entities (OWASP XSS Prevention Cheat Sheet, output
@@ -139,3 +108,35 @@ def escape_markup(text: Any) -> str:
     if text is None:
         return ""
     return html.escape(_CONTROL_RE.sub("", str(text)), quote=True)
+
+
+#: every ASCII punctuation character: CommonMark lets each be backslash-escaped
+_MD_SPECIAL = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+#: U+2060 WORD JOINER: invisible, no line break; splits what GFM would turn into a link
+WORD_JOINER = "\u2060"
+# GFM autolink literals are found in the *text* after parsing (remark-gfm's find-and-replace), so
+# backslash escapes do not stop them: "http(s):", "www." and "x@y" get a word joiner instead.
+_AUTOLINK_RE = re.compile(r"(?i)(?<=http)(?=:)|(?<=https)(?=:)|(?<=www)(?=\.)|(?<=@)(?=[\w-])")
+
+
+def escape_markdown(text: Any) -> str:
+    """Untrusted text for a Streamlit markdown context (``st.markdown``, ``st.caption``, ``st.info``
+    / ``warning`` / ``error`` / ``success``, ``st.title`` / ``subheader``, widget labels and
+    ``help=``, expander labels, ``st.metric`` labels), shown as the literal text.
+
+    Every ASCII punctuation character gets a backslash (CommonMark backslash escapes), so no
+    markdown construct can form: no link or image (``[a](u)``, ``![x](u)``), no emphasis, code,
+    heading, list or table, no raw HTML (``<img ...>`` stays text), no Streamlit directive
+    (``:red[...]``, ``:material/...:``) and no ``$...$`` math. GFM's autolink literals are found
+    in the text *after* parsing, where the escapes are gone, so an invisible U+2060 word joiner
+    goes between ``http`` / ``https`` and ``:``, between ``www`` and ``.``, and after ``@``
+    (e-mail links): the text reads the same and nothing becomes a link. Line breaks become
+    spaces (the text stays on its line) and C0 control characters are removed, as in
+    :func:`escape_markup`. ``None`` -> ``""``; other values use ``str()``. Use ``st.text`` /
+    ``st.code`` for long text.
+    """
+    if text is None:
+        return ""
+    s = _CONTROL_RE.sub("", str(text)).replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+    s = _AUTOLINK_RE.sub(WORD_JOINER, s)
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)

@@ -33,6 +33,11 @@ import pandas as pd
 
 from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
 from engine.cases.redact import mask_card_number
+from engine.cases.thresholds import (  # noqa: F401 - the one source of thresholds and bands, re-exported
+    BAND_LABELS,
+    decision_band,
+    thresholds_in_force,
+)
 
 if TYPE_CHECKING:
     from engine.model.checkpoint import ModelBundle
@@ -149,13 +154,14 @@ def default_model_dir() -> Path:
     return ASSET_MODEL_DIR
 
 
-def score_source(bundle: "ModelBundle", frame: pd.DataFrame) -> pd.DataFrame:
+def score_source(bundle: "ModelBundle", frame: pd.DataFrame, threshold: float | None = None) -> pd.DataFrame:
     """:func:`engine.model.scoring.score_frame` (frame order) with a boolean ``flagged`` column
-    (probability >= the model's review threshold)."""
+    (probability >= ``threshold``, default the checkpoint's review threshold; pass the one
+    :func:`thresholds_in_force` gives)."""
     from engine.model.scoring import score_frame
 
     s = score_frame(bundle, frame)
-    s["flagged"] = s["probability"].to_numpy() >= bundle.threshold
+    s["flagged"] = s["probability"].to_numpy() >= (bundle.threshold if threshold is None else float(threshold))
     return s
 
 

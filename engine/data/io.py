@@ -156,7 +156,9 @@ class LoadResult:
     def write_rejected(self, path: str | Path) -> Path:
         """Write ``rejected`` to ``path``: Parquet if the suffix is ``.parquet``/``.pq``, else CSV.
 
-        Returns the path written. Parent folders are created.
+        The CSV goes through :func:`engine.data.csv_writer.write_csv`: a rejected value such as
+        ``=HYPERLINK(...)`` is written neutralised (``'=HYPERLINK(...)``). Returns the path
+        written. Parent folders are created.
         """
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +167,9 @@ class LoadResult:
                 p, index=False
             )
         else:
-            self.rejected.to_csv(p, index=False)
+            from engine.data.csv_writer import write_csv
+
+            write_csv(self.rejected, p)
         return p
 
 

@@ -142,7 +142,10 @@ def score_file(bundle: ModelBundle, path: str | Path, spec=None, *, batch_size: 
 
 def write_scores(run: ScoreRun, out: str | Path) -> Path:
     """Write one row per input row: scored rows (status "scored") and rejected rows (status
-    "rejected", with column and reason) to Parquet or CSV by suffix."""
+    "rejected", with column and reason) to Parquet or CSV by suffix. The CSV goes through
+    :func:`engine.data.csv_writer.write_csv` (formula-like text cells neutralised)."""
+    from engine.data.csv_writer import write_csv
+
     s = run.scores.copy()
     s["status"] = "scored"
     r = run.rejected.rename(columns={"column": "rejected_column", "value": "rejected_value"}).copy()
@@ -151,7 +154,7 @@ def write_scores(run: ScoreRun, out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".csv":
-        both.to_csv(out, index=False)
+        write_csv(both, out)
     else:
         both.astype({c: "string" for c in both.columns if both[c].dtype == object}).to_parquet(out, index=False)
     return out

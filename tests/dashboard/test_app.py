@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard.components.safe import md
 from engine.cases import view as cv
 from tiny_models import demo_slice, tiny_checkpoint
 
@@ -37,7 +38,8 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture
-def env(world, monkeypatch):
+def env(world, monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))  # never the user's case store
     monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
@@ -85,12 +87,12 @@ def test_cases_page_with_a_selected_entity_offers_to_open_it(env):
     at.session_state["entity_id"] = ent
     at.run()
     _ok(at)
-    assert any(ent in m.value and "Selected" in m.value for m in at.markdown)
+    assert any(md(ent) in m.value and "Selected" in m.value for m in at.markdown)  # escaped: shown as text
     at.button(key="open_case").click().run()  # st.switch_page: AppTest does not follow it
     _ok(at)
     at.switch_page("pages/case.py").run()
     _ok(at)
-    assert at.title[0].value == f"Case {cv.mask(ent)}"
+    assert at.title[0].value == f"Case {md(cv.mask(ent))}"  # escaped: shown as the literal id
     assert at.session_state["entity_id"] == ent
 
 
@@ -133,7 +135,7 @@ def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):
     ent = r["entity_id"].iloc[2]
     at = _case(env, ent)
     _ok(at)
-    assert at.title[0].value == f"Case {cv.mask(ent)}"
+    assert at.title[0].value == f"Case {md(cv.mask(ent))}"  # escaped: shown as the literal id
     # pick a transaction with history from the flagged-transactions picker
     s = scores[scores["entity_id"] == ent].sort_values("timestamp")
     options = at.selectbox(key="case_query_pick").options
@@ -149,7 +151,9 @@ def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):
     metrics = {m.label: m.value for m in at.metric}
     p = float(s.loc[s["transaction_id"] == other, "probability"].iloc[0])
     assert metrics["Fraud probability"] == f"{p:.3f}"
-    assert metrics["Decision"] == ("review" if p >= 0.5 else "no flag")
+    # the one band rule (checkpoint thresholds 0.5 / 0.8), as the disposition panel and the export
+    assert metrics["Decision"] == cv.BAND_LABELS[cv.decision_band(p, 0.5, 0.8)]
+    assert metrics["Decision band"] == metrics["Decision"]
     assert re.fullmatch(r"[+-]\d\.\d{4}", metrics["IG convergence delta"])
     assert int(metrics["Context (transactions)"]) > 5
     assert len(_charts(at)) == N_CASE_CHARTS
@@ -189,7 +193,7 @@ def test_model_page_shows_the_model_card(env):
     at.switch_page("pages/model.py")
     at.run()
     _ok(at)
-    assert at.title[0].value == "Model tiny-dash"
+    assert at.title[0].value == "Model " + md("tiny-dash")  # escaped: shown as the literal name
     assert any(env["bundle"].sha256 in c.value for c in at.caption)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Review threshold"] == "0.500" and metrics["Decline threshold"] == "0.800"

@@ -121,5 +121,8 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
         cid = int(q.loc[q["entity_id"] == first, "case_id"].iloc[0])
         h = s.history(cid)
         assert h["analyst"].tolist() == ["alice", "bob"] and h["kind"].tolist() == ["disposition", "approval"]
-    labels = [b.label for b in at.get("download_button")]
-    assert labels == ["Download PDF", "Download JSON", "Download CSV"]
+    exports = ["Download PDF", "Download JSON", "Download CSV"]
+    assert not [b for b in at.get("download_button") if b.label in exports]  # built on request, in the run
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    assert [b.label for b in at.get("download_button") if b.label in exports] == exports

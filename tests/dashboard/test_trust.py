@@ -16,6 +16,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from engine.cases import view as cv
+from engine.cases.redact import escape_markdown
 from engine.explain.context import build_context
 from engine.model.scoring import score_frame
 from engine.trust.agreement import method_agreement
@@ -51,7 +52,8 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture
-def env(world, monkeypatch):
+def env(world, monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))  # never the user's case store
     monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
@@ -143,7 +145,8 @@ def test_trust_tab_shows_faithfulness_agreement_and_reasons(env):
     md = [m.value for m in at.markdown]
     if reasons:
         for i, r in enumerate(reasons):
-            assert any(v.startswith(f"{i + 1}. **{cv.mask(r.text)}** — cites {len(r.transaction_ids)}") for v in md), md
+            assert any(v.startswith(f"{i + 1}\\. **{escape_markdown(cv.mask(r.text))}** — cites {len(r.transaction_ids)}")
+                       for v in md), md
         cited = _frame(at, "cited")
         assert cited["cited"].sum() == len(reasons[0].transaction_ids)
     else:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine.cases.redact import neutralise_csv_frame
+from engine.data.csv_writer import csv_bytes
 
 
 # ---------------------------------------------------------------------------------------- CSV
@@ -14,7 +14,8 @@ def to_csv(report: dict[str, Any]) -> bytes:
     """One row per context transaction: ids, time, amount, own probability, details, and one
     signed attribution column per method (``attr:<method>``, logits; attention as
     ``attn:<method>`` weights), plus report id/sha, case id, pseudonym and the latest
-    disposition and note. Every text cell neutralised against formula injection."""
+    disposition and note. Written by :func:`engine.data.csv_writer.csv_bytes` (every text cell
+    neutralised against formula injection)."""
     rows = []
     exps = report["explanations"]
     disp = report["disposition"]
@@ -37,5 +38,4 @@ def to_csv(report: dict[str, Any]) -> bytes:
         r["disposition_state"] = disp["state"]
         r["disposition_note"] = last_note
         rows.append(r)
-    df = neutralise_csv_frame(pd.DataFrame(rows))
-    return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
+    return csv_bytes(pd.DataFrame(rows))

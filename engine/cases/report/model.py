@@ -20,6 +20,7 @@ import pandas as pd
 
 from engine import __version__
 from engine.cases.redact import escape_markup, mask_card_number, pseudonymise
+from engine.cases.thresholds import BANDS, decision_band  # noqa: F401 - the one band rule, re-exported
 
 SCHEMA_VERSION = "fraudlens-report/1"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
@@ -27,7 +28,6 @@ ENV_SALT = "FRAUDLENS_PSEUDONYM_SALT"
 SALT_FILENAME = "pseudonym_salt"
 ATTRIBUTION_METHODS = ("integrated_gradients", "shap", "occlusion")
 ATTENTION_METHODS = ("attention", "attention_rollout")
-BANDS = ("below_review", "review", "decline")
 _LIBS = ("fraudlens", "torch", "numpy", "pandas", "captum", "shap", "safetensors", "plotly", "kaleido",
          "fpdf2", "jsonschema")
 
@@ -120,13 +120,6 @@ def pseudonym_salt(data_dir: str | Path | None = None) -> str:
     if st.st_mode & 0o077 and st.st_uid == os.getuid():  # a key left readable by others
         os.chmod(p, 0o600)
     return p.read_text().strip()
-
-
-def decision_band(probability: float, review: float, decline: float | None) -> str:
-    """``"decline"`` (p >= decline), ``"review"`` (p >= review) or ``"below_review"``."""
-    if decline is not None and probability >= decline:
-        return "decline"
-    return "review" if probability >= review else "below_review"
 
 
 def threshold_metrics(scores: pd.DataFrame | None, thresholds: dict[str, float], meta: dict | None = None,

@@ -15,6 +15,9 @@ from engine.cases.report.model import ATTRIBUTION_METHODS
 
 _FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 _KALEIDO_LOCK = threading.Lock()
+#: line height of table text (mm); a table row is kept to at most ROW_PAGE_SHARE of a page
+TABLE_LINE = 3.8
+ROW_PAGE_SHARE = 0.4
 
 
 # ------------------------------------------------------------------------------------- figures
@@ -75,6 +78,27 @@ def render_pngs(figures: dict[str, Any], width: int = 900, height: int = 380) ->
 
 
 # ---------------------------------------------------------------------------------------- PDF
+def _row_parts(pdf: Any, cells: list[str], widths_mm: list[float], line_h: float) -> list[list[str]]:
+    """One table row as one or more rows: fpdf2 cannot break a table row across pages, so a row
+    whose tallest cell needs more than :data:`ROW_PAGE_SHARE` of a page (a 20,000-character note,
+    a 5,000-character field) is split into consecutive rows of at most that many wrapped lines;
+    the other cells are empty on the continuation rows. Nothing is cut: the lines of every part,
+    in order, are the cell's full text as the PDF wraps it."""
+    max_lines = max(1, int(pdf.eph * ROW_PAGE_SHARE / line_h))
+    wrapped = []
+    for text, w in zip(cells, widths_mm):
+        if len(text) <= 80:  # cannot reach max_lines even in the narrowest column
+            wrapped.append([text])
+            continue
+        lines = pdf.multi_cell(max(w - 2 * pdf.c_margin - 1.0, 2.0), line_h, text, dry_run=True, output="LINES")
+        wrapped.append(lines or [text])
+    n_parts = max(-(-len(lines) // max_lines) for lines in wrapped)
+    if n_parts == 1:
+        return [cells]
+    return [["\n".join(lines[i * max_lines:(i + 1) * max_lines]) if len(lines) > 1 else (lines[0] if i == 0 else "")
+             for lines in wrapped] for i in range(n_parts)]
+
+
 def _fmt(x: Any, spec: str = "{:.4f}") -> str:
     return "-" if x is None else spec.format(x)
 
@@ -139,11 +163,13 @@ def to_pdf(report: dict[str, Any], images: dict[str, bytes] | None = None, image
 
     def table(headers: list[str], rows: list[list[Any]], widths: list[float]) -> None:
         pdf.set_font(FONT, "", 7.5)
-        with pdf.table(col_widths=widths, text_align="LEFT", line_height=3.8, markdown=False,
+        cols = [W * w / sum(widths) for w in widths]
+        with pdf.table(col_widths=widths, text_align="LEFT", line_height=TABLE_LINE, markdown=False,
                        first_row_as_headings=True) as t:
             t.row([clean(h) for h in headers])
             for r in rows:
-                t.row([clean(c) for c in r])
+                for part in _row_parts(pdf, [clean(c) for c in r], cols, TABLE_LINE):
+                    t.row(part)
 
     c, m, s, d = report["case"], report["model"], report["score"], report["disposition"]
     h1(f"fraudlens case report · case {c['case_id']}")

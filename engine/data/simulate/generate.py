@@ -131,8 +131,13 @@ _TEXT_COLS = {"Time", "Amount", "Use Chip", "Merchant City", "Merchant State", "
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
-    """The exact bytes :func:`write_csv` writes for ``df`` (UTF-8, ``\\n`` line ends, no index)."""
-    return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
+    """The exact bytes :func:`write_csv` writes for ``df`` (UTF-8, ``\\n`` line ends, no index),
+    through the one CSV writer (:func:`engine.data.csv_writer.csv_bytes`): a text cell that starts
+    with a formula trigger is neutralised, every other cell is written as is (the simulator's own
+    text never starts with one, so the demo CSV is unchanged)."""
+    from engine.data.csv_writer import csv_bytes as _neutralised_csv_bytes
+
+    return _neutralised_csv_bytes(df)
 
 
 def write_csv(df: pd.DataFrame, path) -> Path:

@@ -1,0 +1,112 @@
+"""The one CSV writer of fraudlens: every CSV the project writes goes through :func:`write_csv`
+or :func:`csv_bytes`, which neutralise formula-like text cells first (CSV / formula injection,
+OWASP: https://owasp.org/www-community/attacks/CSV_Injection).
+
+* :func:`neutralise_csv_cell` / :func:`neutralise_csv_frame` - the neutralisation rule (a text
+  cell starting with a formula trigger gets a leading single quote);
+* :func:`csv_bytes` - a frame as neutralised CSV bytes (UTF-8, ``\\n`` line ends, no index);
+* :func:`write_csv` - the same bytes to a path or an open binary / text buffer.
+
+``tests/test_csv_writer_only.py`` fails on any ``.to_csv(`` or ``csv.writer(`` outside this
+module, so a new CSV output cannot bypass the rule. This is the lowest layer (``engine.data``),
+so every layer can use it; :mod:`engine.cases.redact` re-exports the two neutralise functions.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+OWASP_CSV_INJECTION_URL = "https://owasp.org/www-community/attacks/CSV_Injection"
+
+#: First characters that make a spreadsheet treat a cell as a formula (OWASP list, plus NUL
+#: from OWASP ASVS 5.0 V1.2.10, plus the full-width forms of ``= + - @`` (U+FF1D, U+FF0B,
+#: U+FF0D, U+FF20) that some spreadsheet locales fold to their ASCII forms on input).
+CSV_FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "\x00", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def neutralise_csv_cell(value: Any) -> Any:
+    """Make one CSV cell safe to open in a spreadsheet (CSV / formula injection).
+
+    Per OWASP (https://owasp.org/www-community/attacks/CSV_Injection): a *string* starting with
+    ``=``, ``+``, ``-``, ``@``, tab (0x09) or carriage return (0x0D) - and NUL (0x00, OWASP
+    ASVS 5.0 V1.2.10), and the full-width ``＝ ＋ － ＠`` - gets a leading single quote, so the
+    spreadsheet shows it as text instead of evaluating it (``"=HYPERLINK(...)"`` ->
+    ``"'=HYPERLINK(...)"``; a string ``"-5"`` becomes ``"'-5"``).
+
+    Only the first character is tested (the OWASP rule): ``" =x"`` and ``"a=b"`` are unchanged,
+    and an already-quoted ``"'=x"`` is not quoted twice.
+
+    Non-strings are returned unchanged - numbers stay numbers (a negative amount ``-12.5`` as a
+    float stays the float ``-12.5``), as do ``None``, NaN, bools, timestamps. Quoting of embedded
+    quotes, commas and newlines (the other half of the OWASP advice) is the CSV writer's job:
+    :func:`write_csv` / :func:`csv_bytes` (RFC 4180 quoting), never string concatenation.
+    """
+    if isinstance(value, str) and value.startswith(CSV_FORMULA_TRIGGERS):
+        return "'" + value
+    return value
+
+
+def neutralise_csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` with :func:`neutralise_csv_cell` applied to every cell of its
+    object / string / categorical columns (and to string column names). Numeric columns are
+    untouched, and a column without a cell to change keeps its values and dtype.
+    OWASP: https://owasp.org/www-community/attacks/CSV_Injection
+    """
+    out = frame.copy()
+    for col in out.columns:
+        s = out[col]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            s = s.astype(object)
+        elif not (s.dtype == object or pd.api.types.is_string_dtype(s.dtype)):
+            continue
+        mapped = s.map(neutralise_csv_cell)
+        if isinstance(out[col].dtype, pd.CategoricalDtype) or not mapped.equals(s):
+            out[col] = mapped
+    out.columns = [neutralise_csv_cell(c) for c in out.columns]
+    return out
+
+
+def csv_bytes(frame: pd.DataFrame, *, index: bool = False) -> bytes:
+    """``frame`` as CSV bytes: neutralised (:func:`neutralise_csv_frame`), UTF-8, ``\\n`` line
+    ends, RFC 4180 quoting (every text field quoted when one holds a carriage return), without
+    the index unless ``index``. A frame with no formula-like
+    text cell gives exactly ``frame.to_csv(index=False, lineterminator="\\n")`` encoded."""
+    if index:
+        frame = frame.reset_index()
+    out = neutralise_csv_frame(frame)
+    # the csv module quotes a field holding "\n" but not one holding a bare "\r" when the line end
+    # is "\n": a spreadsheet would then split the row there. Quote every text field in that case.
+    has_cr = any(out[c].map(lambda v: isinstance(v, str) and "\r" in v).any() for c in out.columns
+                 if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype))
+    has_cr = has_cr or any(isinstance(c, str) and "\r" in c for c in out.columns)
+    quoting = csv.QUOTE_NONNUMERIC if has_cr else csv.QUOTE_MINIMAL
+    return out.to_csv(index=False, lineterminator="\n", quoting=quoting).encode("utf-8")
+
+
+def write_csv(frame: pd.DataFrame, path_or_buffer: "str | Path | IO[bytes] | IO[str]", *,
+              index: bool = False) -> "Path | IO[Any]":
+    """Write ``frame`` as neutralised CSV (:func:`csv_bytes`) to ``path_or_buffer``.
+
+    A path: parent folders are created and the path is returned. An open buffer: binary
+    buffers get the bytes, text buffers (:class:`io.TextIOBase`) the UTF-8 text; the buffer
+    is returned. Raises ``IsADirectoryError`` when the path is a directory, ``OSError`` when it
+    cannot be written.
+    """
+    data = csv_bytes(frame, index=index)
+    if isinstance(path_or_buffer, (str, Path)):
+        p = Path(path_or_buffer)
+        if p.is_dir():
+            raise IsADirectoryError(f"{p}: is a directory, not a CSV file to write")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        return p
+    if isinstance(path_or_buffer, io.TextIOBase):
+        path_or_buffer.write(data.decode("utf-8"))
+    else:
+        path_or_buffer.write(data)
+    return path_or_buffer

@@ -1,0 +1,180 @@
+"""One source of truth seen from every page (AppTest):
+
+* the thresholds in force and the decision band: after thresholds are saved for the model, the
+  Cases, Queue, Case (header, decision, disposition panel, what-if), Model pages, the JSON
+  export and the CLI all state the same review / decline thresholds and the same band;
+* the exports carry what the analyst saw: the JSON and PDF are built in the script run, with
+  this session's what-if edits and randomisation verdicts.
+
+A tiny model and a demo-data slice (tests/dashboard/test_trust.py's ``world``); a temp case
+store through FRAUDLENS_DATA_DIR; downloads read back by spying on Streamlit's media storage.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+from engine.cases import view as cv
+from engine.cases.store import CaseStore
+
+from test_trust import APP, TIMEOUT, _ok, world  # noqa: F401 - the shared fixture
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def cenv(world, monkeypatch, tmp_path):  # noqa: F811
+    monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
+    monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FRAUDLENS_ANALYST", "alice")
+    monkeypatch.setenv("FRAUDLENS_PSEUDONYM_SALT", "test")
+    monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
+    monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    return {**world, "db": tmp_path / "cases.sqlite3"}
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """file name -> bytes of every download button's data, as Streamlit stores it."""
+    got: dict[str, bytes] = {}
+    orig = MemoryMediaFileStorage.load_and_get_id
+
+    def spy(self, path_or_data, mimetype, kind, filename=None):
+        if filename:
+            got[filename] = path_or_data if isinstance(path_or_data, bytes) else Path(path_or_data).read_bytes()
+        return orig(self, path_or_data, mimetype, kind, filename)
+
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", spy)
+    return got
+
+
+def _page(page: str, **state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.switch_page(page)
+    at.run()
+    _ok(at)
+    return at
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _download(downloads: dict, suffix: str) -> bytes:
+    hits = [v for k, v in downloads.items() if k.endswith(suffix) and k.startswith("fraudlens-case-")]
+    assert hits, sorted(downloads)
+    return hits[-1]
+
+
+def _earlier(env) -> str:
+    f = env["frame"]
+    rows = f[f["entity_id"] == env["entity"]].reset_index(drop=True)
+    pos = int((rows["transaction_id"].astype(str) == env["query"]).to_numpy().argmax())
+    return str(rows["transaction_id"].iloc[pos - 1])
+
+
+# --------------------------------------------------------------------------------- item 14
+def test_saved_thresholds_are_the_same_on_every_page_in_the_export_and_the_cli(cenv, downloads):
+    s = cenv["scores"]
+    p = float(s.loc[s["transaction_id"].astype(str) == cenv["query"], "probability"].iloc[0])
+    # new thresholds that move the query to another band than the checkpoint's (0.5 / 0.9)
+    review = 0.2
+    decline = round((p + review) / 2, 4) if p < 0.9 else round(min(p + 0.0005, 1.0), 4)
+    band = cv.decision_band(p, review, decline)
+    assert band != cv.decision_band(p, 0.5, 0.9)
+    with CaseStore(cenv["db"]) as st_:
+        st_.set_thresholds(cenv["bundle"].sha256, review, decline, actor="sup")
+    n_flag = int((s["probability"] >= review).sum())
+    n_flag_entity = int((s.loc[s["entity_id"] == cenv["entity"], "probability"] >= review).sum())
+
+    at = _page("pages/cases.py")
+    assert _metrics(at)["Flagged transactions"] == f"{n_flag:,}"
+    assert f"review threshold {review:.3f}" in at.caption[-1].value or any(
+        f"review threshold {review:.3f}" in c.value for c in at.caption)
+
+    at = _page("pages/queue.py")
+    assert f"review **{review:.3f}**" in at.expander[0].label and f"decline **{decline:.3f}**" in at.expander[0].label
+    q = at.dataframe[1].value
+    assert (q["max_probability"] >= review).all()
+    assert q["band"].tolist() == [cv.decision_band(x, review, decline) for x in q["max_probability"]]
+
+    at = _page("pages/case.py", entity_id=cenv["entity"], query_id=cenv["query"], trust_show=True)
+    m = _metrics(at)
+    assert m["Review threshold"] == f"{review:.3f}" and m["Decline threshold"] == f"{decline:.3f}"
+    assert m["Flagged"] == f"{n_flag_entity:,}"
+    assert m["Decision"] == cv.BAND_LABELS[band] and m["Decision band"] == cv.BAND_LABELS[band]
+    fp = next(x for x in at.metric if x.label == "Fraud probability")
+    assert fp.proto.body == f"{p - review:+.3f} vs threshold" or f"{p - review:+.3f}" in str(fp.proto)
+    at.tabs[-1]  # the What-if tab is rendered with the others
+    assert m["What-if decision"] == cv.BAND_LABELS[band]  # no edit: the original score's band
+
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    report = json.loads(_download(downloads, ".json"))
+    assert report["score"]["thresholds"]["review"] == review
+    assert report["score"]["thresholds"]["decline"] == decline
+    assert report["score"]["decision_band"] == band
+
+    at = _page("pages/model.py")
+    m = _metrics(at)
+    assert m["Review threshold"] == f"{review:.3f}" and m["Decline threshold"] == f"{decline:.3f}"
+
+    from engine.cli import app
+
+    r = CliRunner().invoke(app, ["score", "--data", str(cenv["data"]), "--spec", cenv["spec"], "--model",
+                                 str(cenv["model"]), "--out", str(cenv["db"].parent / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    assert f"{n_flag:,} transactions at or above the review threshold {review:.3f}" in " ".join(r.output.split())
+
+
+def test_decision_band_is_one_rule():
+    assert [cv.decision_band(x, 0.2, 0.9) for x in (0.1, 0.2, 0.5, 0.9, 0.979)] == [
+        "below_review", "review", "review", "decline", "decline"]
+    with pytest.raises(ValueError, match="finite"):
+        cv.decision_band(float("nan"), 0.2, 0.9)
+    from engine.cases import report as rp
+
+    assert rp.decision_band is cv.decision_band
+
+
+# --------------------------------------------------------------------------------- item 12
+def test_exports_carry_the_sessions_whatif_edits_and_verdicts(cenv, downloads):
+    from pypdf import PdfReader
+
+    edit = {"op": "change", "transaction_id": _earlier(cenv), "values": {"amount": 4321.5}}
+    at = _page("pages/case.py", entity_id=cenv["entity"], query_id=cenv["query"], trust_show=True,
+               whatif_edits={cenv["query"]: [edit]}, trust_sanity_models=[cenv["bundle"].sha256])
+    assert not at.get("download_button") or all(
+        b.proto.label not in ("Download PDF", "Download JSON") for b in at.get("download_button"))
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    exports = ["Download PDF", "Download JSON", "Download CSV"]
+    assert [b.proto.label for b in at.get("download_button") if b.proto.label in exports] == exports
+    report = json.loads(_download(downloads, ".json"))
+    wi = report["trust"]["what_if"]
+    assert wi["edits"] == [edit] and wi["edited_transaction_ids"] == [edit["transaction_id"]]
+    assert wi["probability"] == pytest.approx(at.session_state["whatif_result"][cenv["query"]]["probability"])
+    verdicts = report["trust"]["randomisation"]["verdicts"]
+    assert set(verdicts) == {"attention", "integrated_gradients", "shap", "occlusion"}
+    assert {v["verdict"] for v in verdicts.values()} <= {"evidence", "not evidence"}
+    text = " ".join(" ".join(pg.extract_text() for pg in PdfReader(io.BytesIO(_download(downloads, ".pdf"))).pages)
+                    .split())
+    assert "What-if edits in force" in text and "amount=4321.5" in text and "Model-parameter randomisation" in text
+
+    # another edit: the prepared exports no longer match the page, so they are prepared again
+    at.session_state["whatif_edits"] = {cenv["query"]: [edit, {**edit, "values": {"amount": 1.0}}]}
+    at.run()
+    _ok(at)
+    assert "Download JSON" not in [b.proto.label for b in at.get("download_button")]
+    assert at.button(key="dl_prepare") is not None
