@@ -28,6 +28,17 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _load_model(model: Path | None):
+    """The checkpoint at ``model`` (None: the demo model), or exit 2 with a one-line message naming
+    the file and the cause (see :func:`engine.model.checkpoint.load_checkpoint`)."""
+    from engine.model.checkpoint import load_checkpoint
+
+    try:
+        return load_checkpoint(model)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(f"checkpoint refused: {e}")
+
+
 def _read(data: Path, spec, max_rows: int | None = None):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the accounting."""
     from engine.data.io import read_transactions
@@ -156,13 +167,9 @@ def score(
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting."""
-    from engine.model.checkpoint import load_checkpoint
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
-    try:
-        bundle = load_checkpoint(model)
-    except (FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+    bundle = _load_model(model)
     t0 = time.perf_counter()
     sp, res = _read(data, spec or bundle.spec)
     try:
@@ -192,13 +199,9 @@ def explain(
     seed: int = typer.Option(0),
 ):
     """Explain one scored transaction with every method; write one JSON file."""
-    from engine.model.checkpoint import load_checkpoint
     from engine.explain import explain_transaction
 
-    try:
-        bundle = load_checkpoint(model)
-    except (FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+    bundle = _load_model(model)
     sp, res = _read(data, spec or bundle.spec)
     fr = res.frame
     from engine.model.scoring import check_compatible
@@ -339,6 +342,7 @@ def dashboard(
     if spec:
         env["FRAUDLENS_SPEC"] = spec if not Path(spec).exists() else str(Path(spec).resolve())
     if model:
+        _load_model(model)  # a refused checkpoint fails here, in one line, not in the browser
         env["FRAUDLENS_MODEL"] = str(model.resolve())
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
            "--server.fileWatcherType", "none", "--server.port", str(port),

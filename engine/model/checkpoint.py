@@ -167,9 +167,10 @@ def _read_regular(path: Path, limit: int) -> bytes:
         raise CheckpointError(f"{path}: {st.st_size:,} bytes, above the limit of {limit:,} bytes")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced between lstat and open
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):  # replaced between lstat and open
             raise CheckpointError(f"{path}: not a regular file; a checkpoint's files must be regular files")
-        data = f.read(limit + 1)
+        data = f.read(min(st.st_size, limit) + 1)  # read(n) allocates n bytes up front
     if len(data) > limit:
         raise CheckpointError(f"{path}: above the limit of {limit:,} bytes")
     return data
