@@ -145,7 +145,10 @@ def train(
     )
     wall = time.perf_counter() - t0
     bundle.meta["command_wall_s"] = wall
-    sha = save_checkpoint(bundle, out)
+    try:
+        sha = save_checkpoint(bundle, out)
+    except ValueError as e:  # non-finite weights or thresholds: never written
+        _fail(str(e))
     t = Table("period", "transactions", "frauds", "AUC ROC", "average precision", "threshold", "precision", "recall")
     for period in ("validation", "test"):
         m = report[period]

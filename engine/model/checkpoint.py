@@ -193,8 +193,8 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
             safetensors file (a pickle is refused, never unpickled).
     """
     d = Path(path) if path is not None else ASSET_MODEL_DIR
-    if not d.is_dir():
-        raise FileNotFoundError(f"{d}: not a checkpoint directory (it holds {WEIGHTS} and {META})")
+    if d.exists() and not d.is_dir():
+        raise FileNotFoundError(f"{d}: not a directory (a checkpoint directory holds {WEIGHTS} and {META})")
     for f in (WEIGHTS, META):
         if not os.path.lexists(d / f):
             raise FileNotFoundError(f"{d / f}: not found (a checkpoint directory holds {WEIGHTS} and {META})")
