@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="fraudlens: explainable sequence models for fraud investigation")
@@ -24,7 +25,7 @@ DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[red]error:[/red] {msg}")
+    console.print(f"[red]error:[/red] {escape(msg)}")  # msg may quote file or user text: never markup
     raise typer.Exit(2)
 
 

@@ -419,3 +419,14 @@ def test_the_shipped_checkpoints_still_load_and_score(base):
     assert np.isfinite(s["logit"]).all() and s["probability"].between(0, 1).all()
     demo = load_checkpoint()
     assert demo.sha256 == ck.DEMO_MODEL_SHA256 and math.isclose(demo.threshold, 0.20708089837631818)
+
+
+def test_text_from_a_checkpoint_is_printed_as_text_by_the_cli(base, tmp_path, monkeypatch):
+    """A config value like ``[/red]`` would be rich markup (or crash the error printer) if not escaped."""
+    _, data, _ = base
+    d = variant(base[0], tmp_path / "markup", meta=_cfg(dropout="[/red][bold]x"))
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "data_dir"))
+    r = CliRunner().invoke(app, ["score", "--data", str(data), "--model", str(d), "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code == 2, r.output
+    assert " ".join(r.output.split()) == (f"error: checkpoint refused: {d / META}: model_config: dropout: expected a "
+                                          "number in [0, 1), got '[/red][bold]x'")
