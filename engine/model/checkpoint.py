@@ -165,7 +165,10 @@ def _read_regular(path: Path, limit: int) -> bytes:
         raise CheckpointError(f"{path}: not a regular file; a checkpoint's files must be regular files")
     if st.st_size > limit:
         raise CheckpointError(f"{path}: {st.st_size:,} bytes, above the limit of {limit:,} bytes")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:  # O_NOFOLLOW: a link swapped in after the lstat is refused too
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be opened ({e.strerror})") from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):  # replaced between lstat and open

@@ -430,3 +430,40 @@ def test_text_from_a_checkpoint_is_printed_as_text_by_the_cli(base, tmp_path, mo
     assert r.exit_code == 2, r.output
     assert " ".join(r.output.split()) == (f"error: checkpoint refused: {d / META}: model_config: dropout: expected a "
                                           "number in [0, 1), got '[/red][bold]x'")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_dashboard_shows_a_non_finite_score_as_an_error_not_flagged_0(base, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    _, data, _ = base
+    d = _overflowing(base[0], tmp_path / "overflow")
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "data_dir"))
+    monkeypatch.setenv("FRAUDLENS_DATA", str(data))
+    monkeypatch.setenv("FRAUDLENS_SPEC", "demo")
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(d))
+    monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.error and "gave a NaN or infinite score for" in at.error[0].value
+    assert not [m for m in at.metric if m.label.startswith("Flagged")]
+
+
+def test_an_unreadable_or_swapped_file_is_a_one_line_error(base, tmp_path, monkeypatch, built):
+    """Permission denied, or a link swapped in between the check and the open (O_NOFOLLOW: ELOOP)."""
+    d = variant(base[0], tmp_path / "unreadable")
+    real = os.open
+
+    for err, text in ((PermissionError(13, "Permission denied"), "Permission denied"),
+                      (OSError(40, "Too many levels of symbolic links"), "Too many levels of symbolic links")):
+        def fake(path, *a, _err=err, **k):
+            if str(path).endswith(WEIGHTS):
+                raise _err
+            return real(path, *a, **k)
+
+        monkeypatch.setattr(os, "open", fake)
+        with pytest.raises(CheckpointError) as e:
+            load_checkpoint(d)
+        assert str(e.value) == f"{d / WEIGHTS}: cannot be opened ({text})"
+    assert built == []
