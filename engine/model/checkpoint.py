@@ -171,11 +171,11 @@ def _read_regular(path: Path, limit: int) -> bytes:
         raise CheckpointError(f"{path}: cannot be opened ({e.strerror})") from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):  # replaced between lstat and open
-            raise CheckpointError(f"{path}: not a regular file; a checkpoint's files must be regular files")
-        data = f.read(min(st.st_size, limit) + 1)  # read(n) allocates n bytes up front
-    if len(data) > limit:
-        raise CheckpointError(f"{path}: above the limit of {limit:,} bytes")
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:  # replaced between lstat and open
+            raise CheckpointError(f"{path}: changed while being opened; load it again")
+        data = f.read(st.st_size + 1)  # read(n) allocates n bytes up front: never more than the file
+    if len(data) != st.st_size:
+        raise CheckpointError(f"{path}: changed while being read ({st.st_size:,} bytes expected); load it again")
     return data
 
 
