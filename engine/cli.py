@@ -63,6 +63,17 @@ def _write(fn, path: Path, option: str):
         _fail(f"cannot write {option} {path}: {e.strerror or e}")
 
 
+def _load_model(model: Path | None):
+    """The checkpoint at ``model`` (None: the demo model), or exit 2 with a one-line message naming
+    the file and the cause (see :func:`engine.model.checkpoint.load_checkpoint`)."""
+    from engine.model.checkpoint import load_checkpoint
+
+    try:
+        return load_checkpoint(model)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(f"checkpoint refused: {e}")
+
+
 def _read(data: Path, spec, max_rows: int | None = None):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
@@ -204,7 +215,10 @@ def train(
     )
     wall = time.perf_counter() - t0
     bundle.meta["command_wall_s"] = wall
-    sha = save_checkpoint(bundle, out)
+    try:
+        sha = save_checkpoint(bundle, out)
+    except ValueError as e:  # non-finite weights or thresholds: never written
+        _fail(str(e))
     t = Table("period", "transactions", "frauds", "AUC ROC", "average precision", "threshold", "precision", "recall")
     for period in ("validation", "test"):
         m = report[period]
@@ -251,15 +265,11 @@ def score(
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting."""
-    from engine.model.checkpoint import load_checkpoint
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
     _writable(out, "--out", "scores.parquet")
     _writable(rejected, "--rejected", "rejected.csv")
-    try:
-        bundle = load_checkpoint(model)
-    except (FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+    bundle = _load_model(model)
     t0 = time.perf_counter()
     sp, res = _read(data, spec or bundle.spec)
     try:
@@ -299,14 +309,10 @@ def explain(
     seed: int = typer.Option(0),
 ):
     """Explain one scored transaction with every method; write one JSON file."""
-    from engine.model.checkpoint import load_checkpoint
     from engine.explain import explain_transaction
 
     _writable(out, "--out", "explanation.json")
-    try:
-        bundle = load_checkpoint(model)
-    except (FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+    bundle = _load_model(model)
     sp, res = _read(data, spec or bundle.spec)
     _require_accepted(res, data)
     fr = res.frame
@@ -471,6 +477,7 @@ def dashboard(
     if spec:
         env["FRAUDLENS_SPEC"] = spec if not Path(spec).exists() else str(Path(spec).resolve())
     if model:
+        _load_model(model)  # a refused checkpoint fails here, in one line, not in the browser
         env["FRAUDLENS_MODEL"] = str(model.resolve())
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
            "--server.fileWatcherType", "none", "--server.port", str(port),

@@ -10,7 +10,7 @@ Map of the package, in data-flow order:
 * :mod:`~engine.model.scoring` - whole-file scoring (one output row per input row);
 * :mod:`~engine.model.incremental` - scoring one new transaction from cached per-entity state;
 * :mod:`~engine.model.checkpoint` - safetensors weights + JSON (config, statistics, spec,
-  metrics, sha256), validated on load.
+  metrics, sha256), validated on load by :mod:`~engine.model.checkpoint_checks`.
 
 Imports only :mod:`engine.data` below it. Public names are re-exported here, imported on first use.
 """
@@ -26,6 +26,7 @@ _EXPORTS = {
     "make_batch": "sequences", "entity_bounds": "sequences", "window_of_position": "sequences",
     "FraudTransformer": "transformer", "ModelConfig": "transformer", "ScoreOutput": "transformer",
     "TrainConfig": "train", "fit": "train", "train": "train", "time_split": "train",
+    "NonFiniteScoreError": "scoring", "CheckpointError": "checkpoint_checks",
     "ScoreRun": "scoring", "score_encoded": "scoring", "score_file": "scoring", "score_frame": "scoring",
     "sigmoid": "scoring", "write_scores": "scoring", "check_compatible": "scoring",
     "IncrementalScorer": "incremental",

@@ -4,15 +4,30 @@ A checkpoint is a directory with two files:
 
 * ``model.safetensors`` — the weights (safetensors: no pickle, nothing executes on load);
 * ``checkpoint.json`` — model config, feature statistics, dataset spec, metrics, thresholds,
-  training-data hash, package versions, creation time, and ``sha256``: the SHA-256 of the
-  weights bytes followed by the canonical JSON of everything else. Loading verifies it.
+  training-data hash, package versions, creation time, and ``sha256`` (see below).
+
+Identity. A model's identity (:attr:`ModelBundle.sha256`, the key of its cases and reports) is
+always *computed* from the bytes read: SHA-256 of the weights file's bytes followed by the
+canonical JSON (sorted keys, no whitespace) of ``checkpoint.json`` without its ``sha256`` key. The
+``sha256`` the file states about itself is only compared with it (a mismatch is an error), never
+used. The bundled demo model is also pinned to :data:`DEMO_MODEL_SHA256`.
+
+Untrusted input. A checkpoint folder may come from anyone, so loading validates everything before
+allocating from it (:func:`load_checkpoint`, see :mod:`engine.model.checkpoint_checks`): both files
+must be regular files in the folder (no symbolic links, devices or FIFOs) within size limits;
+the JSON is strict (no NaN/Infinity, no duplicate keys); config ranges and the parameter count
+they imply are bounded; every tensor's name, dtype (float32) and shape must be the ones the
+config implies and every value finite; thresholds lie in [0, 1] with review <= decline. Weights
+are never unpickled (safetensors only).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -20,15 +35,32 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from engine import __version__
 from engine.data.features import FeatureEncoder
 from engine.data.spec import DatasetSpec, spec_from_dict
+from engine.model.checkpoint_checks import (
+    CheckpointError,
+    check_layout,
+    check_thresholds,
+    expected_state_shapes,
+    load_weights,
+    parse_meta,
+)
 from engine.model.transformer import FraudTransformer, ModelConfig
 
 WEIGHTS, META = "model.safetensors", "checkpoint.json"
 ASSET_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_model"
+#: identity of the bundled demo model: ``load_checkpoint`` refuses ``assets/demo_model`` if its files
+#: hash to anything else (retraining it means updating this constant in the same commit).
+DEMO_MODEL_SHA256 = "3f432c73dfdf6bc1e83499550aed1274af5cfc44c4ea8d4ef2179e17d913624f"
+FORMAT = "fraudlens-checkpoint/1"
+MAX_META_BYTES = 16 * 2**20  #: size limit of ``checkpoint.json``
+MAX_WEIGHTS_BYTES = 512 * 2**20  #: size limit of ``model.safetensors``
+
+__all__ = ["CheckpointError", "ModelBundle", "load_checkpoint", "save_checkpoint", "build_model", "file_sha256",
+           "checkpoint_sha256", "ASSET_MODEL_DIR", "DEMO_MODEL_SHA256"]
 
 
 @dataclass
@@ -82,14 +114,29 @@ def _digest(weights: bytes, meta_wo_sha: dict) -> str:
     return h.hexdigest()
 
 
+def checkpoint_sha256(weights: bytes, meta: dict) -> str:
+    """A checkpoint's identity (hex): SHA-256 of the weights bytes followed by the canonical JSON
+    (sorted keys, no whitespace) of ``meta`` without its ``sha256`` key."""
+    return _digest(weights, {k: v for k, v in meta.items() if k != "sha256"})
+
+
 def save_checkpoint(bundle: ModelBundle, out_dir: str | Path) -> str:
-    """Write ``model.safetensors`` + ``checkpoint.json`` to ``out_dir``; returns the sha256."""
+    """Write ``model.safetensors`` + ``checkpoint.json`` to ``out_dir``; returns the sha256.
+
+    Raises:
+        CheckpointError: a weight is not finite or the thresholds are out of range (such a
+            checkpoint would be refused on load, so it is never written).
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in bundle.model.state_dict().items()}
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(f"{out}: not written: tensor(s) {bad[:5]} hold NaN or inf values")
+    check_thresholds(bundle.meta.get("thresholds"), str(out / META))
+    out.mkdir(parents=True, exist_ok=True)
     save_file(state, str(out / WEIGHTS))
     meta = {
-        "format": "fraudlens-checkpoint/1",
+        "format": FORMAT,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model_config": bundle.model.cfg.to_dict(),
         "feature_state": bundle.encoder.state_dict(),
@@ -104,28 +151,86 @@ def save_checkpoint(bundle: ModelBundle, out_dir: str | Path) -> str:
     return sha
 
 
-def load_checkpoint(path: str | Path | None = None, *, verify: bool = True) -> ModelBundle:
-    """Load a checkpoint directory (default: the demo model in ``assets/demo_model``).
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, which must be a regular file (not a symbolic link, device, FIFO or
+    folder) of at most ``limit`` bytes; read once through one descriptor (no re-open)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not found (a checkpoint directory holds {WEIGHTS} and {META})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise CheckpointError(f"{path}: is a symbolic link (to {os.readlink(path)!r}); a checkpoint's files "
+                              "must be regular files inside its folder")
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"{path}: not a regular file; a checkpoint's files must be regular files")
+    if st.st_size > limit:
+        raise CheckpointError(f"{path}: {st.st_size:,} bytes, above the limit of {limit:,} bytes")
+    try:  # O_NOFOLLOW: a link swapped in after the lstat is refused too
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be opened ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:  # replaced between lstat and open
+            raise CheckpointError(f"{path}: changed while being opened; load it again")
+        data = f.read(st.st_size + 1)  # read(n) allocates n bytes up front: never more than the file
+    if len(data) != st.st_size:
+        raise CheckpointError(f"{path}: changed while being read ({st.st_size:,} bytes expected); load it again")
+    return data
+
+
+def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
+    """Load and validate a checkpoint directory (default: the demo model in ``assets/demo_model``).
+
+    Every check runs before the model is built (see the module docstring); the bundle's
+    ``sha256`` is computed from the bytes read, never taken from the file.
 
     Raises:
         FileNotFoundError: the directory or one of its two files is missing.
-        ValueError: the stored sha256 does not match the files (corrupted or edited checkpoint).
+        CheckpointError (a ValueError): one line naming the file and the cause: a symbolic link
+            or non-regular file, a file above its size limit, invalid or non-strict JSON, a
+            stored sha256 that does not match the files (corrupted or edited), a changed demo
+            model, a config value out of range, thresholds outside [0, 1] or review > decline,
+            a config that does not match the feature statistics, or a tensor that is missing,
+            unexpected, not float32, of the wrong shape or not finite; weights that are not a
+            safetensors file (a pickle is refused, never unpickled).
     """
     d = Path(path) if path is not None else ASSET_MODEL_DIR
+    if d.exists() and not d.is_dir():
+        raise FileNotFoundError(f"{d}: not a directory (a checkpoint directory holds {WEIGHTS} and {META})")
     for f in (WEIGHTS, META):
-        if not (d / f).exists():
+        if not os.path.lexists(d / f):
             raise FileNotFoundError(f"{d / f}: not found (a checkpoint directory holds {WEIGHTS} and {META})")
-    meta = json.loads((d / META).read_text())
-    weights = (d / WEIGHTS).read_bytes()
-    sha = meta.pop("sha256", "")
-    if verify and _digest(weights, meta) != sha:
-        raise ValueError(f"{d}: checkpoint sha256 mismatch (expected {sha[:12]}…); the files were changed")
-    cfg = ModelConfig.from_dict(meta["model_config"])
-    spec = spec_from_dict(meta["spec"], source=str(d / META))
-    model = FraudTransformer(cfg)
-    model.load_state_dict(load_file(str(d / WEIGHTS)))
-    model.eval()
+    src = str(d / META)
+    meta = parse_meta(_read_regular(d / META, MAX_META_BYTES), src)
+    weights = _read_regular(d / WEIGHTS, MAX_WEIGHTS_BYTES)
+    stated = meta.pop("sha256", None)
+    sha = _digest(weights, meta)
+    if stated is not None and stated != sha:
+        raise CheckpointError(f"{d}: checkpoint sha256 mismatch: {META} states {str(stated)[:12]}…, the files hash "
+                              f"to {sha[:12]}…; the files were changed after saving")
+    if d.resolve() == ASSET_MODEL_DIR.resolve() and sha != DEMO_MODEL_SHA256:
+        raise CheckpointError(f"{d}: the bundled demo model was changed (its files hash to {sha[:12]}…, this release "
+                              f"pins {DEMO_MODEL_SHA256[:12]}…); restore assets/demo_model")
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{src}: format: expected {FORMAT!r}, got {meta.get('format')!r}")
+    check_thresholds(meta.get("thresholds"), src)
+    try:
+        cfg = ModelConfig.from_dict(meta.get("model_config"))
+    except ValueError as e:
+        raise CheckpointError(f"{src}: model_config: {e}") from None
+    try:
+        spec = spec_from_dict(meta.get("spec"), source=src)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{src}: spec: {str(e).splitlines()[0]}") from None
+    if not isinstance(meta.get("feature_state"), dict):
+        raise CheckpointError(f"{src}: feature_state: expected an object")
     enc = FeatureEncoder.from_state_dict(spec, meta["feature_state"])
+    check_layout(cfg, _layout(enc, src), src)
+    state = load_weights(weights, expected_state_shapes(cfg), str(d / WEIGHTS))
+    model = FraudTransformer(cfg)  # sizes bounded by the checks above
+    model.load_state_dict(state, strict=True)
+    model.eval()
     keep = {k: v for k, v in meta.items() if k not in {"model_config", "feature_state", "spec"}}
     return ModelBundle(model=model, encoder=enc, spec=spec, meta=keep, sha256=sha, path=d)
 
@@ -142,16 +247,30 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
 def build_model(encoder: FeatureEncoder, seed: int = 0, **overrides) -> FraudTransformer:
     """A fresh model whose input layout matches ``encoder`` (``overrides``: ModelConfig fields),
     initialised from ``torch.manual_seed(seed)``."""
-    names = encoder.field_names()
-    fidx = {n: i for i, n in enumerate(names)}
-    cat_cols = encoder.cat_columns()
-    cfg = ModelConfig(
-        cat_cardinalities=[c for _, _, c in cat_cols],
-        cat_field_index=[fidx[f] for _, f, _ in cat_cols],
-        num_field_index=[fidx[f] for _, f in encoder.num_columns()],
-        multi_slots=[(fidx[n], w) for n, w in encoder.multi_slots()],
-        field_names=names,
-        **{"num_ple_edges": encoder.num_ple_edges(), **overrides},
-    )
+    cfg = ModelConfig(**{**_layout(encoder), **overrides})
     torch.manual_seed(seed)
     return FraudTransformer(cfg)
+
+
+def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
+    """The input-layout fields of :class:`ModelConfig` that ``encoder`` implies.
+
+    Raises:
+        CheckpointError: (with ``source``) the encoder's statistics are malformed.
+    """
+    try:
+        names = encoder.field_names()
+        fidx = {n: i for i, n in enumerate(names)}
+        cat_cols = encoder.cat_columns()
+        return dict(
+            cat_cardinalities=[c for _, _, c in cat_cols],
+            cat_field_index=[fidx[f] for _, f, _ in cat_cols],
+            num_field_index=[fidx[f] for _, f in encoder.num_columns()],
+            multi_slots=[(fidx[n], w) for n, w in encoder.multi_slots()],
+            field_names=names,
+            num_ple_edges=encoder.num_ple_edges(),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        if not source:
+            raise
+        raise CheckpointError(f"{source}: feature_state: malformed ({type(e).__name__}: {e})") from None

@@ -26,6 +26,7 @@ from scipy.special import erf as _erf
 
 from engine.data.features import piecewise_linear
 from engine.model.checkpoint import ModelBundle
+from engine.model.scoring import NonFiniteScoreError
 from engine.model.sequences import window_of_position
 
 
@@ -110,6 +111,7 @@ class IncrementalScorer:
 
     Raises:
         ValueError: a transaction older than the entity's previous one (histories are time-ordered).
+        NonFiniteScoreError: a NaN or infinite score (an error, never "not flagged").
     """
 
     def __init__(self, bundle: ModelBundle):
@@ -213,7 +215,13 @@ class IncrementalScorer:
 
     # ------------------------------------------------------------------ public
     def add(self, entity_id: str, row) -> float:
-        """Score one new transaction of ``entity_id`` (appended after its cached history)."""
+        """Score one new transaction of ``entity_id`` (appended after its cached history).
+
+        Raises:
+            ValueError: the transaction is older than the entity's previous one.
+            NonFiniteScoreError: the logit is NaN or infinite (names the transaction and entity);
+                the entity's cache already holds the row, so the scorer must be discarded.
+        """
         st = self.entities.setdefault(str(entity_id), _EntityState())
         p = st.n
         base, t, z = self._row_embedding(row, st)
@@ -230,13 +238,21 @@ class IncrementalScorer:
                 W = self.w
                 logit = float(_layer_norm(h, *W.ln_out) @ W.head_w + W.head_b)
         st.n, st.last_time = p + 1, t
+        if not math.isfinite(logit):
+            tid = row.get("transaction_id", "?") if hasattr(row, "get") else "?"
+            raise NonFiniteScoreError(
+                f"the model gave a NaN or infinite score for transaction {tid} of entity {entity_id}; the model "
+                "or its input is broken, so no score is reported (discard this scorer)", np.array([0]))
         return logit
 
     def add_frame(self, frame: pd.DataFrame) -> np.ndarray:
         """Feed a canonical frame (sorted by entity, time) row by row; returns ``[N]`` logits."""
         out = np.empty(len(frame), np.float64)
         for i, row in enumerate(frame.to_dict("records")):
-            out[i] = self.add(row["entity_id"], row)
+            try:
+                out[i] = self.add(row["entity_id"], row)
+            except NonFiniteScoreError as e:
+                raise NonFiniteScoreError(str(e), np.array([i])) from None
         return out
 
     def cached_entities(self) -> int:

@@ -25,6 +25,23 @@ from engine.model.sequences import (
 from engine.model.transformer import FraudTransformer
 
 
+class NonFiniteScoreError(ValueError):
+    """The model gave a NaN or infinite logit: an error, never "not flagged".
+
+    Attributes:
+        rows: indices (into the scored rows) of the non-finite scores.
+    """
+
+    def __init__(self, message: str, rows: np.ndarray):
+        super().__init__(message)
+        self.rows = rows
+
+
+def _ids(values, n: int = 5) -> str:
+    v = [str(x) for x in values[:n]]
+    return ", ".join(v) + (f" and {len(values) - n:,} more" if len(values) > n else "")
+
+
 def score_encoded(
     model: FraudTransformer,
     enc: EncodedFrame,
@@ -46,11 +63,14 @@ def score_encoded(
             other rows are NaN.
     Returns:
         ``[N]`` float32 logits (probability = sigmoid(logit)).
+    Raises:
+        NonFiniteScoreError: a scored row's logit is NaN or infinite (names the row indices).
     """
     cfg = model.cfg
     win = build_windows(entity_ids, cfg.context_length, cfg.min_history)
     ent_start = window_entity_start(win, entity_ids)
     out = np.full(len(enc), np.nan, dtype=np.float32)
+    bad: list[np.ndarray] = []
     model.eval()
     with torch.inference_mode():
         # windows grouped by (first scored position, length): a batch of later windows runs its
@@ -64,8 +84,15 @@ def score_encoded(
             rows_b = win.rows[ids, start:Tb]
             take = (rows_b >= 0) & (np.arange(start, Tb)[None, :] >= win.scored_from[ids][:, None])
             out[rows_b[take]] = logits[take]
+            if not np.isfinite(logits[take]).all():
+                bad.append(rows_b[take][~np.isfinite(logits[take])])
             if progress is not None:
                 progress(len(ids))
+    if bad:
+        rows_bad = np.unique(np.concatenate(bad))
+        raise NonFiniteScoreError(
+            f"the model gave a NaN or infinite score for {len(rows_bad):,} row(s) (row index {_ids(rows_bad)}); "
+            "the model or its input is broken, so no score is reported", rows_bad)
     return out
 
 
@@ -97,10 +124,18 @@ def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 6
         logit (float32) and probability (float64, in [0, 1]), in the frame's row order.
     Raises:
         ValueError: the frame lacks a field of the model (see :func:`check_compatible`).
+        NonFiniteScoreError: a score is NaN or infinite; names the transaction ids.
     """
     check_compatible(bundle, frame)
     enc = bundle.encoder.transform(frame)
-    logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), batch_size=batch_size)
+    try:
+        logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), batch_size=batch_size)
+    except NonFiniteScoreError as e:
+        tid = frame["transaction_id"].to_numpy()[e.rows] if "transaction_id" in frame else e.rows
+        raise NonFiniteScoreError(
+            f"model {bundle.short_sha or bundle.meta.get('name', '')} gave a NaN or infinite score for "
+            f"{len(e.rows):,} transaction(s) ({_ids(tid)}); the model or its input is broken, so no score is reported",
+            e.rows) from None
     cols = [c for c in ("row_number", "transaction_id", "entity_id", "timestamp", "amount", "label") if c in frame]
     out = frame[cols].copy()
     out["logit"] = logits

@@ -24,7 +24,8 @@ Design notes
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+import numbers
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 import torch
 import torch.nn.functional as Fnn
@@ -36,6 +37,28 @@ from engine.model.sequences import TransactionBatch
 #: Default ``ModelConfig.history_edges``: log amount minus the customer's earlier mean, in standard
 #: deviations of the training log amount (x5 the usual amount is about +1.7 on the Handbook data).
 DEFAULT_HISTORY_EDGES = (-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+
+#: ``ModelConfig`` integer fields -> inclusive (min, max). A checkpoint's config is checked against
+#: these before any tensor is allocated; the parameter count is bounded separately
+#: (``engine.model.checkpoint.MAX_PARAMETERS``).
+CONFIG_LIMITS = {
+    "d_model": (1, 1024), "n_heads": (1, 64), "n_layers": (1, 32), "d_ff": (1, 8192),
+    "context_length": (2, 1024), "min_history": (0, 1023),
+}
+MAX_LIST_LEN = 100_000  # entries of any list field (fields, cat columns, num columns)
+MAX_EMBEDDING_ROWS = 1 << 22  # sum of the categorical cardinalities
+MAX_MULTI_WIDTH = 100_000  # width of one multi-hot block
+MAX_EDGES = 1024  # edges of one piecewise-linear code
+
+
+def _short(v, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[: n - 1] + "…"
+
+
+def _check_int(name: str, v, lo: int, hi: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= v <= hi:
+        raise ValueError(f"{name}: expected an integer in [{lo:,}, {hi:,}], got {_short(v)}")
 
 
 @dataclass
@@ -82,6 +105,7 @@ class ModelConfig:
     num_ple_edges: list[list[float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self._check_ranges()
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model: expected a multiple of n_heads={self.n_heads}, got {self.d_model}")
         if len(self.cat_cardinalities) != len(self.cat_field_index):
@@ -104,6 +128,48 @@ class ModelConfig:
                 if len(e) > 1 and not all(b > a for a, b in zip(e[:-1], e[1:])):
                     raise ValueError(f"{name}: expected strictly increasing edges (list {j}), got {list(e)}")
 
+    def _check_ranges(self) -> None:
+        """Types and ranges of every field (:data:`CONFIG_LIMITS`), checked before anything is
+        allocated from them (a checkpoint's config is untrusted input).
+
+        Raises:
+            ValueError: names the field, the expected range and the value.
+        """
+        for name, (lo, hi) in CONFIG_LIMITS.items():
+            _check_int(name, getattr(self, name), lo, hi)
+        d = self.dropout
+        if isinstance(d, bool) or not isinstance(d, numbers.Real) or not (math.isfinite(d) and 0 <= d < 1):
+            raise ValueError(f"dropout: expected a number in [0, 1), got {d!r}")
+        for name in ("cat_cardinalities", "cat_field_index", "num_field_index", "multi_slots", "field_names",
+                     "history_edges", "num_ple_edges"):
+            v = getattr(self, name)
+            if not isinstance(v, (list, tuple)) or len(v) > MAX_LIST_LEN:
+                raise ValueError(f"{name}: expected a list of at most {MAX_LIST_LEN:,} entries, got {_short(v)}")
+        names = self.field_names
+        if not all(isinstance(n, str) and 0 < len(n) <= 200 for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"field_names: expected distinct non-empty names, got {_short(names)}")
+        F = len(names)
+        for j, c in enumerate(self.cat_cardinalities):
+            _check_int(f"cat_cardinalities[{j}]", c, 1, MAX_EMBEDDING_ROWS)
+        if sum(self.cat_cardinalities) > MAX_EMBEDDING_ROWS:
+            raise ValueError(f"cat_cardinalities: expected a sum of at most {MAX_EMBEDDING_ROWS:,}, "
+                             f"got {sum(self.cat_cardinalities):,}")
+        for name in ("cat_field_index", "num_field_index"):
+            for j, i in enumerate(getattr(self, name)):
+                _check_int(f"{name}[{j}]", i, 0, F - 1)
+        for j, slot in enumerate(self.multi_slots):
+            if not isinstance(slot, (list, tuple)) or len(slot) != 2:
+                raise ValueError(f"multi_slots[{j}]: expected [field index, width], got {_short(slot)}")
+            _check_int(f"multi_slots[{j}] field index", slot[0], 0, F - 1)
+            _check_int(f"multi_slots[{j}] width", slot[1], 1, MAX_MULTI_WIDTH)
+        for name, lists in (("history_edges", [self.history_edges]), ("num_ple_edges", self.num_ple_edges)):
+            for j, e in enumerate(lists):
+                ok = isinstance(e, (list, tuple)) and len(e) <= MAX_EDGES
+                if not ok or not all(not isinstance(x, bool) and isinstance(x, numbers.Real) and math.isfinite(x)
+                                     for x in e):
+                    raise ValueError(f"{name}: expected lists of at most {MAX_EDGES} finite numbers "
+                                     f"(list {j}), got {_short(e)}")
+
     @property
     def n_fields(self) -> int:
         return len(self.field_names)
@@ -113,7 +179,19 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
+        """The config stored by :meth:`to_dict` (unknown keys ignored; a legacy config without
+        ``history_edges`` gets ``[]``).
+
+        Raises:
+            ValueError: ``d`` is not a mapping, lacks a required field, or a value is out of range.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a mapping of config fields, got {type(d).__name__}")
+        fs = fields(cls)
+        missing = [f.name for f in fs if f.name not in d and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise ValueError(f"missing field(s) {missing}")
+        known = {f.name for f in fs}
         d = {"history_edges": [], **d}  # legacy checkpoints: linear amount_vs_history only
         return cls(**{k: v for k, v in d.items() if k in known})
 

@@ -1,5 +1,7 @@
 """Tiny-config tester for the FraudTransformer: causality, padding, attention, removal rule."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -232,3 +234,39 @@ def test_config_checks_one_edge_list_per_num_column(bundle):
     bad[-1] = [0.5, 0.2]
     with pytest.raises(ValueError, match=f"num_ple_edges: expected strictly increasing edges \\(list {n - 1}\\)"):
         ModelConfig(**{**d, "num_ple_edges": bad})
+
+
+def test_expected_state_shapes_are_the_built_models(bundle):
+    """The loader checks a checkpoint's tensors against shapes computed from the config alone; they
+    must be exactly the built model's (with and without piecewise-linear codes and history edges)."""
+    from engine.model.checkpoint import ASSET_MODEL_DIR
+    from engine.model.checkpoint_checks import expected_state_shapes
+    from engine.model.transformer import FraudTransformer, ModelConfig
+
+    d = bundle.model.cfg.to_dict()
+    n = len(d["num_field_index"])
+    ple = [[] for _ in range(n)]
+    ple[0], ple[-1] = [-1.0, 0.0, 1.0], [0.0, 0.5, 1.0, 2.0, 3.0]
+    demo = json.loads((ASSET_MODEL_DIR / "checkpoint.json").read_text())["model_config"]
+    for cfg in (bundle.model.cfg, ModelConfig(**{**d, "num_ple_edges": ple, "n_layers": 3}),
+                ModelConfig(**{**d, "history_edges": []}), ModelConfig.from_dict(demo)):
+        want = {k: tuple(v.shape) for k, v in FraudTransformer(cfg).state_dict().items()}
+        assert expected_state_shapes(cfg) == want
+    assert "rows.ple_w" in expected_state_shapes(ModelConfig(**{**d, "num_ple_edges": ple}))
+
+
+def test_save_refuses_non_finite_weights_and_bad_thresholds(bundle, tmp_path):
+    from engine.model.checkpoint import CheckpointError, ModelBundle
+
+    bad = ModelBundle(model=bundle.model, encoder=bundle.encoder, spec=bundle.spec,
+                      meta={"thresholds": {"review": 0.7, "decline": 0.3}})
+    with pytest.raises(CheckpointError, match="thresholds: expected review <= decline, got review 0.7 > decline 0.3"):
+        save_checkpoint(bad, tmp_path / "a")
+    import copy
+
+    m = copy.deepcopy(bundle.model)
+    with torch.no_grad():
+        m.head.bias.fill_(float("nan"))
+    with pytest.raises(CheckpointError, match=r"b: not written: tensor\(s\) \['head.bias'\] hold NaN or inf values"):
+        save_checkpoint(ModelBundle(model=m, encoder=bundle.encoder, spec=bundle.spec), tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
