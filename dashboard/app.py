@@ -1,6 +1,6 @@
 """fraudlens dashboard entry point: ``streamlit run dashboard/app.py -- [--data FILE --spec NAME]
 [--model DIR] [--max-rows N]`` (or env FRAUDLENS_DATA / FRAUDLENS_SPEC / FRAUDLENS_MODEL /
-FRAUDLENS_MAX_ROWS). Pages: Cases (pick a source, a model and an entity), Case (one entity's
+FRAUDLENS_MAX_ROWS). Every page runs behind the sign-in of dashboard/components/access.py. Pages: Cases (pick a source, a model and an entity), Case (one entity's
 timeline and the explanations of one transaction), Model (model card)."""
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ if str(_ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only das
 import streamlit as st  # noqa: E402
 
 from dashboard import state  # noqa: E402
+from dashboard.components import access  # noqa: E402
 from engine.cases.view import mask  # noqa: E402
 
 # page icon: an emoji becomes an inline SVG favicon; a :material/...: icon would be fetched from a CDN
 st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")
+IDENTITY = access.require_signed_in()  # the sign-in page and st.stop() until someone is signed in
+access.banner_and_sidebar(IDENTITY)
 state.init_state(state.parse_settings(sys.argv[1:]))
 
 pages = [
