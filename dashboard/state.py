@@ -366,7 +366,7 @@ def load_or_explain_error(e: Exception) -> str:
         return f"Not allowed: {e}"
     src = st.session_state.get(SOURCE) or {}
     if isinstance(e, FileNotFoundError):
-        return f"Not found: {Path(str(e.filename or '')).name or sp.safe_error(e)}"
+        return f"Not found: {e}"  # names a path (inside the roots), never a file's contents
     if isinstance(e, RuntimeError) and "state_dict" in str(e):
         return ("This checkpoint does not match this version of the model code (it was trained with an "
                 "older one): retrain it with `fraudlens train`, or choose another checkpoint.")
