@@ -329,6 +329,21 @@ def load_all() -> Loaded:
     return Loaded(src=src, source=source, bundle=bundle, scores=_scores(*key), ranking=_ranking(*key), key=key)
 
 
+def warm(settings: Settings) -> tuple:
+    """Fill the shared caches (model bundle, source, scores, ranking) for the launch settings
+    before the server starts (dashboard/launch.py); the cache key, as :func:`load_all` builds it.
+    Raises like :func:`load_all`."""
+    src = (demo_source(settings.max_rows) if not settings.data else
+           {"path": settings.data, "spec": settings.spec or cv.demo_spec_name(), "max_rows": settings.max_rows})
+    model_path = settings.model or ""
+    bundle = get_bundle(model_path)
+    sha = cv.file_identity(src["path"])
+    key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
+    _source(*key[:4])
+    _ranking(*key)
+    return key
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def _timeline(path: str, spec: str, sha: str, max_rows: int | None, model_path: str, model_sha: str, entity: str):
     source = _source(path, spec, sha, max_rows)
