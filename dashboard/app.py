@@ -20,9 +20,7 @@ from engine.cases.view import mask  # noqa: E402
 
 # page icon: an emoji becomes an inline SVG favicon; a :material/...: icon would be fetched from a CDN
 st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")
-IDENTITY = access.require_signed_in()  # the sign-in page and st.stop() until someone is signed in
-access.banner_and_sidebar(IDENTITY)
-state.init_state(state.parse_settings(sys.argv[1:]))
+_who = access.current()
 
 pages = [
     st.Page("pages/cases.py", title="Cases", default=True),
@@ -46,6 +44,11 @@ def render_sidebar() -> None:
             st.markdown(f"**Query** `{mask(ss[state.QUERY])}`")
 
 
-page = st.navigation(pages)
+# the pages are declared before the sign-in gate so that the page asked for (say /queue) opens
+# once signed in; the menu stays hidden until then
+page = st.navigation(pages, position="sidebar" if _who is not None else "hidden")
+IDENTITY = access.require_signed_in()  # the sign-in page and st.stop() until someone is signed in
+access.banner_and_sidebar(IDENTITY)
+state.init_state(state.parse_settings(sys.argv[1:]))
 render_sidebar()
 page.run()
