@@ -272,6 +272,17 @@ def get_bundle(model_path: str):
     return _bundle(model_path, _model_mtime(model_path))
 
 
+def session_bundle():
+    """The model bundle of this session's model, for a signed-in user whose role views cases and
+    a model path the page may load (:func:`check_model_path`). Raises AccessDenied,
+    PathNotAllowed, or like load_checkpoint."""
+    from dashboard.components import access
+    from engine.serve import access as ac
+
+    ac.require(access.current(), ac.VIEW_CASES)
+    return get_bundle(check_model_path(st.session_state[MODEL]))
+
+
 @st.cache_resource(show_spinner="Reading the data…", max_entries=4)
 def _source(path: str, spec: str, sha: str, max_rows: int | None):
     return cv.load_source(path, spec, max_rows=max_rows, file_sha256=sha)
