@@ -65,6 +65,45 @@ def test_dashboard_refuses_a_taken_port(monkeypatch):
     assert f"port {port} on 127.0.0.1 is already in use" in res.output
 
 
+@pytest.mark.parametrize("how", ["users_file", "oidc_secrets"])
+def test_dashboard_listens_elsewhere_only_with_sign_in(tmp_path, monkeypatch, how):
+    monkeypatch.delenv("FRAUDLENS_USERS", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
+    monkeypatch.setattr(Path, "home", lambda: tmp_path)
+    if how == "users_file":
+        ac.add_user(tmp_path / "u.toml", "alice", "analyst", PW)
+        monkeypatch.setenv("FRAUDLENS_USERS", str(tmp_path / "u.toml"))
+    else:
+        (tmp_path / ".streamlit").mkdir()
+        (tmp_path / ".streamlit" / "secrets.toml").write_text(
+            '[auth]\nredirect_uri = "http://x/oauth2callback"\ncookie_secret = "s"\n', encoding="utf-8")
+    started = []
+
+    def fake_exec(exe, argv, env):
+        started.append((argv, env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", fake_exec)
+    monkeypatch.chdir(tmp_path)
+    port = _free_port()
+    res = CliRunner().invoke(app, ["dashboard", "--address", "0.0.0.0", "--port", str(port)])
+    assert res.exit_code == 0, res.output
+    argv, env = started[0]
+    assert argv[1:] == ["-m", "dashboard.launch", "--address", "0.0.0.0", "--port", str(port)]
+    assert env["FRAUDLENS_DEMO"] == ""
+    assert "sign-in required" in res.output
+
+
+def test_dashboard_defaults_to_127_0_0_1(monkeypatch, tmp_path):
+    monkeypatch.delenv("FRAUDLENS_USERS", raising=False)
+    started = []
+    monkeypatch.setattr(os, "execve", lambda exe, argv, env: started.append(argv) or (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["dashboard", "--port", str(_free_port())])
+    assert res.exit_code == 0, res.output
+    assert started[0][started[0].index("--address") + 1] == "127.0.0.1"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
