@@ -215,6 +215,13 @@ def save_upload(name: str, data: bytes) -> Path:
     return upload_area().save(name, data)
 
 
+@st.cache_data(show_spinner=False, ttl=30, max_entries=8)
+def listed_files(roots: tuple[str, ...], suffixes: tuple[str, ...]) -> list[str]:
+    """The files under ``roots`` ending with ``suffixes`` (engine.serve.paths.list_files), as
+    strings; cached for 30 s so a large root is not walked on every rerun."""
+    return [str(p) for p in sp.list_files([Path(r) for r in roots], suffixes)]
+
+
 def _launch() -> Settings:
     import sys
 

@@ -28,8 +28,8 @@ ROOTS = sp.data_roots()
 
 
 def _spec_picker(key: str, current: str) -> str:
-    specs = builtin_specs() + [str(p) for p in sp.list_files(ROOTS, sp.SPEC_SUFFIXES)
-                               if not p.is_relative_to(cv.default_model_dir().resolve())]
+    specs = builtin_specs() + [p for p in state.listed_files(tuple(map(str, ROOTS)), sp.SPEC_SUFFIXES)
+                               if not Path(p).is_relative_to(cv.default_model_dir().resolve())]
     opts = specs if current in specs else specs + [current]
     return st.selectbox(
         "Spec", opts, index=opts.index(current), key=key,
@@ -58,7 +58,7 @@ with st.expander(f"Data: **{src['label']}** (spec `{src['spec']}`) · Model: **"
             new_src = state.demo_source(src.get("max_rows"))
         elif kind == "path":
             # a choice among the files inside the data roots, never a free-text server path
-            files = [str(p) for p in sp.list_files(ROOTS)]
+            files = state.listed_files(tuple(map(str, ROOTS)), sp.DATA_SUFFIXES)
             cur = src["path"] if src.get("kind") == "path" and src["path"] in files else None
             path = st.selectbox("File (CSV or Parquet) in the data roots", files, key="src_path",
                                 index=files.index(cur) if cur else None, placeholder="choose a file",
@@ -91,7 +91,8 @@ with st.expander(f"Data: **{src['label']}** (spec `{src['spec']}`) · Model: **"
             st.caption(f"`{cv.default_model_dir().relative_to(cv.REPO_ROOT)}`")
             new_model = ""
         else:
-            dirs = [str(p) for p in sp.list_model_dirs(ROOTS) if p != cv.default_model_dir().resolve()]
+            dirs = [str(Path(p).parent) for p in state.listed_files(tuple(map(str, ROOTS)), ("checkpoint.json",))
+                    if Path(p).parent != cv.default_model_dir().resolve()]
             if ss[state.MODEL] and ss[state.MODEL] not in dirs:
                 dirs.append(ss[state.MODEL])  # the operator's launch model
             new_model = st.selectbox("Checkpoint folder in the data roots", dirs, key="model_dir",

@@ -31,6 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: always readable: the bundled demo data and the demo model
 BUILTIN_ROOTS = (REPO_ROOT / "demo_data", REPO_ROOT / "assets" / "demo_model")
 DATA_SUFFIXES = (".csv", ".parquet", ".pq", ".csv.gz")
+UPLOAD_SUFFIXES = DATA_SUFFIXES + (".gz",)
 SPEC_SUFFIXES = (".toml",)
 MAX_LISTED = 2000
 
@@ -97,11 +98,6 @@ def list_files(roots: list[Path] | None = None, suffixes: tuple[str, ...] = DATA
     return out
 
 
-def list_model_dirs(roots: list[Path] | None = None, limit: int = 200) -> list[Path]:
-    """Checkpoint folders (holding ``checkpoint.json``) under the roots, resolved, sorted."""
-    return sorted({p.parent for p in list_files(roots, ("checkpoint.json",), limit * 5)})[:limit]
-
-
 def display_name(path: Path, roots: list[Path]) -> str:
     """``path`` relative to the root it lies in, prefixed by that root's folder name."""
     for r in roots:
@@ -130,12 +126,11 @@ class UploadArea:
 
     def save(self, name: str, data: bytes) -> Path:
         """Write ``data`` (an upload called ``name``) and return its path: a random 32-hex name
-        plus the recognised suffix of ``name`` (``.csv``, ``.parquet``, ``.pq``, ``.csv.gz``;
-        otherwise ``.csv``), created 0600 and never overwritten. The same bytes in this process
+        plus the recognised suffix of ``name`` (:data:`UPLOAD_SUFFIXES`; otherwise ``.csv``), created 0600 and never overwritten. The same bytes in this process
         return the same path (so caches keyed by path hit)."""
         digest = hashlib.sha256(data).hexdigest()
         low = (name or "").lower()
-        suffix = next((s for s in sorted(DATA_SUFFIXES, key=len, reverse=True) if low.endswith(s)), ".csv")
+        suffix = next((s for s in sorted(UPLOAD_SUFFIXES, key=len, reverse=True) if low.endswith(s)), ".csv")
         folder = self.folder
         with self._lock:
             p = self._by_digest.get(digest)

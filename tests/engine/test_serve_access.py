@@ -136,6 +136,8 @@ def test_upload_area_private_random_names():
     assert area.save("other-name.csv", b"a,b\n1,2\n") == p  # same bytes: same file
     q = area.save("x.PARQUET", b"PAR1")
     assert q != p and q.suffix == ".parquet"
+    assert area.save("t.csv.gz", b"\x1f\x8b1").name.endswith(".csv.gz")
+    assert area.save("t.gz", b"\x1f\x8b2").suffix == ".gz"
     assert sp.UploadArea().folder != area.folder  # one per server process, unpredictable
 
 
