@@ -290,12 +290,13 @@ def authenticate(path: str | Path, name: str, password: str) -> Identity:
 
 
 def oidc_identity(path: str | Path | None, email: object) -> Identity:
-    """The identity of a user signed in through the identity provider with ``email``: they must
-    be listed in the credentials file (their role comes from there). Raises
+    """The identity of a user signed in through the identity provider with ``email`` (ASCII is
+    lower-cased): they must be listed in the credentials file (their role comes from there). Raises
     :class:`SignInError` if not listed or no file is configured."""
     if path is None:
         raise SignInError(f"no credentials file (${ENV_USERS}) lists the roles of identity-provider users")
     addr = email if isinstance(email, str) else ""
+    addr = addr.lower() if addr.isascii() else addr  # e-mail case is not identity; a non-ASCII lookalike matches nobody
     rec = load_users(path).get(addr)
     if rec is None:
         raise SignInError(f"{ascii(addr)[:80]} has no role in this fraudlens: ask an admin to add it")

@@ -66,8 +66,10 @@ def test_wrong_passwords_lock_the_name(users):
 
 def test_identity_provider_users_need_a_listed_role(users):
     assert ac.oidc_identity(users, "carol@bank.example") == ac.Identity("carol@bank.example", "auditor", "oidc")
-    with pytest.raises(ac.SignInError, match="has no role"):
-        ac.oidc_identity(users, "mallory@bank.example")
+    assert ac.oidc_identity(users, "Carol@Bank.Example").name == "carol@bank.example"
+    for addr in ("mallory@bank.example", "c\u0430rol@bank.example", None):
+        with pytest.raises(ac.SignInError, match="has no role"):
+            ac.oidc_identity(users, addr)
     with pytest.raises(ac.SignInError, match="no credentials file"):
         ac.oidc_identity(None, "carol@bank.example")
 
