@@ -155,3 +155,29 @@ def test_roles_are_checked_inside_the_action_callbacks(role, action, allowed):
         assert calls == "calls=1" and "success" in msg and "mallory" in msg
     else:
         assert calls == "calls=0" and "'error'" in msg and f"your role ({role}) may not" in msg
+
+
+@pytest.mark.parametrize("email,role", [("carol@bank.example", "auditor"), ("mallory@bank.example", None)])
+def test_identity_provider_users_get_their_listed_role(env, monkeypatch, tmp_path, email, role):  # noqa: F811
+    """Streamlit's OIDC session (st.user) as seen by the page: the role comes from the
+    credentials file; an e-mail not listed there sees no case data."""
+    import streamlit
+
+    from dashboard.components import access
+
+    users = tmp_path / "users.toml"
+    ac.add_user(users, "carol@bank.example", "auditor", None)
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users))
+    monkeypatch.setattr(access, "_oidc_configured", lambda: True)
+    monkeypatch.setattr(access, "_oidc_logged_in", lambda: True)
+    monkeypatch.setattr(streamlit, "user", {"email": email, "is_logged_in": True})
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if role:
+        assert at.session_state[SESSION_KEY] == ac.Identity(email, role, "oidc")
+        assert at.title[0].value == "Cases" and at.dataframe
+    else:
+        assert SESSION_KEY not in at.session_state
+        assert any("has no role in this fraudlens" in e.value for e in at.error)
+        assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
