@@ -1,7 +1,8 @@
 """fraudlens dashboard entry point: ``streamlit run dashboard/app.py -- [--data FILE --spec NAME]
 [--model DIR] [--max-rows N]`` (or env FRAUDLENS_DATA / FRAUDLENS_SPEC / FRAUDLENS_MODEL /
-FRAUDLENS_MAX_ROWS). Every page runs behind the sign-in of dashboard/components/access.py. Pages: Cases (pick a source, a model and an entity), Case (one entity's
-timeline and the explanations of one transaction), Model (model card)."""
+FRAUDLENS_MAX_ROWS). Every page runs behind the sign-in of dashboard/components/access.py.
+Pages: Cases (pick a source, a model and an entity), Case (one entity's timeline and the
+explanations of one transaction), Model (model card)."""
 
 from __future__ import annotations
 
