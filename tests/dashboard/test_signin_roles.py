@@ -31,10 +31,12 @@ def _sign_in_form(at: AppTest, name: str, password: str) -> AppTest:
     return at.button(key="FormSubmitter:signin_form-Sign in").click().run()
 
 
-def test_password_sign_in_and_sign_out(env):  # noqa: F811
+def test_password_sign_in_and_sign_out(env, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("FRAUDLENS_ANALYST", "alice")  # no longer an identity source for the dashboard
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
     assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
+    assert not [t for t in at.sidebar.text_input]  # no name box
     _sign_in_form(at, "alice", PASSWORD)
     _ok(at)
     assert at.title[0].value == "Cases"
