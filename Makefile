@@ -18,8 +18,9 @@ $(BIN)/fraudlens: pyproject.toml requirements.lock
 
 install: $(BIN)/fraudlens
 
+# demo mode: a demo user is signed in automatically, on 127.0.0.1 only (a banner on every page says so)
 demo: install
-	$(BIN)/fraudlens dashboard --port $(PORT)
+	$(BIN)/fraudlens dashboard --demo --port $(PORT)
 
 test: install
 	$(BIN)/python -m pytest -n 2 -q

@@ -1,8 +1,9 @@
 """fraudlens dashboard entry point: ``streamlit run dashboard/app.py -- [--data FILE --spec NAME]
 [--model DIR] [--max-rows N]`` (or env FRAUDLENS_DATA / FRAUDLENS_SPEC / FRAUDLENS_MODEL /
-FRAUDLENS_MAX_ROWS). Pages: Cases (pick a source, a model and an entity), Case (one entity's
-timeline and the explanations of one transaction), Model (model card), Audit (audit log and its
-hash-chain verdict)."""
+FRAUDLENS_MAX_ROWS). Every page runs behind the sign-in of dashboard/components/access.py.
+Pages: Cases (pick a source, a model and an entity), Case (one entity's timeline and the
+explanations of one transaction), Model (model card), Audit (audit log and its hash-chain
+verdict; supervisors, auditors and admins)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ if str(_ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only das
 import streamlit as st  # noqa: E402
 
 from dashboard import state  # noqa: E402
+from dashboard.components import access  # noqa: E402
 from dashboard.components.safe import md  # noqa: E402
 from engine.cases.view import mask  # noqa: E402
 
 # page icon: an emoji becomes an inline SVG favicon; a :material/...: icon would be fetched from a CDN
 st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")
 st.set_option("client.disableDataExport", True)  # tables' raw CSV export: off (also in .streamlit/config.toml)
-state.init_state(state.parse_settings(sys.argv[1:]))
+_who = access.current()
 
 pages = [
     st.Page("pages/cases.py", title="Cases", default=True),
@@ -61,6 +63,11 @@ def render_chain_alarm() -> None:
                  icon=":material/gpp_bad:")
 
 
-page = st.navigation(pages)
+# the pages are declared before the sign-in gate so that the page asked for (say /queue) opens
+# once signed in; the menu stays hidden until then
+page = st.navigation(pages, position="sidebar" if _who is not None else "hidden")
+IDENTITY = access.require_signed_in()  # the sign-in page and st.stop() until someone is signed in
+access.banner_and_sidebar(IDENTITY)
+state.init_state(state.parse_settings(sys.argv[1:]))
 render_sidebar()
 page.run()

@@ -20,10 +20,8 @@ list of ``engine.trust.whatif.Edit.to_dict()`` dicts, applied in order; read by 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import logging
 import os
-import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +29,10 @@ from typing import Any
 import streamlit as st
 
 from engine.cases import view as cv
+from engine.serve import paths as sp
 
 ENTITY, QUERY, SOURCE, MODEL = "entity_id", "query_id", "source", "model_path"
-UPLOAD_DIR = Path(tempfile.gettempdir()) / "fraudlens-uploads"
+log = logging.getLogger("fraudlens.dashboard")
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -95,6 +94,9 @@ def ensure_entrypoint() -> None:
         st.stop()
     import sys
 
+    from dashboard.components import access
+
+    access.require_signed_in()  # normally done by app.py; never serve a page without it
     init_state(parse_settings(sys.argv[1:]))  # idempotent; normally done by app.py
 
 
@@ -200,16 +202,64 @@ def file_sha(path: str | Path) -> str:
     return _file_sha(str(path), st_.st_size, st_.st_mtime_ns)
 
 
+@st.cache_resource(show_spinner=False)
+def upload_area() -> sp.UploadArea:
+    """This server's private upload folder (one per process; see engine.serve.paths.UploadArea)."""
+    return sp.UploadArea()
+
+
 def save_upload(name: str, data: bytes) -> Path:
-    """Write an uploaded file to a temp folder (named by content hash, suffix kept so the
-    format is detected) and return its path. The same bytes always give the same path."""
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name)[-80:] or "upload.csv"
-    UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
-    p = UPLOAD_DIR / f"{digest}_{safe}"
-    if not p.exists():
-        p.write_bytes(data)
-    return p
+    """Write an uploaded file into this server's private upload folder (0700) under a random
+    name (suffix kept so the format is detected; never the uploaded name) and return its path.
+    The same bytes in this process give the same path."""
+    return upload_area().save(name, data)
+
+
+@st.cache_data(show_spinner=False, ttl=30, max_entries=8)
+def listed_files(roots: tuple[str, ...], suffixes: tuple[str, ...]) -> list[str]:
+    """The files under ``roots`` ending with ``suffixes`` (engine.serve.paths.list_files), as
+    strings; cached for 30 s so a large root is not walked on every rerun."""
+    return [str(p) for p in sp.list_files([Path(r) for r in roots], suffixes)]
+
+
+def _launch() -> Settings:
+    import sys
+
+    return parse_settings(sys.argv[1:])
+
+
+def _same(a: str | None, b: Path) -> bool:
+    return bool(a) and Path(a).expanduser().resolve() == b
+
+
+def check_data_path(path: str) -> Path:
+    """``path`` resolved if the page may read it: inside a data root or this server's upload
+    folder, or the file the operator launched the dashboard with. Raises
+    :class:`engine.serve.paths.PathNotAllowed` / FileNotFoundError."""
+    p = Path(path).expanduser().resolve()
+    if _same(_launch().data, p) and p.is_file():
+        return p
+    return sp.check_path(p, sp.data_roots() + [upload_area().folder.resolve()])
+
+
+def check_model_path(model_path: str) -> str:
+    """``model_path`` if the page may load it ("" = demo model; the operator's launch model; a
+    folder inside a data root). Raises :class:`engine.serve.paths.PathNotAllowed`."""
+    if not model_path or _same(_launch().model, Path(model_path).expanduser().resolve()):
+        return model_path
+    sp.check_path(model_path, kind="dir")
+    return model_path
+
+
+def check_spec(spec: str) -> str:
+    """``spec`` if it is a built-in spec name, the operator's launch spec, or a spec file inside a
+    data root. Raises :class:`engine.serve.paths.PathNotAllowed` / FileNotFoundError."""
+    from engine.data.spec import builtin_specs
+
+    if spec in builtin_specs() or (_launch().spec == spec):
+        return spec
+    sp.check_path(spec)
+    return spec
 
 
 # ------------------------------------------------------------------------------------ caches
@@ -227,6 +277,17 @@ def _bundle(model_path: str, mtime_ns: int):
 def get_bundle(model_path: str):
     """The model bundle at ``model_path`` ("" = demo model). Raises like load_checkpoint."""
     return _bundle(model_path, _model_mtime(model_path))
+
+
+def session_bundle():
+    """The model bundle of this session's model, for a signed-in user whose role views cases and
+    a model path the page may load (:func:`check_model_path`). Raises AccessDenied,
+    PathNotAllowed, or like load_checkpoint."""
+    from dashboard.components import access
+    from engine.serve import access as ac
+
+    ac.require(access.current(), ac.VIEW_CASES)
+    return get_bundle(check_model_path(st.session_state[MODEL]))
 
 
 @st.cache_resource(show_spinner="Reading the data…", max_entries=4)
@@ -294,16 +355,39 @@ class Loaded:
 
 
 def load_all() -> Loaded:
-    """Load (cached) the current source + model, score and rank. Raises on unreadable input."""
+    """Load (cached) the current source + model, score and rank, for a signed-in user whose role
+    views cases, from paths inside the data roots. Raises AccessDenied, PathNotAllowed, or on
+    unreadable input."""
+    from engine.serve import access as ac
+    from dashboard.components import access
+
+    ac.require(access.current(), ac.VIEW_CASES)
     ss = st.session_state
     src, model_path = ss[SOURCE], ss[MODEL]
-    bundle = get_bundle(model_path)
+    check_data_path(src["path"])  # every read of a server path goes through the data roots
+    check_spec(src["spec"])
+    bundle = get_bundle(check_model_path(model_path))
     sha = file_sha(src["path"])
     source = _source(src["path"], src["spec"], sha, src.get("max_rows"))
     key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
     thr = thresholds_now(bundle)
     return Loaded(src=src, source=source, bundle=bundle, scores=_flagged(*key, thr["review"]),
                   ranking=_ranking(*key, thr["review"]), key=key, thresholds=thr)
+
+
+def warm(settings: Settings) -> tuple:
+    """Fill the shared caches (model bundle, source, scores, ranking) for the launch settings
+    before the server starts (dashboard/launch.py); the cache key, as :func:`load_all` builds it.
+    Raises like :func:`load_all`."""
+    src = (demo_source(settings.max_rows) if not settings.data else
+           {"path": settings.data, "spec": settings.spec or cv.demo_spec_name(), "max_rows": settings.max_rows})
+    model_path = settings.model or ""
+    bundle = get_bundle(model_path)
+    sha = cv.file_identity(src["path"])
+    key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
+    _source(*key[:4])
+    _ranking(*key)
+    return key
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -334,10 +418,26 @@ def get_explanations(loaded: Loaded, transaction_id: str, params: dict | None = 
 
 
 def load_or_explain_error(e: Exception) -> str:
-    """A one-line, actionable message for a load failure."""
+    """A one-line, actionable message for a load failure that never quotes a file: the cause
+    class, the file name and the row / column (engine.serve.paths.safe_error); the full message
+    goes to the server log."""
+    log.warning("load failed: %s: %s", type(e).__name__, e)
+    from engine.serve.access import AccessDenied
+
+    if isinstance(e, (sp.PathNotAllowed, AccessDenied)):
+        return f"Not allowed: {e}"
+    src = st.session_state.get(SOURCE) or {}
     if isinstance(e, FileNotFoundError):
-        return f"Not found: {e}"
+        return f"Not found: {e}"  # names a path (inside the roots), never a file's contents
     if isinstance(e, RuntimeError) and "state_dict" in str(e):
         return ("This checkpoint does not match this version of the model code (it was trained with an "
-                f"older one): retrain it with `fraudlens train`, or choose another checkpoint. Details: {e}")
-    return f"{type(e).__name__}: {e}"
+                "older one): retrain it with `fraudlens train`, or choose another checkpoint.")
+    cols: tuple[str, ...] = ()
+    try:
+        from engine.data.spec import load_spec
+
+        spec = load_spec(check_spec(src["spec"]))
+        cols = tuple(spec.required_columns())
+    except Exception:  # noqa: BLE001 - no spec names then
+        pass
+    return sp.safe_error(e, src.get("path"), cols)

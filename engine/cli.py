@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from functools import partial
@@ -462,16 +461,73 @@ def bench_explanations(
 # ---- end bench explanations ----
 
 
+def _secrets_have_auth() -> bool:
+    """True if a Streamlit secrets file the dashboard will read (the repository's
+    ``.streamlit/secrets.toml`` or ``~/.streamlit/secrets.toml``) has an ``[auth]`` table."""
+    import tomllib
+
+    for p in (ROOT / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"):
+        try:
+            if "auth" in tomllib.loads(p.read_text(encoding="utf-8")):
+                return True
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+    return False
+
+
+def _port_free(address: str, port: int) -> bool:
+    """True if nothing listens on ``address``:``port`` (a bind test, SO_REUSEADDR as the server)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False
+    for fam, typ, proto, _, addr in infos:
+        with socket.socket(fam, typ, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError:
+                return False
+    return True
+
+
 @app.command()
 def dashboard(
     data: Optional[Path] = typer.Option(None, help="open this file (default: bundled demo)"),
     spec: Optional[str] = typer.Option(None, help="spec of --data"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model)"),
-    port: int = typer.Option(8501),
+    port: int = typer.Option(8501, min=1, max=65535),
+    address: str = typer.Option("127.0.0.1", help="interface to listen on; anything but loopback needs sign-in "
+                                "($FRAUDLENS_USERS or [auth] in .streamlit/secrets.toml)"),
+    demo: bool = typer.Option(False, "--demo", help="sign in a demo user automatically (127.0.0.1 only; a banner "
+                              "on every page says so)"),
     headless: bool = typer.Option(True, help="do not try to open a browser"),
 ):
-    """Open the Streamlit dashboard."""
+    """Open the Streamlit dashboard: checks, then serves in this process (same PID: SIGTERM stops it).
+
+    Prints ``ready`` once the model and data are loaded and the server answers (the first page
+    then renders at once). Fails with exit 2 if the address needs sign-in that is not
+    configured, or the port is taken.
+    """
+    from engine.serve import access as ac
+
     env = dict(os.environ)
+    users = ac.users_path(env)
+    password_signin = False
+    if users is not None:
+        try:
+            password_signin = bool(ac.load_users(users))
+        except ac.UsersFileError as e:
+            _fail(str(e))
+    demo = demo or ac.demo_enabled(env)
+    try:
+        ac.check_bind(address, password_signin=password_signin, oidc_signin=_secrets_have_auth(), demo=demo)
+    except ac.BindError as e:
+        _fail(str(e))
+    if not _port_free(address, port):
+        _fail(f"port {port} on {address} is already in use: stop what listens there or pass --port")
     if data:
         env["FRAUDLENS_DATA"] = str(data.resolve())
     if spec:
@@ -479,11 +535,68 @@ def dashboard(
     if model:
         _load_model(model)  # a refused checkpoint fails here, in one line, not in the browser
         env["FRAUDLENS_MODEL"] = str(model.resolve())
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
-           "--server.fileWatcherType", "none", "--server.port", str(port),
-           "--server.headless", "true" if headless else "false", "--browser.gatherUsageStats", "false"]
-    console.print(f"fraudlens dashboard on http://localhost:{port}")
-    raise typer.Exit(subprocess.call(cmd, env=env, cwd=ROOT))
+    env[ac.ENV_DEMO] = "1" if demo else ""
+    shown = f"http://{'localhost' if ac.is_loopback(address) else address}:{port}"
+    console.print(f"fraudlens dashboard: loading the model and data, then serving on {shown} "
+                  f"({'demo mode' if demo else 'sign-in required'}); wait for 'ready'")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    cmd = [sys.executable, "-m", "dashboard.launch", "--address", address, "--port", str(port)]
+    if not headless:
+        cmd.append("--no-headless")
+    os.chdir(ROOT)
+    os.execve(sys.executable, cmd, env)  # Streamlit replaces this process: same PID
+
+
+users_app = typer.Typer(no_args_is_help=True, help="local sign-in: the credentials file ($FRAUDLENS_USERS)")
+app.add_typer(users_app, name="users")
+
+
+def _users_file(path: Optional[Path]) -> Path:
+    from engine.serve import access as ac
+
+    p = path or ac.users_path()
+    if p is None:
+        _fail(f"no credentials file: pass --file or set ${ac.ENV_USERS}")
+    return p
+
+
+@users_app.command("add")
+def users_add(
+    name: str = typer.Argument(..., help="user name: lower-case ASCII letters, digits, . _ - @ + (an e-mail for --oidc)"),
+    role: str = typer.Option(..., help="analyst, supervisor, auditor or admin"),
+    file: Optional[Path] = typer.Option(None, "--file", help="credentials file (default: $FRAUDLENS_USERS)"),
+    oidc: bool = typer.Option(False, "--oidc", help="signs in through the identity provider: no password"),
+):
+    """Add (or replace) a user; prompts twice for the password and writes only its argon2 hash (file mode 0600)."""
+    from engine.serve import access as ac
+
+    path = _users_file(file)
+    try:
+        ac.validate_username(name)
+        ac.validate_role(role)
+    except ac.UsersFileError as e:
+        _fail(str(e))
+    password = None if oidc else typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    try:
+        rec = ac.add_user(path, name, role, password)
+    except ac.UsersFileError as e:
+        _fail(str(e))
+    console.print(f"{rec.name}: {rec.role}, {'identity provider' if oidc else 'password (argon2id hash)'} in {path}",
+                  markup=False)
+
+
+@users_app.command("list")
+def users_list(file: Optional[Path] = typer.Option(None, "--file", help="credentials file (default: $FRAUDLENS_USERS)")):
+    """The users of the credentials file, with their role and sign-in method (never a hash)."""
+    from engine.serve import access as ac
+
+    try:
+        users = ac.load_users(_users_file(file))
+    except ac.UsersFileError as e:
+        _fail(str(e))
+    for u in sorted(users.values(), key=lambda u: u.name):
+        console.print(f"{u.name}\t{u.role}\t{'password' if u.password_hash else 'identity provider'}", markup=False)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 * :func:`get_store` - the :class:`engine.cases.store.CaseStore` (``$FRAUDLENS_DATA_DIR`` or the user
   data dir), one per process and database path;
-* :func:`analyst` / :func:`identity_sidebar` - the acting analyst: a login-free name prompt in
-  the sidebar (session state ``analyst``), else ``$FRAUDLENS_ANALYST``;
+* :func:`signed_in` / :func:`analyst` - the acting user: the signed-in identity of this session
+  (dashboard/components/access.py), never a typed name or an environment variable;
 * :func:`sync_cases` - upsert one case per entity of the scored source, keyed by model sha256
   and data source (:func:`data_source_id`: the file's content sha256 + spec name), so the same
   entity id in another file is another case;
@@ -14,23 +14,14 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from engine.cases.store import (
-    ENV_ANALYST,
-    CaseStore,
-    MissingAnalystError,
-    default_db_path,
-    resolve_analyst,
-    source_id,
-)
-
-ANALYST = "analyst"
-_INPUT = "analyst_name_input"
+from dashboard.components import access
+from engine.cases.store import CaseStore, default_db_path, source_id
+from engine.serve.access import Identity
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -45,32 +36,15 @@ def get_store() -> CaseStore:
     return _store(str(default_db_path()), four_eyes_from_env())
 
 
+def signed_in() -> Identity | None:
+    """The signed-in identity of this session (``None`` only outside a signed-in page run)."""
+    return access.current()
+
+
 def analyst() -> str | None:
-    """The acting analyst's name, or ``None`` when nobody is identified."""
-    name = st.session_state.get(ANALYST) or os.environ.get(ENV_ANALYST, "")
-    try:
-        return resolve_analyst(name)
-    except MissingAnalystError:
-        return None
-
-
-def _on_name() -> None:
-    st.session_state[ANALYST] = (st.session_state.get(_INPUT) or "").strip()
-
-
-def identity_sidebar() -> str | None:
-    """Sidebar prompt "Your name" (no login); every action records this name."""
-    ss = st.session_state
-    if ANALYST not in ss:
-        ss[ANALYST] = os.environ.get(ENV_ANALYST, "").strip()
-    ss[_INPUT] = ss[ANALYST]
-    with st.sidebar:
-        st.text_input("Analyst (your name)", key=_INPUT, on_change=_on_name, max_chars=128,
-                      help=f"No login: every action is recorded under this name. Default: ${ENV_ANALYST}.")
-        who = analyst()
-        if who is None:
-            st.caption(":orange[Enter your name to assign cases and record dispositions.]")
-    return who
+    """The signed-in user's name: what every store action records; ``None`` when nobody is."""
+    ident = signed_in()
+    return ident.name if ident is not None else None
 
 
 def case_rows(loaded: Any) -> pd.DataFrame:
@@ -104,9 +78,15 @@ def _synced(db_path: str, key: tuple, _loaded: Any) -> dict[str, Any]:
 
 
 def sync_cases(loaded: Any) -> dict[str, Any]:
-    """Upsert the cases of the loaded source + model once per process; returns counts
+    """Upsert the cases of the loaded source + model once per process (only for a user whose
+    role works cases: an auditor's view writes nothing); returns counts
     (created, updated, unchanged) and ``scored_at`` (UTC: when this process scored the source
     and upserted its cases)."""
+    from engine.serve.access import ASSIGN, can
+
+    if not can(signed_in(), ASSIGN):  # auditors and admins read; only case workers write cases
+        return {"created": 0, "updated": 0, "unchanged": 0,
+                "scored_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     return _synced(str(default_db_path()), tuple(loaded.key), loaded)
 
 

@@ -14,6 +14,7 @@ import streamlit as st
 from dashboard import components as comp
 from dashboard.components.safe import md
 from engine.cases import view as cv
+from engine.serve import access as ac
 from engine.cases.store import DISPOSITIONS, CaseStoreError, ConflictError
 from engine.cases.thresholds import decision_band
 
@@ -26,11 +27,13 @@ def _flash(kind: str, text: str) -> None:
     st.session_state[MSG] = (kind, text)
 
 
-def _record(store, case: dict, who: str | None) -> None:
+def _record(store, case: dict) -> None:
     ss = st.session_state
     disp, note = ss.get("disp_choice"), (ss.get("disp_note") or "").strip()
-    if who is None:
-        return _flash("error", "Enter your name in the sidebar first: every disposition records its analyst.")
+    try:  # the role is checked here, at the action, not only by hiding the form
+        who = ac.require(comp.signed_in(), ac.DISPOSITION).name
+    except ac.AccessDenied as e:
+        return _flash("error", str(e))
     if not note:
         return _flash("error", "A note is required: say why.")
     try:
@@ -44,11 +47,13 @@ def _record(store, case: dict, who: str | None) -> None:
                       f"{comp.STATE_LABELS.get(new, new)}.")
 
 
-def _approve(store, case: dict, who: str | None) -> None:
+def _approve(store, case: dict) -> None:
     ss = st.session_state
     note = (ss.get("approve_note") or "").strip()
-    if who is None:
-        return _flash("error", "Enter your name in the sidebar first.")
+    try:
+        who = ac.require(comp.signed_in(), ac.APPROVE).name
+    except ac.AccessDenied as e:
+        return _flash("error", str(e))
     if not note:
         return _flash("error", "A note is required to approve.")
     try:
@@ -61,7 +66,8 @@ def _approve(store, case: dict, who: str | None) -> None:
 
 def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dict | None = None) -> None:
     """The disposition panel of one case (entity) and the exports of the explained query."""
-    who = comp.identity_sidebar()
+    ident = comp.signed_in()
+    who = ident.name if ident is not None else None
     store = comp.get_store()
     synced = comp.sync_cases(loaded)
     case = comp.case_for_entity(loaded, entity)
@@ -92,21 +98,23 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     if case["state"] == "pending_approval":
         st.warning(f"Confirmed fraud proposed by **{md(cv.mask(case['pending_by']))}**, waiting for a second analyst "
                    "(four-eyes).")
-        if who is not None and who.strip().casefold() != (case["pending_by"] or "").strip().casefold():
+        if who is not None and who == case["pending_by"]:
+            st.caption("You proposed this disposition: a different signed-in supervisor must approve it.")
+        elif ac.can(ident, ac.APPROVE):
             with st.form("approve_form"):
                 st.text_area("Approval note", key="approve_note", placeholder="Why you agree (required)")
-                st.form_submit_button("Approve", type="primary", on_click=_approve, args=(store, case, who))
+                st.form_submit_button("Approve", type="primary", on_click=_approve, args=(store, case))
         else:
-            st.caption("You proposed this disposition: a different analyst must approve it.")
+            st.caption("A supervisor approves four-eyes dispositions.")
 
-    with st.form("disposition_form"):
-        st.radio("Disposition", list(DISPOSITIONS), key="disp_choice", horizontal=True,
-                 format_func=DISPOSITION_LABELS.get)
-        st.text_area("Note (required)", key="disp_note", placeholder="What you found and why")
-        st.form_submit_button("Record disposition", type="primary", disabled=who is None,
-                              on_click=_record, args=(store, case, who))
-    if who is None:
-        st.caption("Enter your name in the sidebar to record a disposition.")
+    if ac.can(ident, ac.DISPOSITION):
+        with st.form("disposition_form"):
+            st.radio("Disposition", list(DISPOSITIONS), key="disp_choice", horizontal=True,
+                     format_func=DISPOSITION_LABELS.get)
+            st.text_area("Note (required)", key="disp_note", placeholder="What you found and why")
+            st.form_submit_button("Record disposition", type="primary", on_click=_record, args=(store, case))
+    else:
+        st.caption(f"Your role ({ident.role if ident else 'none'}) reads cases: it does not record dispositions.")
 
     case = store.get_case(case["id"])  # after a callback's write
     hist, notes = store.history(case["id"]), store.notes(case["id"])

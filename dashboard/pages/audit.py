@@ -15,9 +15,12 @@ from dashboard import components as comp
 from dashboard import state
 from engine.cases import view as cv
 from engine.cases.store import audit_csv
+from engine.serve import access as ac
 
 state.ensure_entrypoint()
 st.title("Audit log")
+if comp.access.deny(ac.VIEW_AUDIT):  # supervisors, auditors and admins
+    st.stop()
 store = comp.get_store()
 
 verdict = store.verify_audit_chain()

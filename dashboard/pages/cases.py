@@ -9,23 +9,33 @@ import streamlit as st
 
 from dashboard import state
 from dashboard.components.safe import csv_download, md
+from dashboard.components import access as comp_access
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.data.spec import builtin_specs
+from engine.serve import access as ac
+from engine.serve import paths as sp
 
 state.ensure_entrypoint()
 ss = st.session_state
 st.title("Cases")
 
-KINDS = {"demo": "Demo data", "path": "File path", "upload": "Upload"}
+KINDS = {"demo": "Demo data", "path": "Data roots", "upload": "Upload"}
+if comp_access.deny(ac.VIEW_CASES):
+    st.stop()
+
+
+ROOTS = sp.data_roots()
 
 
 def _spec_picker(key: str, current: str) -> str:
-    specs = builtin_specs()
+    specs = builtin_specs() + [p for p in state.listed_files(tuple(map(str, ROOTS)), sp.SPEC_SUFFIXES)
+                               if not Path(p).is_relative_to(cv.default_model_dir().resolve())]
     opts = specs if current in specs else specs + [current]
     return st.selectbox(
-        "Spec", opts, index=opts.index(current), key=key, accept_new_options=True,
-        help="A built-in spec, or type the path of a spec TOML file (see `fraudlens inspect`).",
+        "Spec", opts, index=opts.index(current), key=key,
+        format_func=lambda s: s if s in builtin_specs() else sp.display_name(Path(s), ROOTS),
+        help="A built-in spec, or a spec TOML file inside a data root (see `fraudlens inspect`).",
     )
 
 
@@ -48,11 +58,17 @@ with st.expander(f"Data: **{md(src['label'])}** (spec {md(src['spec'])}) · Mode
                        "(simulated cards with seeded fraud episodes)")
             new_src = state.demo_source(src.get("max_rows"))
         elif kind == "path":
-            path = st.text_input("File (CSV or Parquet)", value=src["path"] if src.get("kind") == "path" else "",
-                                 placeholder="/data/transactions.csv", key="src_path")
+            # a choice among the files inside the data roots, never a free-text server path
+            files = state.listed_files(tuple(map(str, ROOTS)), sp.DATA_SUFFIXES)
+            cur = src["path"] if src.get("kind") == "path" and src["path"] in files else None
+            path = st.selectbox("File (CSV or Parquet) in the data roots", files, key="src_path",
+                                index=files.index(cur) if cur else None, placeholder="choose a file",
+                                format_func=lambda s: sp.display_name(Path(s), ROOTS),
+                                help="Files under the folders the operator lists in FRAUDLENS_DATA_ROOTS "
+                                     "(and the bundled demo data).")
             spec = _spec_picker("src_spec", src["spec"])
             if path:
-                new_src = {"kind": "path", "path": path.strip(), "spec": spec, "label": Path(path.strip()).name,
+                new_src = {"kind": "path", "path": path, "spec": spec, "label": Path(path).name,
                            "max_rows": src.get("max_rows")}
         else:
             up = st.file_uploader("Transactions file", type=["csv", "parquet", "pq", "gz"], key="src_upload")
@@ -62,7 +78,8 @@ with st.expander(f"Data: **{md(src['label'])}** (spec {md(src['spec'])}) · Mode
                 new_src = {"kind": "upload", "path": str(p), "spec": spec, "label": up.name,
                            "max_rows": src.get("max_rows")}
         same = new_src is not None and all(new_src.get(k) == src.get(k) for k in ("path", "spec"))
-        if st.button("Use this data", disabled=new_src is None or same, key="src_apply"):
+        if st.button("Use this data", disabled=new_src is None or same, key="src_apply") \
+                and not comp_access.deny(ac.CHOOSE_DATA):
             ss[state.SOURCE] = new_src
             state.set_entity(None)
             st.rerun()
@@ -75,11 +92,18 @@ with st.expander(f"Data: **{md(src['label'])}** (spec {md(src['spec'])}) · Mode
             st.caption(f"`{cv.default_model_dir().relative_to(cv.REPO_ROOT)}`")
             new_model = ""
         else:
-            new_model = st.text_input("Checkpoint folder", value=ss[state.MODEL], key="model_dir",
-                                      placeholder="runs/my_model",
-                                      help="A folder with model.safetensors and checkpoint.json "
-                                           "(written by `fraudlens train`).").strip()
-        if st.button("Use this model", disabled=new_model == ss[state.MODEL], key="model_apply"):
+            dirs = [str(Path(p).parent) for p in state.listed_files(tuple(map(str, ROOTS)), ("checkpoint.json",))
+                    if Path(p).parent != cv.default_model_dir().resolve()]
+            if ss[state.MODEL] and ss[state.MODEL] not in dirs:
+                dirs.append(ss[state.MODEL])  # the operator's launch model
+            new_model = st.selectbox("Checkpoint folder in the data roots", dirs, key="model_dir",
+                                     index=dirs.index(ss[state.MODEL]) if ss[state.MODEL] in dirs else None,
+                                     placeholder="choose a checkpoint folder",
+                                     format_func=lambda s: sp.display_name(Path(s), ROOTS),
+                                     help="A folder with model.safetensors and checkpoint.json (written by "
+                                          "`fraudlens train`) inside a data root.") or ss[state.MODEL]
+        if st.button("Use this model", disabled=new_model == ss[state.MODEL], key="model_apply") \
+                and not comp_access.deny(ac.CHOOSE_DATA):
             ss[state.MODEL] = new_model
             state.set_query(None)
             st.rerun()

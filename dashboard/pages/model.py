@@ -15,7 +15,7 @@ from engine.cases import figures as fig
 state.ensure_entrypoint()
 ss = st.session_state
 try:
-    bundle = state.get_bundle(ss[state.MODEL])
+    bundle = state.session_bundle()  # signed-in role and model path checked
 except Exception as e:  # noqa: BLE001
     st.title("Model")
     st.error(md(state.load_or_explain_error(e)), icon=":material/error:")

@@ -13,11 +13,15 @@ from dashboard.components.safe import csv_download, md
 from engine.cases import view as cv
 from engine.cases.store import STATES, CaseStoreError
 from engine.cases.report import threshold_metrics
+from engine.serve import access as ac
 
 state.ensure_entrypoint()
 ss = st.session_state
 st.title("Case queue")
-who = comp.identity_sidebar()
+ident = comp.signed_in()
+who = ident.name if ident is not None else None
+if comp.access.deny(ac.VIEW_CASES):
+    st.stop()
 
 try:
     loaded = state.load_all()
@@ -45,19 +49,23 @@ with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{th
     st.caption(f"Precision / recall: {md(qual['source'])}"
                + (f" · {qual['n']:,} transactions, {qual['n_fraud']:,} known frauds" if qual["n"] else "")
                + ". Blank: not measured at that threshold.")
-    with st.form("thresholds_form"):
-        c1, c2 = st.columns(2)
-        review = c1.number_input("Review threshold", 0.0, 1.0, float(thr["review"]), step=0.01, format="%.4f",
-                                 key="thr_review")
-        decline = c2.number_input("Decline threshold", 0.0, 1.0, float(thr["decline"]), step=0.01, format="%.4f",
-                                  key="thr_decline")
-        if st.form_submit_button("Save thresholds for this model", disabled=who is None):
-            try:
-                store.set_thresholds(sha, review, decline, actor=who)
-                st.success(f"Saved by {md(who)}.")
-                st.rerun()
-            except (ValueError, CaseStoreError) as e:
-                st.error(md(e))
+    if ac.can(ident, ac.SET_THRESHOLDS):
+        with st.form("thresholds_form"):
+            c1, c2 = st.columns(2)
+            review = c1.number_input("Review threshold", 0.0, 1.0, float(thr["review"]), step=0.01,
+                                     format="%.4f", key="thr_review")
+            decline = c2.number_input("Decline threshold", 0.0, 1.0, float(thr["decline"]), step=0.01,
+                                      format="%.4f", key="thr_decline")
+            if st.form_submit_button("Save thresholds for this model"):
+                try:  # checked at the action too, not only by hiding the form
+                    actor = ac.require(comp.signed_in(), ac.SET_THRESHOLDS).name
+                    store.set_thresholds(sha, review, decline, actor=actor)
+                    st.success(f"Saved by {md(actor)}.")
+                    st.rerun()
+                except (ValueError, CaseStoreError, ac.AccessDenied) as e:
+                    st.error(md(e))
+    else:
+        st.caption(f"Only a supervisor changes thresholds (you: {ident.role if ident else 'not signed in'}).")
 
 # ------------------------------------------------------------------------------------ filters
 st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · cases created "
@@ -133,16 +141,24 @@ st.markdown(f"Selected case **{case['id']}** · {md(cv.mask(case['entity_id']))}
             f"**{case['max_probability']:.3f}** · {comp.STATE_LABELS.get(case['state'])} · assignee "
             f"**{md(case['assignee'] or 'nobody')}**")
 c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
-target = c1.text_input("Assign to (analyst)", value=who or "", key="q_assign_to")
-if c2.button("Assign", key="q_assign", disabled=who is None or not target.strip(), width="stretch"):
-    try:
-        store.assign(case["id"], target.strip(), actor=who, expected_version=case["version"])
-        st.rerun()
-    except CaseStoreError as e:
-        st.error(md(e))
+may_assign = ac.can(ident, ac.ASSIGN)
+if may_assign:
+    users = ac.assignable_users(ac.users_path()) or []
+    choices = sorted(set(users) | {who})
+    target = c1.selectbox("Assign to", choices, index=choices.index(who), key="q_assign_to",
+                          help="a signed-in user who works cases (from the credentials file)")
+    if c2.button("Assign", key="q_assign", width="stretch"):
+        try:  # checked at the action, not only by hiding the button
+            actor = ac.require(comp.signed_in(), ac.ASSIGN).name
+            if target not in choices:
+                raise ac.AccessDenied(f"{ascii(target)[:60]} is not a user who works cases")
+            store.assign(case["id"], target, actor=actor, expected_version=case["version"])
+            st.rerun()
+        except (CaseStoreError, ac.AccessDenied) as e:
+            st.error(md(e))
 if c3.button("Open case →", type="primary", key="q_open", width="stretch"):
     state.set_entity(case["entity_id"])
     state.set_query(case["max_transaction_id"])
     st.switch_page("pages/case.py")
-if who is None:
-    st.caption("Enter your name in the sidebar to assign cases and save thresholds.")
+if not may_assign:
+    st.caption(f"Your role ({ident.role if ident else 'none'}) reads the queue: it does not assign cases.")

@@ -1,6 +1,7 @@
 """Browser end-to-end fixtures: a tiny model + demo-data slice, a `streamlit run` server on a
-free port (temp FRAUDLENS_DATA_DIR, FRAUDLENS_ANALYST=e2e), and Debian's headless Chromium
-driven by Playwright (never a Playwright-downloaded browser)."""
+free port (temp FRAUDLENS_DATA_DIR; a credentials file FRAUDLENS_USERS with the users of
+:data:`USERS`, all with :data:`PASSWORD`), :func:`sign_in` through the page's form, and Debian's
+headless Chromium driven by Playwright (never a Playwright-downloaded browser)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,20 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 OUTPUT = ROOT / "test-output"
+#: user -> role in the server's credentials file
+USERS = {"e2e": "analyst", "sam": "supervisor", "audrey": "auditor"}
+PASSWORD = "e2e correct horse battery"
+
+
+def sign_in(page, url: str, user: str, password: str = PASSWORD, path: str = "") -> None:
+    """Open ``url + path`` in ``page`` and sign in through the form (a new page load is a new
+    Streamlit session: sign in again after one). Waits until the sign-in page is gone."""
+    page.goto(url + path)
+    page.get_by_role("heading", name="Sign in to fraudlens").wait_for()
+    page.get_by_role("textbox", name="User name").fill(user)
+    page.get_by_role("textbox", name="Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Sign in to fraudlens").wait_for(state="detached")
 
 
 def _free_port() -> int:
@@ -43,12 +58,18 @@ def e2e_world(tmp_path_factory):
 @pytest.fixture(scope="session")
 def app_url(e2e_world):
     """`streamlit run dashboard/app.py` on a free port; yields its URL, stops it afterwards."""
+    from engine.serve.access import add_user
+
+    users = e2e_world["dir"] / "users.toml"
+    for name, role in USERS.items():
+        add_user(users, name, role, PASSWORD)
     port = _free_port()
-    env = {**os.environ, "FRAUDLENS_DATA_DIR": str(e2e_world["dir"] / "store"), "FRAUDLENS_ANALYST": "e2e",
+    env = {**os.environ, "FRAUDLENS_DATA_DIR": str(e2e_world["dir"] / "store"), "FRAUDLENS_USERS": str(users),
            "FRAUDLENS_DATA": str(e2e_world["data"]), "FRAUDLENS_SPEC": e2e_world["spec"],
            "FRAUDLENS_MODEL": str(e2e_world["model"]), "FRAUDLENS_PSEUDONYM_SALT": "e2e",
            "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    env.pop("FRAUDLENS_FOUR_EYES", None)
+    for var in ("FRAUDLENS_FOUR_EYES", "FRAUDLENS_ANALYST", "FRAUDLENS_DEMO"):
+        env.pop(var, None)
     log = open(e2e_world["dir"] / "streamlit.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",

@@ -12,11 +12,15 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.components.safe import md
 from engine.cases import view as cv
+from engine.serve import access as ac
 from tiny_models import demo_slice, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "app.py")
 TIMEOUT = 60
+#: the users of the test credentials file (all with PASSWORD)
+USERS = {"alice": "analyst", "bob": "supervisor", "carol": "analyst", "erin": "auditor", "dana": "admin"}
+PASSWORD = "correct horse battery staple"
 N_CASE_CHARTS = 8  # timeline, IG/SHAP/occlusion bars, field heat map, query field bars, attention, rollout
 
 
@@ -37,9 +41,31 @@ def world(tmp_path_factory):
             "ranking": ranking, "frame": src.frame}
 
 
+@pytest.fixture(scope="session")
+def users_file(tmp_path_factory):
+    """A credentials file with :data:`USERS` (argon2 hashes of :data:`PASSWORD`)."""
+    p = tmp_path_factory.mktemp("users") / "users.toml"
+    for name, role in USERS.items():
+        ac.add_user(p, name, role, PASSWORD)
+    return p
+
+
+def signed_in(user: str | None = "alice") -> AppTest:
+    """An AppTest of the app whose session is signed in as ``user`` (as the sign-in form does)."""
+    from dashboard.components.access import SESSION_KEY
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if user is not None:
+        at.session_state[SESSION_KEY] = ac.Identity(user, USERS[user], "password")
+    return at
+
+
 @pytest.fixture
-def env(world, monkeypatch, tmp_path):
-    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))  # never the user's case store
+def env(world, monkeypatch, users_file, tmp_path):
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))  # never the user's real case store
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users_file))
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DATA_ROOTS", raising=False)
     monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
@@ -57,7 +83,7 @@ def _charts(at: AppTest) -> list:
 
 
 def _case(env, entity: str | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in()
     if entity is not None:
         at.session_state["entity_id"] = entity
     at.switch_page("pages/case.py")
@@ -66,7 +92,7 @@ def _case(env, entity: str | None = None) -> AppTest:
 
 
 def test_cases_page_lists_ranked_entities(env):
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in()
     at.run()
     _ok(at)
     assert at.title[0].value == "Cases"
@@ -83,7 +109,7 @@ def test_cases_page_lists_ranked_entities(env):
 
 def test_cases_page_with_a_selected_entity_offers_to_open_it(env):
     ent = env["ranking"]["entity_id"].iloc[1]
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in()
     at.session_state["entity_id"] = ent
     at.run()
     _ok(at)
@@ -96,16 +122,17 @@ def test_cases_page_with_a_selected_entity_offers_to_open_it(env):
     assert at.session_state["entity_id"] == ent
 
 
-def test_choosing_another_file_and_spec_on_cases_reloads(env, tmp_path):
+def test_choosing_another_file_and_spec_on_cases_reloads(env, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAUDLENS_DATA_ROOTS", str(tmp_path))
     small = tmp_path / "small.csv"
     with open(env["data"], encoding="utf-8") as f:
         small.write_text("".join(next(f) for _ in range(301)), encoding="utf-8")
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in()
     at.session_state["entity_id"] = env["ranking"]["entity_id"].iloc[0]
     at.run()
     _ok(at)
     at.radio(key="src_kind").set_value("path").run()
-    at.text_input(key="src_path").input(str(small)).run()
+    at.selectbox(key="src_path").select(str(small.resolve())).run()
     at.selectbox(key="src_spec").select(env["spec"]).run()
     at.button(key="src_apply").click().run()
     _ok(at)
@@ -189,7 +216,7 @@ def test_attention_layer_and_head_are_selectable(env):
 
 
 def test_model_page_shows_the_model_card(env):
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in()
     at.switch_page("pages/model.py")
     at.run()
     _ok(at)
@@ -204,7 +231,7 @@ def test_model_page_shows_the_model_card(env):
 def test_a_missing_model_is_reported_not_raised(env, monkeypatch, tmp_path):
     monkeypatch.setenv("FRAUDLENS_MODEL", str(tmp_path / "no-model"))
     for page in ("pages/cases.py", "pages/case.py", "pages/model.py"):
-        at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+        at = signed_in()
         at.switch_page(page)
         at.run()
         assert not at.exception, [e.value for e in at.exception]

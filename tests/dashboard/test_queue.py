@@ -9,26 +9,35 @@ from streamlit.testing.v1 import AppTest
 
 from engine.cases.store import CaseStore
 
-from test_app import APP, TIMEOUT, _ok, world  # noqa: F401 - the shared fixture
+from dashboard.components.access import SESSION_KEY
+from engine.serve import access as ac
+from test_app import APP, TIMEOUT, USERS, _ok, signed_in, users_file, world  # noqa: F401 - the shared fixtures
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture
-def qenv(world, monkeypatch, tmp_path):  # noqa: F811
+def qenv(world, monkeypatch, tmp_path, users_file):  # noqa: F811
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users_file))
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
     monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("FRAUDLENS_ANALYST", "alice")
+    monkeypatch.delenv("FRAUDLENS_ANALYST", raising=False)
     monkeypatch.setenv("FRAUDLENS_PSEUDONYM_SALT", "test")
     monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
     monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
     return {**world, "db": tmp_path / "cases.sqlite3"}
 
 
-def _queue(env) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+def _as(at: AppTest, user: str) -> AppTest:
+    at.session_state[SESSION_KEY] = ac.Identity(user, USERS[user], "password")
+    return at
+
+
+def _queue(env, user: str = "alice") -> AppTest:
+    at = signed_in(user)
     at.switch_page("pages/queue.py")
     at.run()
     return at
@@ -49,13 +58,14 @@ def test_queue_lists_flagged_entities_ranked(qenv):
     assert table["max_probability"].is_monotonic_decreasing
     assert (table["max_probability"] >= 0.5).all()
     assert {m.label: m.value for m in at.metric}["Cases in queue"] == f"{len(expected):,}"
-    assert at.sidebar.text_input[0].value == "alice"
+    assert any(t.value == "alice · analyst" for t in at.sidebar.text)  # the signed-in user, not a typed name
+    assert not at.sidebar.text_input  # no name box
     with CaseStore(qenv["db"]) as s:  # every entity upserted under the model's sha
         assert len(s.queue(qenv["bundle"].sha256, 0.0)) == len(qenv["ranking"])
 
 
 def test_queue_filters_and_thresholds(qenv):
-    at = _queue(qenv)
+    at = _queue(qenv, "bob")
     at.selectbox(key="q_label").set_value("fraud").run()
     _ok(at)
     t = at.dataframe[1].value
@@ -67,17 +77,17 @@ def test_queue_filters_and_thresholds(qenv):
     _ok(at)
     with CaseStore(qenv["db"]) as s:
         t = s.get_thresholds(qenv["bundle"].sha256)
-        assert (t.review, t.decline, t.updated_by) == (0.9, 0.95, "alice")
+        assert (t.review, t.decline, t.updated_by) == (0.9, 0.95, "bob")
         audit = s.audit_log(model_sha256=qenv["bundle"].sha256)
         assert "thresholds_set" in audit["action"].tolist()
     assert at.dataframe[1].value["entity_id"].tolist() == _flagged(qenv, 0.9)
 
 
 def test_assign_and_identity(qenv):
-    at = _queue(qenv)
-    at.sidebar.text_input[0].set_value("bob").run()
+    at = _queue(qenv, "bob")
     _ok(at)
-    at.text_input(key="q_assign_to").set_value("carol")
+    assert at.selectbox(key="q_assign_to").options == ["alice", "bob", "carol"]  # users who work cases
+    at.selectbox(key="q_assign_to").set_value("carol")
     at.button(key="q_assign").click().run()
     _ok(at)
     first = _flagged(qenv)[0]
@@ -94,7 +104,7 @@ def test_assign_and_identity(qenv):
 def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     monkeypatch.setenv("FRAUDLENS_FOUR_EYES", "1")
     first = _flagged(qenv)[0]
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in("alice")
     at.session_state["entity_id"] = first
     at.switch_page("pages/case.py")
     at.run()
@@ -111,7 +121,7 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["Case state"] == "pending approval"
     assert not [b for b in at.button if b.label == "Approve"]  # the proposer cannot approve
-    at.sidebar.text_input[0].set_value("bob").run()
+    _as(at, "bob").run()  # another signed-in user, a supervisor
     at.text_area(key="approve_note").set_value("agreed")
     at.button(key="FormSubmitter:approve_form-Approve").click().run()
     _ok(at)

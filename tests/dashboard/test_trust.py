@@ -53,7 +53,7 @@ def world(tmp_path_factory):
 
 @pytest.fixture
 def env(world, monkeypatch, tmp_path):
-    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))  # never the user's case store
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))  # never the user's real case store
     monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
@@ -68,7 +68,11 @@ def _ok(at: AppTest) -> None:
 
 
 def _case(env, edits=None) -> AppTest:
+    from dashboard.components.access import SESSION_KEY
+    from engine.serve.access import Identity
+
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[SESSION_KEY] = Identity("alice", "analyst", "password")  # as the sign-in form does
     at.session_state["entity_id"] = env["entity"]
     at.session_state["query_id"] = env["query"]
     at.session_state["trust_show"] = True

@@ -1,0 +1,185 @@
+"""Sign-in and roles through Streamlit's AppTest: the password form, sign-out, demo mode (only on
+a loopback address, with a banner on every page), an admin sees no case data, an auditor's view
+writes nothing, and the role is checked inside the action callbacks (not only by hiding them)."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit import config as st_config
+from streamlit.testing.v1 import AppTest
+
+from dashboard.components.access import SESSION_KEY
+from engine.cases.store import CaseStore
+from engine.serve import access as ac
+from test_app import APP, PASSWORD, TIMEOUT, _ok, env, signed_in, users_file, world  # noqa: F401
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+PAGES = ("pages/cases.py", "pages/queue.py", "pages/case.py", "pages/model.py")
+
+
+@pytest.fixture
+def address():
+    """Set Streamlit's server.address for one test (restored afterwards)."""
+    old = st_config.get_option("server.address")
+    yield lambda v: st_config.set_option("server.address", v)
+    st_config.set_option("server.address", old)
+
+
+def _sign_in_form(at: AppTest, name: str, password: str) -> AppTest:
+    at.text_input(key="signin_name").input(name)
+    at.text_input(key="signin_password").input(password)
+    return at.button(key="FormSubmitter:signin_form-Sign in").click().run()
+
+
+def test_password_sign_in_and_sign_out(env, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("FRAUDLENS_ANALYST", "alice")  # no longer an identity source for the dashboard
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
+    assert not [t for t in at.sidebar.text_input]  # no name box
+    _sign_in_form(at, "alice", PASSWORD)
+    _ok(at)
+    assert at.title[0].value == "Cases"
+    assert at.session_state[SESSION_KEY] == ac.Identity("alice", "analyst", "password")
+    assert any(t.value == "alice · analyst" for t in at.sidebar.text)
+    assert at.session_state["signin_password"] == ""  # the password is not kept in the session
+    at.sidebar.button(key="signout").click().run()
+    assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe
+    _sign_in_form(at, "alice", PASSWORD + "x")
+    assert [e.value for e in at.error] == ["unknown user or wrong password"]
+    assert at.title[0].value == "Sign in to fraudlens"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_demo_mode_on_localhost_signs_in_with_a_banner_on_every_page(env, monkeypatch, address, page):  # noqa: F811
+    monkeypatch.setenv("FRAUDLENS_DEMO", "1")
+    monkeypatch.delenv("FRAUDLENS_USERS")
+    address("127.0.0.1")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state[SESSION_KEY] == ac.Identity("demo", "supervisor", "demo")
+    assert any(w.value.startswith("Demo mode: signed in automatically as **demo** (supervisor), local only")
+               for w in at.warning)
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0", "10.0.0.7", ""])
+def test_demo_mode_elsewhere_signs_nobody_in(env, monkeypatch, address, addr):  # noqa: F811
+    monkeypatch.setenv("FRAUDLENS_DEMO", "1")
+    address(addr)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
+    assert SESSION_KEY not in at.session_state
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_an_admin_sees_no_case_data(env, page):  # noqa: F811
+    at = signed_in("dana")
+    at.switch_page(page)
+    at.run()
+    assert not at.exception
+    assert not at.dataframe and not at.metric
+    assert "your role (admin) may not view cases" in at.error[0].value.lower()
+
+
+def test_an_auditor_reads_the_case_and_writes_nothing(env, tmp_path, world):  # noqa: F811
+    from streamlit.runtime.caching import cache_resource
+
+    db = tmp_path / "store" / "cases.sqlite3"
+    entity = world["ranking"]["entity_id"].iloc[0]
+    at = signed_in("erin")
+    at.session_state["entity_id"] = entity
+    at.switch_page("pages/case.py")
+    at.run()
+    assert not at.exception
+    assert [i.value for i in at.info] == ["This entity has no case in the case store."]
+    assert not db.exists() or len(CaseStore(db).queue(world["bundle"].sha256, 0.0)) == 0  # no case created
+
+    at = signed_in("alice")  # an analyst's view creates the cases
+    at.session_state["entity_id"] = entity
+    at.switch_page("pages/case.py")
+    at.run()
+    _ok(at)
+    with CaseStore(db) as s:
+        before = len(s.audit_log())
+    cache_resource.clear()
+    at = signed_in("erin")
+    at.session_state["entity_id"] = entity
+    at.switch_page("pages/case.py")
+    at.run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Case state"] == "open"
+    assert not [b for b in at.button if "Record disposition" in b.label]
+    assert any("Your role (auditor) reads cases" in c.value for c in at.caption)
+    with CaseStore(db) as s:
+        assert len(s.audit_log()) == before  # reading wrote nothing
+
+
+def _callback_script(user: str, role: str, action: str) -> None:
+    import streamlit as st
+
+    from dashboard.components import disposition
+    from dashboard.components.access import SESSION_KEY
+    from engine.serve.access import Identity
+
+    class Store:  # records what the callback asked the case store to do
+        calls: list = []
+
+        def record_disposition(self, *a, **k):
+            self.calls.append(("record_disposition", a, k))
+            return "false_positive"
+
+        def approve(self, *a, **k):
+            self.calls.append(("approve", a, k))
+
+    st.session_state[SESSION_KEY] = Identity(user, role, "password")
+    st.session_state["disp_choice"], st.session_state["disp_note"] = "false_positive", "forged call"
+    st.session_state["approve_note"] = "forged approval"
+    store = Store()
+    case = {"id": 1, "version": 1, "state": "pending_approval", "pending_by": "someone"}
+    (disposition._record if action == "record" else disposition._approve)(store, case)
+    st.text(repr(st.session_state.get(disposition.MSG)))
+    st.text(f"calls={len(store.calls)}")
+
+
+@pytest.mark.parametrize("role,action,allowed", [("auditor", "record", False), ("admin", "record", False),
+                                                 ("analyst", "approve", False), ("auditor", "approve", False),
+                                                 ("analyst", "record", True), ("supervisor", "approve", True)])
+def test_roles_are_checked_inside_the_action_callbacks(role, action, allowed):
+    at = AppTest.from_function(_callback_script, args=("mallory", role, action), default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    msg, calls = at.text[0].value, at.text[1].value
+    if allowed:
+        assert calls == "calls=1" and "success" in msg and "mallory" in msg
+    else:
+        assert calls == "calls=0" and "'error'" in msg and f"your role ({role}) may not" in msg
+
+
+@pytest.mark.parametrize("email,role", [("carol@bank.example", "auditor"), ("mallory@bank.example", None)])
+def test_identity_provider_users_get_their_listed_role(env, monkeypatch, tmp_path, email, role):  # noqa: F811
+    """Streamlit's OIDC session (st.user) as seen by the page: the role comes from the
+    credentials file; an e-mail not listed there sees no case data."""
+    import streamlit
+
+    from dashboard.components import access
+
+    users = tmp_path / "users.toml"
+    ac.add_user(users, "carol@bank.example", "auditor", None)
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users))
+    monkeypatch.setattr(access, "_oidc_configured", lambda: True)
+    monkeypatch.setattr(access, "_oidc_logged_in", lambda: True)
+    monkeypatch.setattr(streamlit, "user", {"email": email, "is_logged_in": True})
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if role:
+        assert at.session_state[SESSION_KEY] == ac.Identity(email, role, "oidc")
+        assert at.title[0].value == "Cases" and at.dataframe
+    else:
+        assert SESSION_KEY not in at.session_state
+        assert any("has no role in this fraudlens" in e.value for e in at.error)
+        assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric

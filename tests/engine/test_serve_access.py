@@ -1,0 +1,154 @@
+"""engine.serve: roles, the argon2 credentials file, sign-in, the bind rule, data roots, the
+private upload folder and error messages that never quote a file."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from engine.serve import access as ac
+from engine.serve import paths as sp
+
+PW = "correct horse battery staple"
+
+
+@pytest.fixture
+def users(tmp_path):
+    p = tmp_path / "conf" / "users.toml"
+    ac.add_user(p, "alice", "analyst", PW)
+    ac.add_user(p, "bob", "supervisor", PW + "!")
+    ac.add_user(p, "carol@bank.example", "auditor", None)
+    ac.THROTTLE.clear("alice")
+    return p
+
+
+def test_roles_allow_exactly_their_actions():
+    allowed = {r: {a for a in ac.ACTION_LABELS if ac.Identity("u", r, "password").can(a)} for r in ac.ROLES}
+    assert allowed["analyst"] == {"view_cases", "choose_data", "assign", "disposition", "note"}
+    assert allowed["supervisor"] == allowed["analyst"] | {"approve", "set_thresholds", "view_audit"}
+    assert allowed["auditor"] == {"view_cases", "choose_data", "view_audit"}
+    assert allowed["admin"] == {"manage_users", "view_audit"}
+    with pytest.raises(ac.AccessDenied, match=r"your role \(analyst\) may not change thresholds"):
+        ac.require(ac.Identity("alice", "analyst", "password"), ac.SET_THRESHOLDS)
+    with pytest.raises(ac.AccessDenied, match="sign in to record a disposition"):
+        ac.require(None, ac.DISPOSITION)
+
+
+def test_credentials_file_holds_only_argon2_hashes_mode_0600(users):
+    text = users.read_text(encoding="utf-8")
+    assert PW not in text and text.count("$argon2id$") == 2
+    assert stat.S_IMODE(os.stat(users).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(users.parent).st_mode) == 0o700
+    recs = ac.load_users(users)
+    assert {n: r.role for n, r in recs.items()} == {"alice": "analyst", "bob": "supervisor",
+                                                     "carol@bank.example": "auditor"}
+    assert recs["carol@bank.example"].password_hash is None
+
+
+def test_authenticate_right_and_wrong_password(users):
+    assert ac.authenticate(users, "alice", PW) == ac.Identity("alice", "analyst", "password")
+    for name, pw in [("alice", PW + "x"), ("alice", ""), ("nobody", PW), ("carol@bank.example", "")]:
+        with pytest.raises(ac.SignInError, match="unknown user or wrong password"):
+            ac.authenticate(users, name, pw)
+
+
+def test_wrong_passwords_lock_the_name(users):
+    for _ in range(ac.MAX_FAILURES):
+        with pytest.raises(ac.SignInError, match="wrong password"):
+            ac.authenticate(users, "alice", "guess")
+    with pytest.raises(ac.SignInError, match="too many wrong passwords"):
+        ac.authenticate(users, "alice", PW)  # even the right one, until the window has passed
+    ac.THROTTLE.clear("alice")
+    assert ac.authenticate(users, "alice", PW).role == "analyst"
+
+
+def test_identity_provider_users_need_a_listed_role(users):
+    assert ac.oidc_identity(users, "carol@bank.example") == ac.Identity("carol@bank.example", "auditor", "oidc")
+    assert ac.oidc_identity(users, "Carol@Bank.Example").name == "carol@bank.example"
+    for addr in ("mallory@bank.example", "c\u0430rol@bank.example", None):
+        with pytest.raises(ac.SignInError, match="has no role"):
+            ac.oidc_identity(users, addr)
+    with pytest.raises(ac.SignInError, match="no credentials file"):
+        ac.oidc_identity(None, "carol@bank.example")
+
+
+def test_add_user_refusals(tmp_path):
+    p = tmp_path / "u.toml"
+    with pytest.raises(ac.UsersFileError, match="too short"):
+        ac.add_user(p, "alice", "analyst", "short")
+    with pytest.raises(ac.UsersFileError, match="unknown role"):
+        ac.add_user(p, "alice", "root", PW)
+    with pytest.raises(ac.UsersFileError, match="reserved"):
+        ac.add_user(p, "system", "analyst", PW)
+    assert not p.exists()
+    p.write_text('[users.alice]\nrole = "analyst"\npassword_hash = "plaintext"\n', encoding="utf-8")
+    with pytest.raises(ac.UsersFileError, match=r"user 'alice': password_hash must be an argon2 hash"):
+        ac.load_users(p)
+
+
+def test_assignable_users_are_those_who_work_cases(users):
+    assert ac.assignable_users(users) == ["alice", "bob"]
+
+
+@pytest.mark.parametrize("address,ok", [("127.0.0.1", True), ("localhost", True), ("::1", True),
+                                        ("127.0.0.2", True), ("0.0.0.0", False), ("", False), ("::", False),
+                                        ("10.1.2.3", False), ("example.com", False)])
+def test_loopback(address, ok):
+    assert ac.is_loopback(address) is ok
+
+
+def test_bind_rule():
+    ac.check_bind("127.0.0.1", password_signin=False, oidc_signin=False, demo=True)
+    ac.check_bind("0.0.0.0", password_signin=True, oidc_signin=False, demo=False)
+    ac.check_bind("0.0.0.0", password_signin=False, oidc_signin=True, demo=False)
+    with pytest.raises(ac.BindError, match="without sign-in"):
+        ac.check_bind("0.0.0.0", password_signin=False, oidc_signin=False, demo=False)
+    with pytest.raises(ac.BindError, match="demo mode"):
+        ac.check_bind("0.0.0.0", password_signin=True, oidc_signin=False, demo=True)
+
+
+def test_data_roots_and_listing(tmp_path):
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.csv").write_text("x\n", encoding="utf-8")
+    (root / "b.parquet").write_bytes(b"PAR1")
+    (root / "notes.txt").write_text("x", encoding="utf-8")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "c.csv").write_text("x\n", encoding="utf-8")
+    roots = sp.data_roots({sp.ENV_DATA_ROOTS: os.pathsep.join([str(root), str(tmp_path / "missing")])})
+    assert roots[0] == root.resolve() and sp.BUILTIN_ROOTS[0].resolve() in roots
+    assert (tmp_path / "missing") not in roots
+    files = sp.list_files([root.resolve()])
+    assert files == [(root / "b.parquet").resolve(), (root / "sub" / "a.csv").resolve()]
+    assert sp.check_path(root / "sub" / "a.csv", roots) == (root / "sub" / "a.csv").resolve()
+    with pytest.raises(FileNotFoundError, match="no such file in the data roots"):
+        sp.check_path(root / "nope.csv", roots)
+    assert sp.display_name((root / "sub" / "a.csv").resolve(), [root.resolve()]) == "root/sub/a.csv"
+
+
+def test_upload_area_private_random_names():
+    area = sp.UploadArea()
+    p = area.save("../../etc/cron.d/evil.csv", b"a,b\n1,2\n")
+    assert p.parent == area.folder and "evil" not in p.name and p.suffix == ".csv"
+    assert len(p.stem) == 32 and int(p.stem, 16) >= 0
+    assert stat.S_IMODE(os.stat(area.folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    assert area.save("other-name.csv", b"a,b\n1,2\n") == p  # same bytes: same file
+    q = area.save("x.PARQUET", b"PAR1")
+    assert q != p and q.suffix == ".parquet"
+    assert area.save("t.csv.gz", b"\x1f\x8b1").name.endswith(".csv.gz")
+    assert area.save("t.gz", b"\x1f\x8b2").suffix == ".gz"
+    assert sp.UploadArea().folder != area.folder  # one per server process, unpredictable
+
+
+def test_safe_error_never_quotes_the_file():
+    e = ValueError("/srv/k.csv: columns required by spec 'demo' not found: 'User' (entity); 'Amount' (amount). "
+                   "Columns found: ['SECRET=hunter2']")
+    msg = sp.safe_error(e, "/srv/k.csv", ("User", "Amount", "Card"))
+    assert "hunter2" not in msg and "SECRET" not in msg and "/srv" not in msg
+    assert msg.startswith("ValueError reading k.csv: required columns not found; columns 'User', 'Amount'")
+    e = ValueError("Error tokenizing data. C error: Expected 3 fields in line 7, saw 4: 'root:x:0:0'")
+    msg = sp.safe_error(e, "f.csv")
+    assert msg == "ValueError reading f.csv: line 7 (details in the server log)"
