@@ -22,17 +22,18 @@ from engine.cases.store.common import (
 def audit_csv(frame: pd.DataFrame) -> bytes:
     """An :meth:`AuditMixin.audit_log` frame as CSV bytes (UTF-8, ``\n`` line ends, RFC 4180
     quoting): ``before`` / ``after`` as canonical JSON text, card-number-like digit runs masked
-    and every text cell neutralised against formula injection
-    (:func:`engine.cases.redact.neutralise_csv_frame`). Raises ``KeyError`` if a column of
+    and every text cell neutralised against formula injection by the project's one CSV writer
+    (:func:`engine.data.csv_writer.csv_bytes`). Raises ``KeyError`` if a column of
     :data:`AUDIT_COLUMNS` is missing."""
-    from engine.cases.redact import mask_card_number, neutralise_csv_frame
+    from engine.cases.redact import mask_card_number
+    from engine.data.csv_writer import csv_bytes
 
     out = frame[AUDIT_COLUMNS].copy()
     for c in ("before", "after"):
         out[c] = [None if v is None else _json(v) for v in out[c]]
     for c in ("actor", "action", "before", "after"):
         out[c] = out[c].map(mask_card_number)
-    return neutralise_csv_frame(out).to_csv(index=False, lineterminator="\n").encode("utf-8")
+    return csv_bytes(out)
 
 
 class AuditMixin:
