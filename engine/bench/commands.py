@@ -1,0 +1,118 @@
+"""``fraudlens bench ...``: benchmark commands that print tables and write ``bench/results/*.md``.
+
+Speed and quality are measured here, never by timed unit tests. Each command imports its bench
+module when it runs (torch, LightGBM and the data load only then).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
+console = Console(width=None if sys.stdout.isatty() else 150)
+#: bench logs carry "[transformer]"-style prefixes and markdown: printed as is, not as rich markup
+plain_log = partial(console.print, markup=False)
+
+
+def _fail(msg: str) -> None:
+    """One error line (the message may quote file text: never rich markup), exit 2."""
+    console.print(f"[red]error:[/red] {escape(' '.join(str(msg).split()))}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="benchmarks that print tables and write bench/results/*.md")
+HANDBOOK = ROOT.parent / "shared" / "data" / "handbook" / "transactions.parquet"
+SMALL_GBT_GRID = {"num_leaves": [31], "learning_rate": [0.05, 0.1], "min_child_samples": [100],
+                  "max_bin": [1023], "n_estimators": [100, 200]}
+
+
+@bench_app.command("quality")
+def bench_quality(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    epochs: Optional[int] = typer.Option(None, min=1, help="epochs of the learning-rate schedule (default: the bench configuration's)"),
+    seeds: int = typer.Option(5, min=1, help="models per fold (seeds 0..n-1, as engine.bench.quality.BENCH_SEEDS); the transformer row averages their probabilities"),
+    full_gbt_grid: bool = typer.Option(False, help="the GBT's full validation grid (48 settings) instead of 4"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "quality.md"),
+):
+    """Transformer vs LightGBM vs the Handbook's published numbers on the Handbook protocol."""
+    from dataclasses import replace
+
+    from engine.bench import quality
+
+    grid = None if full_gbt_grid else SMALL_GBT_GRID
+    cfg = quality.BENCH_CONFIG if epochs is None else replace(quality.BENCH_CONFIG, epochs=epochs)
+    quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=plain_log)
+
+
+@bench_app.command("ceiling")
+def bench_ceiling(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    draws: int = typer.Option(10, min=1, help="random tie-breaks averaged per fold"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "ceiling.md"),
+):
+    """Oracle reference for the Handbook protocol (no model, ~1-2 min): AUC ROC / AP / CP@100 when every fraud but the silent scenario-2 ones is ranked perfectly."""
+    from engine.bench import ceiling
+
+    ceiling.run(str(data), out=out, draws=draws, log=plain_log)
+
+
+@bench_app.command("datasets")
+def bench_datasets(
+    datasets: str = typer.Option("demo,tabformer,banksim,handbook",
+                                 help="comma-separated: demo, tabformer, banksim, handbook"),
+    seeds: int = typer.Option(3, min=1, help="seeds 0..n-1 per model and dataset"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "datasets.md"),
+):
+    """Transformer vs the LightGBM baseline on every labelled dataset, same split and test rows:
+    AUC ROC, AP, recall at 1 % alerts, detection and value detection at a 5:1 false-positive
+    ratio, ECE; mean ± std over seeds; paired bootstrap over entities (Handbook: ~15 min a seed)."""
+    from engine.bench import datasets as ds
+
+    try:
+        ds.main([n.strip() for n in datasets.split(",") if n.strip()], list(range(seeds)), out, log=plain_log)
+    except ValueError as e:
+        _fail(str(e))
+
+
+@bench_app.command("speed")
+def bench_speed(
+    data: Path = typer.Option(HANDBOOK, exists=True),
+    spec: str = typer.Option("handbook"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint (default: default configuration, untrained)"),
+    train_run: Optional[Path] = typer.Option(Path("runs/handbook"), help="checkpoint of a Handbook training run, for its wall time"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "speed.md"),
+):
+    """Scoring throughput vs re-scoring, incremental latency, case-open time, memory, training time."""
+    from engine.bench import speed
+
+    speed.run(str(data), spec, model, train_run, out)
+
+
+@bench_app.command("explanations")
+def bench_explanations(
+    data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
+    spec: Optional[str] = typer.Option(None, help="spec name or TOML file (default: the model's spec)"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: the demo model)"),
+    max_cases: int = typer.Option(50, min=1, help="flagged test-period cases explained at most"),
+    methods: str = typer.Option("attention,attention_rollout,integrated_gradients,shap,occlusion",
+                                help="comma-separated explanation methods"),
+    seed: int = typer.Option(0, help="case sampling, SHAP coalitions and random orders"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
+):
+    """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
+    ground truth, completeness and time per method over flagged test-period cases."""
+    from engine.trust.bench import main as explanations_main
+
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    try:
+        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
