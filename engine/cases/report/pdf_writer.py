@@ -270,11 +270,13 @@ def _pdf_trust(trust: dict, h2, para, table) -> None:
         para(" · ".join(f"{k}: {v}" for k, v in c.items() if not isinstance(v, (dict, list))), 7.5)
     rnd = trust.get("randomisation") or {}
     if rnd.get("verdicts"):
-        para("Model-parameter randomisation (Adebayo et al. 2018): a method whose attributions barely change when "
-             f"the model's weights are randomised (rank correlation above {rnd.get('bound')}) is not evidence.", 7.5)
-        table(["Method", "Verdict", "Rank correlation after randomisation"],
-              [[m, v.get("verdict", ""), _fmt(v.get("final_spearman"), "{:+.2f}")] for m, v in rnd["verdicts"].items()],
-              [50, 40, 70])
+        para("Model-parameter randomisation (Adebayo et al. 2018), layers randomised top first: a method is evidence "
+             "only if every step moves its ranking more than re-running it with another seed does and, with every "
+             f"layer random, its rank correlation |rho| with the original is at most {rnd.get('bound')}.", 7.5)
+        table(["Method", "Verdict", "Why"],
+              [[m, v.get("verdict", ""), v.get("reason") or f"final rank correlation {_fmt(v.get('final_spearman'), '{:+.2f}')}"]
+               for m, v in rnd["verdicts"].items()],
+              [40, 30, 120])
     pairs = ((trust.get("agreement") or {}).get("pairs")) or []
     bad = [p for p in pairs if p.get("status") == "methods disagree"]
     if pairs:
