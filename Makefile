@@ -12,7 +12,7 @@ PORT ?= 8501
 $(BIN)/fraudlens: pyproject.toml requirements.lock
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(BIN)/fraudlens
 
