@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,6 @@ def ensure_entrypoint() -> None:
         PagesManager.uses_pages_directory = False
         runpy.run_path(str(Path(__file__).with_name("app.py")), run_name="__main__")
         st.stop()
-    import sys
-
     from dashboard.components import access
 
     access.require_signed_in()  # normally done by app.py; never serve a page without it
@@ -223,8 +222,6 @@ def listed_files(roots: tuple[str, ...], suffixes: tuple[str, ...]) -> list[str]
 
 
 def _launch() -> Settings:
-    import sys
-
     return parse_settings(sys.argv[1:])
 
 
@@ -429,6 +426,11 @@ def load_or_explain_error(e: Exception) -> str:
     src = st.session_state.get(SOURCE) or {}
     if isinstance(e, FileNotFoundError):
         return f"Not found: {e}"  # names a path (inside the roots), never a file's contents
+    n_bad = cv.non_finite_score_count(e)
+    if n_bad is not None:  # an error, never "not flagged"; the transaction ids go to the log only
+        name = f" of {Path(str(src['path'])).name}" if src.get("path") else ""
+        return (f"The model gave a NaN or infinite score for {n_bad:,} transaction(s){name}: the model "
+                "or its input is broken, so no score is reported (the transaction ids are in the server log).")
     if isinstance(e, RuntimeError) and "state_dict" in str(e):
         return ("This checkpoint does not match this version of the model code (it was trained with an "
                 "older one): retrain it with `fraudlens train`, or choose another checkpoint.")

@@ -6,15 +6,22 @@ from functools import partial
 
 import streamlit as st
 
+from dashboard import components as comp
 from dashboard import state
 from dashboard.components.safe import csv_download, error_text, md
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.explain.base import ATTENTION_CAVEAT
+from engine.serve import access as ac
 
 state.ensure_entrypoint()
 ss = st.session_state
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
+
+if not ac.can(comp.signed_in(), ac.VIEW_CASES):  # admins: no case data, the refusal as on Cases and Queue
+    st.title("Case")
+    comp.access.deny(ac.VIEW_CASES)
+    st.stop()
 
 try:
     loaded = state.load_all()

@@ -7,13 +7,19 @@ import json
 import pandas as pd
 import streamlit as st
 
+from dashboard import components as comp
 from dashboard import state
 from dashboard.components.safe import md
 from engine.cases import view as cv
 from engine.cases import figures as fig
+from engine.serve import access as ac
 
 state.ensure_entrypoint()
 ss = st.session_state
+if not ac.can(comp.signed_in(), ac.VIEW_CASES):  # admins: no model card, the refusal as on Cases and Queue
+    st.title("Model")
+    comp.access.deny(ac.VIEW_CASES)
+    st.stop()
 try:
     bundle = state.session_bundle()  # signed-in role and model path checked
 except Exception as e:  # noqa: BLE001

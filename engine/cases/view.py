@@ -165,6 +165,18 @@ def score_source(bundle: "ModelBundle", frame: pd.DataFrame, threshold: float | 
     return s
 
 
+def non_finite_score_count(e: BaseException) -> int | None:
+    """How many transactions got a NaN or infinite score if ``e`` is the scorer's
+    :class:`engine.model.scoring.NonFiniteScoreError` (an error, never "not flagged"); else
+    ``None``. Imports nothing: an error of the scorer means its module is loaded."""
+    import sys
+
+    scoring = sys.modules.get("engine.model.scoring")
+    if scoring is None or not isinstance(e, scoring.NonFiniteScoreError):
+        return None
+    return len(e.rows)
+
+
 # ------------------------------------------------------------------------------------ ranking
 def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Entities ranked by their highest transaction score.
