@@ -1,10 +1,12 @@
 """Browser end-to-end fixtures: a tiny model + demo-data slice, a `streamlit run` server on a
-free port (temp FRAUDLENS_DATA_DIR; a credentials file FRAUDLENS_USERS with the users of
-:data:`USERS`, all with :data:`PASSWORD`), :func:`sign_in` through the page's form, and Debian's
-headless Chromium driven by Playwright (never a Playwright-downloaded browser)."""
+free port (:func:`streamlit_server`; temp FRAUDLENS_DATA_DIR; a credentials file FRAUDLENS_USERS
+with the users of :data:`USERS`, all with :data:`PASSWORD`: :func:`write_users`), :func:`sign_in`
+through the page's form, and Debian's headless Chromium driven by Playwright (never a
+Playwright-downloaded browser)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -12,6 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -55,26 +58,30 @@ def e2e_world(tmp_path_factory):
     return {"dir": d, "data": data, "spec": cv.demo_spec_name(), "model": d / "model"}
 
 
-@pytest.fixture(scope="session")
-def app_url(e2e_world):
-    """`streamlit run dashboard/app.py` on a free port; yields its URL, stops it afterwards."""
+def write_users(path: Path, users: dict[str, str] | None = None, password: str = PASSWORD) -> Path:
+    """A credentials file at ``path`` with ``users`` (user -> role; default :data:`USERS`), all
+    with ``password``."""
     from engine.serve.access import add_user
 
-    users = e2e_world["dir"] / "users.toml"
-    for name, role in USERS.items():
-        add_user(users, name, role, PASSWORD)
+    for name, role in (USERS if users is None else users).items():
+        add_user(path, name, role, password)
+    return path
+
+
+@contextlib.contextmanager
+def streamlit_server(env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> Iterator[str]:
+    """`streamlit run dashboard/app.py` (extra ``args``) on a free port, with ``env`` over this
+    process's environment (no FRAUDLENS_FOUR_EYES, FRAUDLENS_ANALYST or FRAUDLENS_DEMO unless
+    ``env`` sets them), its output in ``log_path``; yields its URL once healthy, stops it afterwards."""
     port = _free_port()
-    env = {**os.environ, "FRAUDLENS_DATA_DIR": str(e2e_world["dir"] / "store"), "FRAUDLENS_USERS": str(users),
-           "FRAUDLENS_DATA": str(e2e_world["data"]), "FRAUDLENS_SPEC": e2e_world["spec"],
-           "FRAUDLENS_MODEL": str(e2e_world["model"]), "FRAUDLENS_PSEUDONYM_SALT": "e2e",
-           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    for var in ("FRAUDLENS_FOUR_EYES", "FRAUDLENS_ANALYST", "FRAUDLENS_DEMO"):
-        env.pop(var, None)
-    log = open(e2e_world["dir"] / "streamlit.log", "wb")
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("FRAUDLENS_FOUR_EYES", "FRAUDLENS_ANALYST", "FRAUDLENS_DEMO")}
+    full.update({"STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", **env})
+    log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+         "--server.port", str(port), "--server.fileWatcherType", "none", *args],
+        cwd=ROOT, env=full, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -86,7 +93,7 @@ def app_url(e2e_world):
             except OSError:
                 pass
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start: {(e2e_world['dir'] / 'streamlit.log').read_text()[-2000:]}")
+                raise RuntimeError(f"streamlit did not start: {log_path.read_text(errors='replace')[-2000:]}")
             time.sleep(0.5)
         yield url
     finally:
@@ -96,6 +103,17 @@ def app_url(e2e_world):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(e2e_world):
+    """`streamlit run dashboard/app.py` on a free port; yields its URL, stops it afterwards."""
+    d = e2e_world["dir"]
+    env = {"FRAUDLENS_DATA_DIR": str(d / "store"), "FRAUDLENS_USERS": str(write_users(d / "users.toml")),
+           "FRAUDLENS_DATA": str(e2e_world["data"]), "FRAUDLENS_SPEC": e2e_world["spec"],
+           "FRAUDLENS_MODEL": str(e2e_world["model"]), "FRAUDLENS_PSEUDONYM_SALT": "e2e"}
+    with streamlit_server(env, d / "streamlit.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -1,30 +1,25 @@
 """Hostile text in a real browser (Debian's Chromium through Playwright, see conftest.py).
 
-A case whose merchant, city, state and MCC values, analyst name, analyst note, data file name,
-model name and uploaded file name carry markdown links, markdown images and raw ``<img>`` tags
-pointing at 127.0.0.1:9 (the discard port: nothing listens). Asserted: no element of any page
-has an attribute (``href``, ``src``, ``xlink:href``) naming that host, and the browser never
-requests it (a Playwright request listener). On the same case: a what-if edit is made, the
+A case whose merchant, city, state and MCC values, analyst note, data file name, model name and
+uploaded file name carry markdown links, markdown images and raw ``<img>`` tags pointing at
+127.0.0.1:9 (the discard port: nothing listens), seen by an analyst signed in through the form
+(conftest.py's credentials file and :func:`sign_in`; user names are validated, so they hold no
+markup: a hostile name in the identity is tests/hostile/test_exports.py's). Asserted: no element
+of any page has an attribute (``href``, ``src``, ``xlink:href``) naming that host, and the browser
+never requests it (a Playwright request listener). On the same case: a what-if edit is made, the
 exports are prepared and the JSON downloaded carries the edit; the server log has no
 "missing ScriptRunContext"; the tables' toolbar offers no raw "Download as CSV".
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pandas as pd
 import pytest
 
-from conftest import ROOT, _free_port
+from conftest import sign_in, streamlit_server, write_users
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 120_000  # ms
@@ -32,7 +27,7 @@ HOST = "127.0.0.1:9"
 LINK = f"[verify your card](http://{HOST}/x)"
 IMAGE = f"![x](http://{HOST}/img.png)"
 IMG = f'<img src="http://{HOST}/img.png">'
-ANALYST = f"{IMAGE} {IMG} {LINK}"
+ANALYST = "e2e"  # signed in: user names are validated (engine.serve.access), no markup in them
 NOTE = f"{LINK} {IMAGE} {IMG} checked"
 # file names cannot hold "/": a browser reads "\" in an http URL as "/"
 FILE_NAME = f"![x](http:\\\\{HOST}\\img.png) [verify your card](http:\\\\{HOST}\\x) <img src=http:\\\\{HOST}\\i.png>"
@@ -56,38 +51,12 @@ def hostile_app(tmp_path_factory):
     tiny_checkpoint(src.frame, src.spec, d / "model", {"name": f"tiny {LINK}",
                                                        "thresholds": {"review": 0.05, "decline": 0.99}})
     entity = f"{df['User'].iloc[-1]}:{df['Card'].iloc[-1]}"
-    port = _free_port()
-    env = {**os.environ, "FRAUDLENS_DATA_DIR": str(d / "store"), "FRAUDLENS_ANALYST": ANALYST,
+    env = {"FRAUDLENS_DATA_DIR": str(d / "store"), "FRAUDLENS_USERS": str(write_users(d / "users.toml")),
            "FRAUDLENS_DATA": str(data), "FRAUDLENS_SPEC": "demo", "FRAUDLENS_MODEL": str(d / "model"),
-           "FRAUDLENS_PSEUDONYM_SALT": "e2e", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    env.pop("FRAUDLENS_FOUR_EYES", None)
+           "FRAUDLENS_PSEUDONYM_SALT": "e2e"}
     log_path = d / "streamlit.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.5)
+    with streamlit_server(env, log_path, ("--server.address", "127.0.0.1")) as url:
         yield {"url": url, "entity": entity, "log": log_path, "csv": data.read_bytes()}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 # attributes that make the browser fetch or link (an <input value> holding the text is text)
@@ -116,7 +85,7 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     page.set_default_timeout(T)
 
     # the case of the card with the payloads
-    page.goto(hostile_app["url"] + "/case")
+    sign_in(page, hostile_app["url"], ANALYST, path="/case")
     page.get_by_text("Disposition", exact=True).first.wait_for()
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Entity (ranked")
     box.click()
@@ -141,7 +110,7 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     page.get_by_text("(1 what-if edit)").first.wait_for()
     _no_host(page, requests)
 
-    # a disposition by the hostile analyst, with the hostile note
+    # a disposition by the signed-in analyst, with the hostile note
     page.get_by_text("Escalate", exact=True).click()
     page.get_by_role("textbox", name="Note (required)").fill(NOTE)
     page.get_by_role("button", name="Record disposition").click()
@@ -165,12 +134,12 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     _no_host(page, requests)
 
     # the Model page (model name with a link) and an upload whose file name carries the payloads
-    page.goto(hostile_app["url"] + "/model")
+    sign_in(page, hostile_app["url"], ANALYST, path="/model")  # a new page load: a new session
     page.get_by_role("heading", name=re.compile("^Model tiny")).wait_for()
     title = page.get_by_role("heading", name=re.compile("^Model tiny")).first.inner_text().replace("\u2060", "")
     assert title == f"Model tiny {LINK}"
     _no_host(page, requests)
-    page.goto(hostile_app["url"] + "/")
+    sign_in(page, hostile_app["url"], ANALYST)
     page.get_by_role("heading", name="Cases").wait_for()
     exp = page.locator('[data-testid="stExpander"]').first
     if not page.get_by_text("Transactions file").count():

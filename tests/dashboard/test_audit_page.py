@@ -13,15 +13,16 @@ from streamlit.testing.v1 import AppTest
 
 from engine.cases.store import CaseStore, audit_csv
 
-from test_app import APP, TIMEOUT, _ok
+from test_app import _ok, signed_in, users_file  # noqa: F401 - users_file: a fixture
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 SHA = "d" * 64
 
 
 @pytest.fixture
-def audit_env(monkeypatch, tmp_path):
+def audit_env(monkeypatch, tmp_path, users_file):
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users_file))
     monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
     db = tmp_path / "cases.sqlite3"
     rows = pd.DataFrame({"entity_id": ["4111111111111111", "e2"], "max_probability": [0.9, 0.7],
@@ -36,8 +37,9 @@ def audit_env(monkeypatch, tmp_path):
     return db
 
 
-def _audit(at: AppTest | None = None) -> AppTest:
-    at = at or AppTest.from_file(APP, default_timeout=TIMEOUT)
+def _audit(at: AppTest | None = None, user: str = "bob") -> AppTest:
+    """The Audit page, signed in as ``user`` (bob: supervisor; erin: auditor; both may view it)."""
+    at = at or signed_in(user)
     at.switch_page("pages/audit.py")
     at.run()
     return at
@@ -67,7 +69,7 @@ def test_audit_page_names_the_tampered_row(audit_env):
     conn.execute("DROP TRIGGER audit_log_no_update")
     conn.execute("UPDATE audit_log SET actor = 'mallory' WHERE id = 4")
     conn.close()
-    at = _audit()
+    at = _audit(user="erin")
     assert not at.exception
     assert "tampered with at row 4" in at.error[0].value
     assert {m.label: m.value for m in at.metric}["Chain"] == "broken at row 4"

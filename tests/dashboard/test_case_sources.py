@@ -10,13 +10,13 @@ from streamlit.testing.v1 import AppTest
 from engine.cases import view as cv
 from engine.cases.store import CaseStore, source_id
 
-from test_app import APP, TIMEOUT, _ok, world  # noqa: F401 - the shared fixture
+from test_app import _ok, signed_in, users_file, world  # noqa: F401 - the shared fixtures
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture
-def two_files(world, tmp_path, monkeypatch):  # noqa: F811
+def two_files(world, tmp_path, monkeypatch, users_file):  # noqa: F811
     """File A = the world's demo slice; file B = the same rows, the same entity ids, its first
     data row's amount changed (other bytes: another source)."""
     text = world["data"].read_text(encoding="utf-8").splitlines(keepends=True)
@@ -29,7 +29,9 @@ def two_files(world, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
-    monkeypatch.setenv("FRAUDLENS_ANALYST", "alice")
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users_file))  # alice (analyst) signs in: _queue
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DATA_ROOTS", raising=False)
     monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
     monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
     return {**world, "a": world["data"], "b": b, "db": tmp_path / "store" / "cases.sqlite3"}
@@ -37,7 +39,7 @@ def two_files(world, tmp_path, monkeypatch):  # noqa: F811
 
 def _queue(monkeypatch, path) -> AppTest:
     monkeypatch.setenv("FRAUDLENS_DATA", str(path))
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = signed_in("alice")
     at.switch_page("pages/queue.py")
     at.run()
     _ok(at)

@@ -21,21 +21,26 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
+from dashboard.components.access import SESSION_KEY
 from engine.cases import view as cv
 from engine.cases.store import CaseStore
+from engine.serve import access as ac
 
+from test_app import users_file  # noqa: F401 - the shared fixture
 from test_trust import APP, TIMEOUT, _ok, world  # noqa: F401 - the shared fixture
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture
-def cenv(world, monkeypatch, tmp_path):  # noqa: F811
+def cenv(world, monkeypatch, tmp_path, users_file):  # noqa: F811
     monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
     monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
     monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("FRAUDLENS_ANALYST", "alice")
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users_file))  # alice (analyst) signs in: _page
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DATA_ROOTS", raising=False)
     monkeypatch.setenv("FRAUDLENS_PSEUDONYM_SALT", "test")
     monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
     monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
@@ -57,8 +62,10 @@ def downloads(monkeypatch):
     return got
 
 
-def _page(page: str, **state) -> AppTest:
+def _page(page: str, user: ac.Identity = ac.Identity("alice", "analyst", "password"), **state) -> AppTest:
+    """``page`` run once in a session signed in as ``user`` (as the sign-in form does)."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[SESSION_KEY] = user
     for k, v in state.items():
         at.session_state[k] = v
     at.switch_page(page)

@@ -436,6 +436,9 @@ def test_text_from_a_checkpoint_is_printed_as_text_by_the_cli(base, tmp_path, mo
 def test_the_dashboard_shows_a_non_finite_score_as_an_error_not_flagged_0(base, tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
+    from dashboard.components.access import SESSION_KEY
+    from engine.serve import access as ac
+
     _, data, _ = base
     d = _overflowing(base[0], tmp_path / "overflow")
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "data_dir"))
@@ -443,7 +446,10 @@ def test_the_dashboard_shows_a_non_finite_score_as_an_error_not_flagged_0(base, 
     monkeypatch.setenv("FRAUDLENS_SPEC", "demo")
     monkeypatch.setenv("FRAUDLENS_MODEL", str(d))
     monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DATA_ROOTS", raising=False)
     at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py"), default_timeout=60)
+    at.session_state[SESSION_KEY] = ac.Identity("alice", "analyst", "password")  # as the sign-in form does
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.error and "gave a NaN or infinite score for" in at.error[0].value

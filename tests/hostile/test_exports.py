@@ -313,7 +313,8 @@ def _strings(obj, key=None):
 
 
 def _page_texts(at):
-    """(markdown-rendered strings, Plotly specs) of every element and block of an AppTest run."""
+    """(markdown-rendered strings, Plotly specs) of every element and block of an AppTest run. The
+    body of an ``st.text`` is shown as it is, never parsed as markdown (its ``help`` is): left out."""
     from google.protobuf.json_format import MessageToDict
 
     texts, charts = [], []
@@ -325,6 +326,8 @@ def _page_texts(at):
         if proto is None or not hasattr(proto, "DESCRIPTOR"):
             continue
         d = MessageToDict(proto)
+        if proto.DESCRIPTOR.full_name == "Text":  # st.text: plain text
+            d.pop("body", None)
         texts += list(_strings(d))
         if "spec" in d and isinstance(d["spec"], str):
             charts.append(d["spec"])
@@ -360,7 +363,9 @@ def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch
 
     from streamlit.testing.v1 import AppTest
 
+    from dashboard.components.access import SESSION_KEY
     from engine.cases.store import CaseStore
+    from engine.serve import access as ac
 
     evil_analyst = "![x](http://127.0.0.1:9/img.png) [verify your card](http://127.0.0.1:9/x)"
     evil_note = "<img src=http://127.0.0.1:9/img.png> [verify your card](http://127.0.0.1:9/x) www.evil.invalid"
@@ -368,7 +373,8 @@ def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch
     monkeypatch.setenv("FRAUDLENS_SPEC", "demo")
     monkeypatch.setenv("FRAUDLENS_MODEL", str(markup_world["model"]))
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("FRAUDLENS_ANALYST", evil_analyst)
+    monkeypatch.delenv("FRAUDLENS_DEMO", raising=False)
+    monkeypatch.delenv("FRAUDLENS_DATA_ROOTS", raising=False)
     monkeypatch.setenv("FRAUDLENS_PSEUDONYM_SALT", "t")
     monkeypatch.delenv("FRAUDLENS_FOUR_EYES", raising=False)
     monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
@@ -378,6 +384,9 @@ def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch
                         ("pages/case.py", {"entity_id": markup_world["entity"], "trust_show": True}),
                         ("pages/model.py", {})]:
         at = AppTest.from_file(app, default_timeout=180)
+        # signed in (as the sign-in form does) under a hostile name: names come to the pages from
+        # the identity and from the case store's history, whatever wrote them there
+        at.session_state[SESSION_KEY] = ac.Identity(evil_analyst, "analyst", "password")
         for k, v in state.items():
             at.session_state[k] = v
         at.switch_page(page)
@@ -390,6 +399,7 @@ def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch
             assert not at.exception, [e.value for e in at.exception]
             with CaseStore(tmp_path / "cases.sqlite3") as s:
                 assert s.audit_log()["actor"].eq(evil_analyst).any()
+        assert f"{evil_analyst} · analyst" in [t.value for t in at.sidebar.text]  # who: plain st.text
         texts, charts = _page_texts(at)
         for t in texts:
             out = _rendered(t)
