@@ -117,6 +117,7 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     """Everything the two tabs show for one (possibly edited) case; plain, picklable data."""
     from engine.explain.context import build_context
     from engine.trust.agreement import method_agreement
+    from engine.trust.baselines import baseline_orders
     from engine.trust.faithfulness import evaluate_faithfulness
     from engine.trust.reasons import reason_codes
     from engine.trust.sanity import completeness_checks
@@ -138,6 +139,9 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     checks, expls = completeness_checks(ctx, expls, warn=False)  # IG re-run with more steps if needed
     P = ctx.T - 1
     faith = evaluate_faithfulness(ctx, expls, k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM) if P >= 1 else {}
+    # model-free orders every method must beat (most recent first, largest amount first)
+    base = (evaluate_faithfulness(ctx, baseline_orders(ctx), k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM,
+                                  attention=expls.get("attention")) if P >= 1 else {})
     agree = method_agreement(expls) if P >= 1 else None
     try:
         reasons = reason_codes(ctx, expls) if P >= 1 else []
@@ -145,7 +149,8 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
         reasons = []
     return {
         "logit": float(logit), "original_logit": float(logit if original_logit is None else original_logit),
-        "explanations": expls, "completeness": checks, "faithfulness": faith, "agreement": agree,
+        "explanations": expls, "completeness": checks, "faithfulness": faith, "faithfulness_baselines": base,
+        "agreement": agree,
         "reasons": reasons, "rows": ctx.rows.reset_index(drop=True).copy(),
         "transaction_ids": [str(t) for t in ctx.transaction_ids], "edited_ids": edited_ids, "T": int(ctx.T),
     }
@@ -180,21 +185,33 @@ def _labels(rows: pd.DataFrame, currency: str) -> list[str]:
     return cv.context_labels(rows, currency)
 
 
+BASELINE_TITLES = {"recency": "Most recent first (no model)", "largest_amount": "Largest amount first (no model)"}
+
+
 def faithfulness_summary(res: dict[str, Any], verdicts: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per method: AOPC vs random / attention (logits), beats random, sanity verdict,
-    completeness gap (display table of the Trust tab)."""
+    """One row per method: AOPC vs random / attention / most-recent-first (logits), beats random,
+    beats most recent first, sanity verdict, completeness gap; then one row per model-free order
+    (display table of the Trust tab)."""
     gaps = {c.method: c for c in res["completeness"]}
+    base = res.get("faithfulness_baselines") or {}
+    rec = base["recency"].aopc if "recency" in base else float("nan")
     rows = []
     for m, f in res["faithfulness"].items():
         c = gaps.get(m)
         rows.append({
             "method": _title(m), "aopc": f.aopc, "aopc_random": f.aopc_random, "aopc_minus_random": f.aopc - f.aopc_random,
-            "aopc_attention": f.aopc_attention, "beats_random": bool(f.aopc > f.aopc_random),
+            "aopc_attention": f.aopc_attention, "aopc_recency": rec, "beats_random": bool(f.aopc > f.aopc_random),
+            "beats_recency": bool(f.aopc > rec),
             "sanity": (verdicts or {}).get(m, "not run" if m in SANITY_METHODS else "not checked"),
             "completeness_gap": None if c is None else c.delta,
         })
+    for m, f in base.items():
+        rows.append({"method": BASELINE_TITLES.get(m, m), "aopc": f.aopc, "aopc_random": f.aopc_random,
+                     "aopc_minus_random": f.aopc - f.aopc_random, "aopc_attention": f.aopc_attention,
+                     "aopc_recency": rec, "beats_random": bool(f.aopc > f.aopc_random), "beats_recency": None,
+                     "sanity": "no model", "completeness_gap": None})
     return pd.DataFrame(rows, columns=["method", "aopc", "aopc_random", "aopc_minus_random", "aopc_attention",
-                                       "beats_random", "sanity", "completeness_gap"])
+                                       "aopc_recency", "beats_random", "beats_recency", "sanity", "completeness_gap"])
 
 
 def disagreement_texts(agreement) -> list[str]:
@@ -241,7 +258,11 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
         "aopc_random": st.column_config.NumberColumn("Random AOPC", format="%.3f"),
         "aopc_minus_random": st.column_config.NumberColumn("AOPC − random", format="%+.3f"),
         "aopc_attention": st.column_config.NumberColumn("Attention-order AOPC", format="%.3f"),
+        "aopc_recency": st.column_config.NumberColumn("Most-recent-first AOPC", format="%.3f"),
         "beats_random": st.column_config.CheckboxColumn("Beats random"),
+        "beats_recency": st.column_config.CheckboxColumn(
+            "Beats most recent first", help="a method that does not beat sorting by time tells you nothing the "
+                                            "timeline does not"),
         "sanity": st.column_config.TextColumn("Randomisation check", help=
                                               "evidence: the ranking changes when the model's learned weights are "
                                               "destroyed; not evidence: it survives them, so it does not reflect "
@@ -536,7 +557,7 @@ def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:
         m: {k: getattr(r, k) for k in ("aopc", "aopc_random", "aopc_attention", "sufficiency", "sufficiency_random",
                                        "k_max", "full_logit", "alone_logit") if hasattr(r, k)}
         | {"order": list(r.order)[:10]}
-        for m, r in (res.get("faithfulness") or {}).items()
+        for m, r in {**(res.get("faithfulness") or {}), **(res.get("faithfulness_baselines") or {})}.items()
     }
     agree = res.get("agreement")
     out: dict[str, Any] = {

@@ -129,12 +129,23 @@ def test_trust_tab_shows_faithfulness_agreement_and_reasons(env):
     at = _case(env)
     assert [t.label for t in at.tabs][-2:] == ["Trust", "What-if"]
     ctx, expls, faith, agree, reasons = _engine_trust(env)
-    table = _frame(at, "aopc_minus_random")
+    full = _frame(at, "aopc_minus_random")
+    n = len(faith)
+    table = full.iloc[:n]
     assert table["method"].tolist() == [TITLES.get(m, m) for m in faith]
     np.testing.assert_allclose(table["aopc"].to_numpy(float), [f.aopc for f in faith.values()], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(table["aopc_random"].to_numpy(float), [f.aopc_random for f in faith.values()],
                                rtol=1e-5, atol=1e-6)
     assert table["beats_random"].tolist() == [bool(f.aopc > f.aopc_random) for f in faith.values()]
+    # the model-free orders every method must beat, computed on the same context
+    from engine.trust.baselines import baseline_orders
+
+    base = evaluate_faithfulness(ctx, baseline_orders(ctx), k_max=10, curve_max=20, n_random=5,
+                                 attention=expls.get("attention"))
+    assert full["method"].iloc[n:].tolist() == ["Most recent first (no model)", "Largest amount first (no model)"]
+    np.testing.assert_allclose(full["aopc"].iloc[n:].to_numpy(float), [f.aopc for f in base.values()],
+                               rtol=1e-5, atol=1e-6)
+    assert table["beats_recency"].tolist() == [bool(f.aopc > base["recency"].aopc) for f in faith.values()]
     assert set(table["sanity"]) <= {"not run", "not checked"}  # the randomisation check waits for its button
     # one deletion curve per method: the method's own order is the last trace
     for m, f in faith.items():
