@@ -128,14 +128,18 @@ def inspect(
     out: Optional[Path] = typer.Option(None, help="where to write the guessed spec (default: FILE.spec.toml)"),
     name: Optional[str] = typer.Option(None, help="name of the spec"),
     force: bool = typer.Option(False, "--force", help="overwrite an existing spec file"),
+    allow_personal: bool = typer.Option(False, "--allow-personal",
+                                        help="use columns that look like the cardholder's personal data (gender, "
+                                             "age, names, street, city, zip, ...) as model inputs"),
 ):
     """Guess a dataset spec (column roles) for an unknown file and write it for you to edit."""
     from engine.data.inspect import guess_spec, write_spec
 
     out = out or file.with_suffix(".spec.toml")
     _writable(out, "--out", "my_spec.toml")
+    notes: list[str] = []
     try:
-        spec = guess_spec(file, name=name)
+        spec = guess_spec(file, name=name, allow_personal=allow_personal, notes_out=notes)
         _write(lambda: write_spec(spec, out, overwrite=force), out, "--out")
     except FileExistsError:
         _fail(f"{out} exists; edit it, choose another --out, or pass --force to overwrite it")
@@ -145,7 +149,9 @@ def inspect(
     for col, role in spec.roles().items():
         t.add_row(_safe(col), role.value)
     console.print(t)
-    console.print(f"spec written to {out}: check the roles, then use --spec {out}")
+    for n in notes:
+        _note(n)
+    console.print(f"spec written to {escape(str(out))}: check the roles, then use --spec {escape(str(out))}")
 
 
 @app.command()

@@ -51,6 +51,13 @@ _AMOUNT_TOKENS = {"amount", "amt", "value", "price", "total", "sum"}
 _TIME_TOKENS = {"time", "date", "datetime", "timestamp", "ts", "dt", "seconds", "secs", "days", "day",
                 "step", "hour", "hours", "minute", "minutes", "unix", "epoch"}
 _ZIP_TOKENS = {"zip", "zipcode", "postal", "postcode", "plz"}
+#: column-name tokens of the cardholder's personal data (proposed as passthrough unless allowed)
+_PERSONAL_TOKENS = {"gender", "sex", "dob", "birth", "birthdate", "birthday", "age", "job", "occupation",
+                    "profession", "first", "last", "firstname", "lastname", "surname", "name", "street",
+                    "address", "addr", "city", "state", "zip", "zipcode", "postal", "postcode", "lat",
+                    "long", "latitude", "longitude", "phone", "email", "mail", "ssn"}
+#: tokens that make such a column describe the merchant side, not the person
+_NOT_PERSONAL = {"merchant", "merch", "terminal", "store", "shop", "branch", "atm", "device", "mcc"}
 _CODE_TOKENS = {"id", "code", "mcc", "name", "number", "no", "num", "nr", "terminal", "merchant", "device",
                 "ip", "category", "type", "zip", "store", "shop", "branch", "atm"}
 _BINARY_PAIRS = [
@@ -150,13 +157,24 @@ def _buckets(distinct: int) -> int:
     return b
 
 
-def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = SAMPLE_ROWS) -> DatasetSpec:
-    """Guess a :class:`DatasetSpec` from the column names and first ``sample_rows`` rows of a file.
+def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = SAMPLE_ROWS,
+               allow_personal: bool = False, notes_out: list[str] | None = None) -> DatasetSpec:
+    """Guess a :class:`DatasetSpec` from the column names and a sample of the rows of a file.
+
+    The sample is ``sample_rows`` rows spread evenly over the whole file (first and last row
+    included), not its first rows: in a file sorted by entity the first rows are one card, with
+    one label value.
 
     Args:
         path: a CSV or Parquet file.
         name: the spec's name; default: the file name's stem, lowercased, ``[a-z0-9_]`` only.
-        sample_rows: how many leading rows to look at.
+        sample_rows: how many rows to look at.
+        allow_personal: use columns that look like personal data of the cardholder (gender,
+            age, date of birth, job, names, street, city, state, zip, coordinates, phone, e-mail;
+            a name that also says merchant / terminal / store is not personal) as model inputs.
+            Off by default: they are proposed as passthrough (kept for display, never a model
+            input) with a note.
+        notes_out: if given, the notes (what the guess was unsure about) are appended to it.
 
     Returns:
         A valid spec. Where no entity, timestamp or amount column could be found, the spec names
@@ -169,9 +187,14 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             a UTF-8 CSV / Parquet file (:func:`engine.data.sniff.probe`).
     """
     p = Path(path)
-    raw = read_raw(p, max_rows=sample_rows)
+    raw = read_raw(p)
     if len(raw) == 0:
         raise ValueError(f"{p}: no transactions (the file has a header line and no data rows): nothing to guess from")
+    n_rows = len(raw)
+    full = raw
+    if n_rows > sample_rows:  # evenly spread over the file, first and last row included
+        raw = raw.iloc[np.unique(np.linspace(0, n_rows - 1, sample_rows).round().astype(np.int64))]
+        raw = raw.reset_index(drop=True)
     cols = {c: _describe(c, raw[c]) for c in raw.columns}
     left = list(raw.columns)  # unassigned, file order
     notes: list[str] = []
@@ -305,6 +328,11 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             ignored.append(c)
             take(c)
             notes.append(f"{c!r} looks like another form of the time: ignored")
+        elif not allow_personal and d.tokens & _PERSONAL_TOKENS and not d.tokens & _NOT_PERSONAL:
+            passthrough.append(c)
+            take(c)
+            notes.append(f"{c!r} looks like personal data of the cardholder: passthrough, not a model input "
+                         "(inspect --allow-personal to use it)")
 
     # fields -------------------------------------------------------------------------------------
     fields = []
@@ -320,7 +348,9 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             f.update(kind="categorical", normalize="zip5")
             if d.distinct > _LOW_CARDINALITY:
                 f["hashed_buckets"] = _buckets(d.distinct)
-        elif _is_multi_valued(d):
+        elif _is_multi_valued(d) or (full is not raw and d.is_text
+                                     and _is_multi_valued(_describe(c, pd.Series(pd.unique(full[c]))))):
+            # rare list cells (TabFormer "Errors?") may miss the sample: their distinct values decide
             f.update(kind="multi_valued", separator=",")
         elif d.numeric_frac >= 0.99 and len(d.nonempty) and not (
             d.integral and (d.tokens & _CODE_TOKENS or d.distinct <= 32)
@@ -334,7 +364,8 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
 
     data = {
         "name": name or (re.sub(r"[^a-z0-9_]+", "_", p.name.split(".")[0].lower()).strip("_") or "dataset"),
-        "description": f"guessed by fraudlens inspect from {p.name} (first {len(raw):,} rows); "
+        "description": f"guessed by fraudlens inspect from {p.name} ({len(raw):,} of {n_rows:,} rows, spread over "
+        "the file); "
         + ("check: " + "; ".join(notes) if notes else "check every role"),
         "entity": {"columns": ent},
         "timestamp": timestamp,
@@ -347,6 +378,8 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
         data["label"] = label
     if tx_id:
         data["id"] = tx_id
+    if notes_out is not None:
+        notes_out.extend(notes)
     return spec_from_dict(data, source=f"guess for {p}")
 
 

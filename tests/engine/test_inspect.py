@@ -28,7 +28,10 @@ def test_guess_tabformer_round_trip(shared_data, tmp_path):
     assert (spec.label.column, spec.label.positive, spec.label.negative) == ("Is Fraud?", ["Yes"], ["No"])
     by = {f.column: f for f in spec.fields}
     assert by["Errors?"].kind is FieldKind.MULTI_VALUED
-    assert by["Zip"].normalize == "zip5"
+    assert "Zip" not in by and "Zip" in spec.passthrough  # a bare zip code: personal data unless allowed
+    assert "Merchant City" in by and "Merchant State" in by  # the merchant's location is not personal
+    allowed = {f.column: f for f in guess_spec(src, name="tab_guess", allow_personal=True).fields}
+    assert allowed["Zip"].normalize == "zip5"
     assert by["Merchant Name"].kind is FieldKind.CATEGORICAL and by["Merchant Name"].hashed_buckets
     assert by["MCC"].kind is FieldKind.CATEGORICAL and by["MCC"].hashed_buckets is None
     assert by["Use Chip"].hashed_buckets is None
@@ -68,7 +71,11 @@ def test_guess_banksim(shared_data):
     assert (spec.timestamp.column, spec.timestamp.unit) == ("step", "D")
     assert "unit 'D' and origin 2000-01-01 are guesses" in spec.description
     assert spec.amount.column == "amount" and spec.label.column == "fraud"
-    assert {f.column: f.kind.value for f in spec.fields} == {
+    assert {f.column: f.kind.value for f in spec.fields} == {"merchant": "categorical", "category": "categorical"}
+    assert spec.passthrough == ["age", "gender"]  # the customer's attributes: never model input by default
+    assert "'gender' looks like personal data of the cardholder" in spec.description
+    opted = guess_spec(src, allow_personal=True)
+    assert {f.column: f.kind.value for f in opted.fields} == {
         "age": "categorical", "gender": "categorical", "merchant": "categorical", "category": "categorical"
     }
     res = read_transactions(src, spec)
@@ -121,3 +128,48 @@ def test_guess_without_entity_names_placeholder(tmp_path):
     assert "no entity column" in spec.description and "no label column" in spec.description
     with pytest.raises(ValueError, match="'<edit: entity column>' \\(entity\\)"):
         read_transactions(p, spec)
+
+
+def test_the_sample_is_spread_over_an_entity_sorted_file(tmp_path):
+    """An entity-sorted file whose first 5,000 rows are one card with no fraud: the first rows
+    alone would see one label value; a sample spread over the file sees both."""
+    rows = []
+    for card in range(4):
+        for i in range(3000):
+            fraud = "Yes" if card == 3 and i % 50 == 0 else "No"
+            rows.append([str(card), f"2021-01-{1 + i % 28:02d} 10:00:00", f"{i % 97}.50", fraud])
+    p = write(tmp_path / "sorted.csv", ["card_id", "time", "amount", "is_fraud"], rows)
+    notes: list[str] = []
+    spec = guess_spec(p, notes_out=notes)
+    assert (spec.label.column, spec.label.positive, spec.label.negative) == ("is_fraud", ["Yes"], ["No"])
+    assert not any("only one value seen" in n for n in notes)
+    assert "5,000 of 12,000 rows, spread over the file" in spec.description
+    head_only = guess_spec(p, sample_rows=3000)  # 3,000 spread rows still reach the last card
+    assert not any("only one value" in x for x in head_only.description.split("; "))
+
+
+def test_personal_columns_are_passthrough_unless_allowed(tmp_path):
+    rows = [[f"t{i}", f"c{i % 5}", f"2021-02-{1 + i % 28:02d}", f"{i}.00", ["F", "M"][i % 2], "1980-01-01",
+             "Alice", "Main St 1", f"m{i % 9}", "12345", "0"] for i in range(40)]
+    p = write(tmp_path / "pii.csv", ["trans_id", "cc_num", "date", "amt", "gender", "dob", "first", "street",
+                                     "merchant_name", "merchant_zip", "is_fraud"], rows)
+    notes: list[str] = []
+    spec = guess_spec(p, notes_out=notes)
+    assert set(spec.passthrough) == {"gender", "dob", "first", "street"}
+    assert {f.column for f in spec.fields} == {"merchant_name", "merchant_zip"}  # the merchant side stays
+    assert sum("personal data of the cardholder" in n for n in notes) == 4
+    assert {"gender", "dob", "first", "street"} <= {f.column for f in guess_spec(p, allow_personal=True).fields}
+
+
+def test_inspect_cli_prints_its_notes(tmp_path):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    rows = [[f"c{i % 3}", f"2021-02-{1 + i % 28:02d}", f"{i}.00", ["F", "M"][i % 2]] for i in range(30)]
+    p = write(tmp_path / "n.csv", ["customer", "date", "amount", "gender"], rows)
+    r = CliRunner().invoke(app, ["inspect", str(p), "--out", str(tmp_path / "n.toml")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "note: no label column found" in text
+    assert "note: 'gender' looks like personal data of the cardholder" in text
