@@ -114,12 +114,14 @@ def _unseen_notes(bundle, frame) -> None:
 
 
 def _reject_report(res, rejected_out: Path | None) -> None:
+    """Print the first rejection reasons; write every rejected row to ``rejected_out`` when given,
+    always (a header-only file when nothing was rejected, so a pipeline can rely on it)."""
     if len(res.rejected):
         console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
         console.print(_safe(res.rejected.head(5).to_string(index=False)), highlight=False)
-        if rejected_out:
-            _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
-            console.print(f"rejected rows written to {escape(str(rejected_out))}")
+    if rejected_out:
+        _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
+        console.print(f"{len(res.rejected):,} rejected rows written to {escape(str(rejected_out))}")
 
 
 @app.command()

@@ -549,3 +549,26 @@ def test_unseen_values_counts(tmp_path):
     assert got["errors"]["example"] == "Made Up Error" and got["errors"]["rows"] == 1
     assert got["errors"]["encoded_as"] == "other"
     assert "merchant" not in got and "merchant_state" not in got
+
+
+def test_rejected_file_is_always_written_header_only_when_nothing_was_rejected(tmp_path):
+    """--rejected always writes its file, so a pipeline can rely on it: a header-only CSV for a
+    clean file, every rejected row otherwise."""
+    import csv as _csv
+
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+    from engine.data.io import REJECTED_COLUMNS
+
+    demo = Path(__file__).resolve().parents[2] / "demo_data" / "transactions.csv"
+    lines = demo.read_text(encoding="utf-8").splitlines(keepends=True)
+    clean = tmp_path / "clean.csv"
+    clean.write_text("".join(lines[:201]), encoding="utf-8")
+    rej = tmp_path / "rejected.csv"
+    r = CliRunner().invoke(app, ["score", "--data", str(clean), "--spec", "demo", "--out", str(tmp_path / "s.parquet"),
+                                 "--rejected", str(rej)])
+    assert r.exit_code == 0, r.output
+    rows = list(_csv.reader(rej.open(encoding="utf-8")))
+    assert rows == [REJECTED_COLUMNS]
+    assert "0 rejected rows written to" in " ".join(r.output.split())
