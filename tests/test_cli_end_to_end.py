@@ -112,3 +112,5 @@ def test_score_with_a_model_of_another_spec_says_what_to_do(shared_data, tmp_pat
                             "--out", str(tmp_path / "s.parquet")])
     assert r.exit_code == 2
     assert "lacks field(s)" in r.output and "merchant_city" in r.output and "fraudlens train" in r.output
+    # forgetting --model: the demo model is named and what it reads
+    assert "demo model, used when no --model is given, reads TabFormer-format files only" in " ".join(r.output.split())

@@ -109,10 +109,14 @@ def check_compatible(bundle: ModelBundle, frame: pd.DataFrame, source: str = "th
     need = [f.name for f in bundle.spec.fields] + [c for a in bundle.spec.aggregates for c in a.columns()]
     missing = [c for c in need if c not in frame.columns]
     if missing:
+        from engine.model.checkpoint import DEMO_MODEL_SHA256
+
+        demo = (" The demo model, used when no --model is given, reads TabFormer-format files only "
+                "(--spec tabformer or demo).") if getattr(bundle, "sha256", None) == DEMO_MODEL_SHA256 else ""
         raise ValueError(
             f"{source} lacks field(s) {missing} that model {bundle.meta.get('name', '')!r} (spec "
             f"{bundle.spec.name!r}) was trained on; score it with a model trained for this spec "
-            f"(fraudlens train --data FILE --spec SPEC --out DIR, then --model DIR) or use the model's spec"
+            f"(fraudlens train --data FILE --spec SPEC --out DIR, then --model DIR) or use the model's spec.{demo}"
         )
 
 
