@@ -77,10 +77,10 @@ def _group_start(codes_sorted: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(first, np.arange(n), 0))
 
 
-def _earlier_in_group(codes_sorted: np.ndarray, values_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per sorted row: count and sum of ``values`` over the earlier rows of the same group."""
-    n = len(codes_sorted)
-    start = _group_start(codes_sorted)
+def _earlier_in_group(start: np.ndarray, values_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per sorted row: count and sum of ``values`` over the earlier rows of the same group
+    (``start``: :func:`_group_start` of the group codes)."""
+    n = len(start)
     cum = np.concatenate([[0.0], np.cumsum(values_sorted)])
     idx = np.arange(n)
     return (idx - start).astype(np.float64), cum[idx] - cum[start]
@@ -121,8 +121,9 @@ def causal_entity_features(frame: pd.DataFrame, spec: DatasetSpec) -> pd.DataFra
         out[f"ef_amount_sum_{name}"] = s
         with np.errstate(invalid="ignore", divide="ignore"):
             out[f"ef_amount_mean_{name}"] = np.where(cnt > 0, s / np.maximum(cnt, 1), np.nan)
-    n_past, s1 = _earlier_in_group(codes_s, amount)
-    _, s2 = _earlier_in_group(codes_s, amount * amount)
+    start = _group_start(codes_s)
+    n_past, s1 = _earlier_in_group(start, amount)
+    _, s2 = _earlier_in_group(start, amount * amount)
     out["ef_n_past"] = n_past
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = s1 / n_past
@@ -135,7 +136,7 @@ def causal_entity_features(frame: pd.DataFrame, spec: DatasetSpec) -> pd.DataFra
         # (entity, value) groups in canonical order: a stable sort by value keeps time order
         pair = codes_s * (int(vals.max()) + 1 if n else 1) + vals
         g_order = np.argsort(pair, kind="stable")
-        cnt_g, sum_g = _earlier_in_group(pair[g_order], amount[g_order])
+        cnt_g, sum_g = _earlier_in_group(_group_start(pair[g_order]), amount[g_order])
         cnt_v, sum_v = np.empty(n), np.empty(n)
         cnt_v[g_order], sum_v[g_order] = cnt_g, sum_g
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -144,7 +145,6 @@ def causal_entity_features(frame: pd.DataFrame, spec: DatasetSpec) -> pd.DataFra
             out[f"ef_amount_vs_mean_{f.name}"] = np.where(ok, amount / np.where(ok, past_mean, 1.0), np.nan)
         out[f"ef_new_{f.name}"] = (cnt_v == 0).astype(np.float64)
     t_s = frame["timestamp"].to_numpy("datetime64[ns]").astype(np.int64)[order] / 1e9
-    start = _group_start(codes_s)
     for k, name in ((1, "ef_dt_prev_s"), (2, "ef_dt_prev2_s")):
         prev = idx - k
         ok = prev >= start
