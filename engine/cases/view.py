@@ -21,7 +21,6 @@ Typical flow::
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from engine.data.io import file_sha256
 from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
 from engine.cases.redact import mask_card_number
 from engine.cases.thresholds import (  # noqa: F401 - the one source of thresholds and bands, re-exported
@@ -67,13 +67,9 @@ def demo_spec_name() -> str:
     return "demo" if "demo" in builtin_specs() else "tabformer"
 
 
-def file_identity(path: str | Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 (hex) of a file's bytes: the cache identity of a data file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk):
-            h.update(b)
-    return h.hexdigest()
+#: SHA-256 (hex) of a file's bytes: the cache identity of a data file (one implementation:
+#: :func:`engine.data.io.file_sha256`)
+file_identity = file_sha256
 
 
 def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transaction_id")) -> pd.DataFrame:

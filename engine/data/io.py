@@ -69,6 +69,7 @@ Details of the parsing rules (beyond the contract):
 from __future__ import annotations
 
 import csv
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -367,6 +368,20 @@ def _read_parquet(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, np.nd
             cols[name] = col.to_pandas()
     raw = pd.DataFrame(cols, copy=False) if cols else pd.DataFrame(index=range(table.num_rows))
     return raw, np.arange(1, len(raw) + 1, dtype=np.int64), []
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 (hex) of a file's bytes, read in ``chunk``-byte pieces: the identity of a data file
+    (training-data provenance in checkpoints, the case store's data-source key, dashboard caches).
+
+    Raises:
+        FileNotFoundError / OSError: the file cannot be read.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()
 
 
 def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None) -> pd.DataFrame:

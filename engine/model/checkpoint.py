@@ -38,6 +38,7 @@ import torch
 from safetensors.torch import save_file
 
 from engine import __version__
+from engine.data.io import file_sha256  # noqa: F401 (re-exported: training-data provenance)
 from engine.data.features import FeatureEncoder
 from engine.data.spec import DatasetSpec, spec_from_dict
 from engine.model.checkpoint_checks import (
@@ -233,15 +234,6 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
     model.eval()
     keep = {k: v for k, v in meta.items() if k not in {"model_config", "feature_state", "spec"}}
     return ModelBundle(model=model, encoder=enc, spec=spec, meta=keep, sha256=sha, path=d)
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 (hex) of a file's bytes (training-data provenance)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk):
-            h.update(b)
-    return h.hexdigest()
 
 
 def build_model(encoder: FeatureEncoder, seed: int = 0, **overrides) -> FraudTransformer:
