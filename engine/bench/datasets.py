@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,8 +36,7 @@ import pandas as pd
 
 from engine.data.io import read_transactions
 from engine.data.spec import load_spec
-from engine.model.baseline import BaselineConfig, TabularBaseline
-from engine.model.compare import paired_bootstrap
+from engine.model.baseline import BaselineConfig
 from engine.model.split_checks import propose_split_dates, split_warnings
 from engine.model.train import TrainConfig, binary_metrics, time_split
 from engine.model.train import train as train_transformer
@@ -160,30 +159,26 @@ def run_dataset(ds: Dataset, seeds: list[int], *, log: Callable[[str], None] = p
     ents = frame["entity_id"].to_numpy()[test_rows]
     per_seed = []
     base_cfg = train_config or TrainConfig()
+    train_end = str(frame["timestamp"][split == 1].min().normalize().date())
+    val_end = str(frame["timestamp"][split == 2].min().normalize().date())
     for seed in seeds:
         t0 = time.perf_counter()
-        cfg = TrainConfig(**{**base_cfg.__dict__, "seed": seed,
-                             "train_end": None, "val_end": None})
-        a_date = frame["timestamp"][split == 1].min().normalize()
-        b_date = frame["timestamp"][split == 2].min().normalize()
-        cfg.train_end, cfg.val_end = str(a_date.date()), str(b_date.date())
-        bundle, report = train_transformer(frame, spec, cfg, log=lambda s: None, progress=False)
-        from engine.model.scoring import score_encoded, sigmoid  # noqa: PLC0415 (torch only here)
-
-        enc = bundle.encoder.transform(frame)
-        pt = sigmoid(score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=test_rows)[test_rows]
-                     .astype(np.float64))
-        t1 = time.perf_counter()
-        gbt = TabularBaseline.fit(frame, spec, split, BaselineConfig(seed=seed))
-        pb = gbt.predict(frame, test_rows)
+        cfg = replace(base_cfg, seed=seed, train_end=train_end, val_end=val_end)
+        # train() fits the baseline on the same split and scores the same test rows with both
+        bundle, report = train_transformer(frame, spec, cfg, log=lambda s: None, progress=False,
+                                           baseline=BaselineConfig(seed=seed))
+        if not np.array_equal(report["test_rows"], test_rows):
+            raise RuntimeError(f"[{ds.name}] training scored other test rows than the bench's split")
+        pt, pb = report["test_probability"], report["baseline_test_probability"]
+        baseline_s = report["baseline"]["wall_s"]
         t2 = time.perf_counter()
+        t1 = t2 - baseline_s
         rec: dict[str, Any] = {"seed": seed, "transformer": all_metrics(y, pt, amount),
                                "baseline": all_metrics(y, pb, amount),
                                "transformer_s": t1 - t0, "baseline_s": t2 - t1,
                                "best_epoch": bundle.meta.get("best_epoch")}
-        if 0 < y.sum() < len(y):
-            rec["bootstrap"] = {m: paired_bootstrap(y, pt, pb, ents, metric=m, seed=seed)
-                                for m in ("average_precision", "auc_roc")}
+        if "bootstrap" in report["baseline"]:  # over entities, seed = the training seed
+            rec["bootstrap"] = report["baseline"]["bootstrap"]
         per_seed.append(rec)
         log(f"[{ds.name}] seed {seed}: transformer AP {rec['transformer']['average_precision']:.3f} "
             f"AUC {rec['transformer']['auc_roc']:.3f} ({t1 - t0:.0f} s); baseline AP "

@@ -101,9 +101,9 @@ class TabularBaseline:
             text = frame[f.name].astype(str)
             cols[f"cat_{f.name}"] = pd.Categorical(text.where(text.isin(kept)), categories=kept)
         for f in self.spec.fields_of(FieldKind.MULTI_VALUED, model_inputs_only=True):
-            items = frame[f.name].astype(str).str.split("|")
+            padded = "|" + frame[f.name].astype(str) + "|"  # items never hold "|" (engine.data.io)
             for it in self.multi_items[f.name]:
-                cols[f"multi_{f.name}={it}"] = items.map(lambda xs, it=it: float(it in xs)).to_numpy()
+                cols[f"multi_{f.name}={it}"] = padded.str.contains(f"|{it}|", regex=False).to_numpy(np.float64)
         for agg in self.spec.aggregates:
             for c in agg.columns():
                 cols[f"agg_{c}"] = frame[c].to_numpy(np.float64)
@@ -129,6 +129,21 @@ class TabularBaseline:
         config: BaselineConfig | None = None,
     ) -> TabularBaseline:
         """Fit on the labelled rows with ``split == 0``, early-stop on those with ``split == 1``.
+        Arguments and errors as :meth:`fit_predict`."""
+        return cls._fit(frame, spec, split, config)[0]
+
+    @classmethod
+    def fit_predict(
+        cls,
+        frame: pd.DataFrame,
+        spec: DatasetSpec,
+        split: np.ndarray,
+        rows: np.ndarray,
+        config: BaselineConfig | None = None,
+    ) -> tuple[TabularBaseline, np.ndarray]:
+        """:meth:`fit`, then the fraud probabilities ``[len(rows)]`` float64 of the row positions
+        ``rows``, from the inputs the fit already computed (the per-entity features are computed
+        once, not again as :meth:`predict` would).
 
         Args:
             frame: canonical frame of the whole file (earlier periods are every row's history),
@@ -136,11 +151,24 @@ class TabularBaseline:
             spec: its dataset spec.
             split: ``[N]`` int8 per row: 0 train, 1 validation, other = history only (as in
                 :func:`engine.model.train.time_split`).
+            rows: positions in ``frame`` to score (e.g. the labelled test rows).
             config: LightGBM settings.
 
         Raises:
             ValueError: no label column, or no fraud among the labelled training rows.
         """
+        model, x = cls._fit(frame, spec, split, config)
+        return model, model._predict_inputs(x.iloc[np.asarray(rows)])
+
+    @classmethod
+    def _fit(
+        cls,
+        frame: pd.DataFrame,
+        spec: DatasetSpec,
+        split: np.ndarray,
+        config: BaselineConfig | None = None,
+    ) -> tuple[TabularBaseline, pd.DataFrame]:
+        """The fitted model and its ``[N, features]`` input frame (see :meth:`fit_predict`)."""
         if "label" not in frame:
             raise ValueError("the baseline needs a label column (spec [label])")
         cfg = config or BaselineConfig()
@@ -173,7 +201,10 @@ class TabularBaseline:
         model.booster = lgb.train(params, dtrain, num_boost_round=cfg.n_estimators, valid_sets=valid_sets,
                                   callbacks=callbacks)
         model.best_iteration = int(model.booster.best_iteration or model.booster.current_iteration())
-        return model
+        return model, x
+
+    def _predict_inputs(self, x: pd.DataFrame) -> np.ndarray:
+        return self.booster.predict(x[self.feature_names], num_iteration=self.best_iteration).astype(np.float64)
 
     def predict(self, frame: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
         """Fraud probabilities ``[N]`` float64 (or ``[len(rows)]`` for the given row positions).
@@ -184,9 +215,7 @@ class TabularBaseline:
         if self.booster is None:
             raise ValueError("baseline: not fitted")
         x = self._inputs(frame)
-        if rows is not None:
-            x = x.iloc[np.asarray(rows)]
-        return self.booster.predict(x[self.feature_names], num_iteration=self.best_iteration).astype(np.float64)
+        return self._predict_inputs(x if rows is None else x.iloc[np.asarray(rows)])
 
     def describe(self) -> dict[str, Any]:
         """JSON-able summary: config, rounds, number of inputs, the 10 inputs with most gain."""

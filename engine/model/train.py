@@ -292,7 +292,9 @@ def train(
 
     Returns:
         ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
-        report dict with the per-epoch history and wall time.
+        report dict with the per-epoch history, wall time, ``test_rows`` (positions of the
+        labelled test rows) and ``test_probability`` (the model's on them; with ``baseline`` also
+        ``baseline_test_probability``).
     Raises:
         ValueError: no label column, no fraud in the training period, or an empty period.
     """
@@ -338,8 +340,10 @@ def train(
     report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds}
     if baseline is not None:
         log("baseline: LightGBM over causal per-entity features, same split and test rows")
-        cmp = compare_with_baseline(frame, spec, split, test_rows, pt, baseline)
+        cmp, pb = compare_with_baseline(frame, spec, split, test_rows, pt, baseline, seed=cfg.seed)
         bundle.meta["baseline"] = report["baseline"] = cmp
+        report["baseline_test_probability"] = pb
+    report["test_rows"], report["test_probability"] = test_rows, pt
     return bundle, report
 
 
@@ -358,15 +362,16 @@ def compare_with_baseline(
     the model's test probabilities ``p_model`` (``[len(test_rows)]``) on the same rows.
 
     Returns:
-        dict: ``test`` (the baseline's :func:`binary_metrics`), ``model`` (``describe()``),
-        ``bootstrap`` (``{"average_precision": ..., "auc_roc": ...}``, each the
+        ``(summary, probabilities)``: ``summary`` is a JSON-able dict: ``test`` (the baseline's
+        :func:`binary_metrics`), ``model`` (``describe()``), ``bootstrap``
+        (``{"average_precision": ..., "auc_roc": ...}``, each the
         :func:`engine.model.compare.paired_bootstrap` of model minus baseline over entities;
-        absent when the test rows hold one class only), ``wall_s``.
+        absent when the test rows hold one class only), ``wall_s`` (seconds, fit + scoring);
+        ``probabilities`` the baseline's ``[len(test_rows)]`` float64 test probabilities.
     """
     t0 = time.perf_counter()
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
-    gbt = TabularBaseline.fit(frame, spec, split, config)
-    pb = gbt.predict(frame, test_rows)
+    gbt, pb = TabularBaseline.fit_predict(frame, spec, split, test_rows, config)
     y = label[test_rows].astype(int)
     out: dict[str, Any] = {"test": binary_metrics(y, pb), "model": gbt.describe()}
     if 0 < y.sum() < len(y):
@@ -374,4 +379,4 @@ def compare_with_baseline(
         out["bootstrap"] = {m: paired_bootstrap(y, p_model, pb, ents, metric=m, n_boot=n_boot, seed=seed)
                             for m in ("average_precision", "auc_roc")}
     out["wall_s"] = time.perf_counter() - t0
-    return out
+    return out, pb

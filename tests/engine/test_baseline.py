@@ -157,3 +157,15 @@ def test_baseline_needs_a_fraud_in_training():
     fr["label"] = pd.array(np.zeros(len(fr), dtype=int), dtype="Int8")
     with pytest.raises(ValueError, match="no fraud-labelled"):
         TabularBaseline.fit(fr, spec, time_split(fr.timestamp)[0])
+
+
+def test_fit_predict_equals_fit_then_predict():
+    """fit_predict reuses the fit's inputs instead of computing the entity features again: the same
+    probabilities as predict() on a freshly computed input frame."""
+    fr, spec = _planted(n_ent=40)
+    split, _, _ = time_split(fr.timestamp)
+    te = np.flatnonzero(split == 2)
+    cfg = BaselineConfig(threads=1, n_estimators=30, early_stopping_rounds=0)
+    m, p = TabularBaseline.fit_predict(fr, spec, split, te, cfg)
+    np.testing.assert_array_equal(p, m.predict(fr, te))
+    np.testing.assert_array_equal(p, TabularBaseline.fit(fr, spec, split, cfg).predict(fr, te))
