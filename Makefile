@@ -28,7 +28,7 @@ test: install
 lock:
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q uv
-	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra ray --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 $(if $(wildcard /opt/wheels),--find-links /opt/wheels) --annotation-style line \
 	  -o requirements.lock
 
