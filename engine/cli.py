@@ -379,6 +379,9 @@ def explain(
 from engine.bench.commands import bench_app  # noqa: E402 (the ``fraudlens bench ...`` group)
 
 app.add_typer(bench_app, name="bench")
+from engine.serve.commands import serve as _serve  # noqa: E402 (``fraudlens serve``: the scoring service)
+
+app.command("serve")(_serve)
 
 
 def _secrets_have_auth() -> bool:

@@ -203,7 +203,7 @@ class HistoryStore:
         if r is None:
             return None
         return {"transaction_id": transaction_id, "entity_id": r[0], "case_id": r[1], "method": r[2],
-                "explanation": json.loads(r[3]), "created_at": r[4]}
+                "created_at": r[4], **json.loads(r[3])}
 
     def entities_by_recency(self, limit: int) -> list[str]:
         """Entity ids, the most recently active first (for warming the cache)."""

@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from engine.model.checkpoint import ModelBundle
-from engine.model.incremental import IncrementalScorer, _EntityState
+from engine.model.incremental import IncrementalScorer
 from engine.serve.history import HistoryStore
 
 #: recent transactions kept per entity for the cheap reasons
@@ -101,13 +101,13 @@ class EntityCache:
         rows = self.history.entity_rows(entity_id, off)
         for r in rows[max(0, n - FACTS - off):]:
             facts.append(self._fact(r))
-        st = _EntityState(n=start)
-        if start > 0:
-            st.last_time = rows[start - 1 - off]["ts_ns"] / 1e9  # as FeatureEncoder.transform_row's time_s
-        self.scorer.entities[entity_id] = st
+        prev = rows[start - 1 - off]["ts_ns"] / 1e9 if start > 0 else None  # as FeatureEncoder.transform_row's time_s
         replay = rows[start - off:]
-        for r in replay:
-            self.scorer.add(entity_id, r)
+        try:
+            self.scorer.resume(entity_id, replay, start, prev)
+        except Exception:
+            self.evict(entity_id)
+            raise
         self._account(entity_id)
         return len(replay)
 
