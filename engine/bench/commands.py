@@ -116,3 +116,29 @@ def bench_explanations(
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
+
+
+@bench_app.command("serve")
+def bench_serve(
+    model: Optional[Path] = typer.Option(None, help="TabFormer checkpoint (default: the demo model)"),
+    tabformer: Path = typer.Option(ROOT.parent / "shared" / "data" / "tabformer" / "User0_credit_card_transactions.csv",
+                                   exists=True, help="TabFormer file (the spec's raw columns)"),
+    handbook_model: Optional[Path] = typer.Option(None, help="Handbook checkpoint; without it the Handbook runs are skipped"),
+    handbook: Path = typer.Option(HANDBOOK, help="the Handbook transactions file"),
+    handbook_rows: int = typer.Option(30_000, min=100, help="first N Handbook transactions (time order) replayed"),
+    clients: str = typer.Option("1,8,32", help="comma-separated concurrent clients"),
+    rate: float = typer.Option(1000.0, min=1.0, help="paced runs: transactions per second in all"),
+    seconds: float = typer.Option(5.0, min=1.0, max=60.0, help="time limit per run"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "serve.md"),
+):
+    """Load test of `fraudlens serve` on loopback: throughput, p50/p99/p99.9 and errors at 1/8/32 clients, paced
+    and unpaced, and a kill -9 mid-run (acknowledged transactions lost). Bounded in count and time."""
+    from engine.bench import serve_load
+
+    cl = tuple(int(c) for c in clients.split(",") if c.strip())
+    try:
+        serve_load.run(model, handbook_model, tabformer, handbook if handbook_model else None, out, clients=cl,
+                       rate=rate, seconds=seconds, handbook_rows=handbook_rows, log=plain_log)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        _fail(str(e))
+    plain_log(f"written to {out}")

@@ -43,6 +43,8 @@ def serve(
     cases: Optional[Path] = typer.Option(None, help="case store file (default: $FRAUDLENS_DATA_DIR/cases.sqlite3)"),
     explain: str = typer.Option("occlusion", help="background explanation of flagged transactions: occlusion or none"),
     token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $FRAUDLENS_SERVE_TOKEN)"),
+    sync: str = typer.Option("full", help="history commits: full (fsync each commit group: survives power loss) or "
+                             "normal (survives kill -9 and process crashes, not power loss)"),
 ):
     """Serve POST /v1/score, /v1/score/batch, GET /healthz, /metrics (see engine/serve/api.py)."""
     import torch
@@ -55,6 +57,10 @@ def serve(
     from engine.serve.warm import TokenError, resolve_token, warm_start
 
     torch.set_num_threads(1)
+    from engine.serve.history import SYNC_MODES
+
+    if sync not in SYNC_MODES:
+        _fail(f"--sync: expected one of {', '.join(SYNC_MODES)}, got {sync!r}")
     if explain not in EXPLAIN_METHODS:
         _fail(f"--explain: expected one of {', '.join(EXPLAIN_METHODS)}, got {explain!r}")
     try:
@@ -68,7 +74,7 @@ def serve(
     hist = history or default_history_path(bundle)
     try:
         service = ScoringService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
-                                 explain=explain)
+                                 explain=explain, sync=sync)
     except Exception as e:  # noqa: BLE001 - one line naming the store
         _fail(f"cannot open the history store {hist}: {e}")
     if warm is not None:
@@ -80,7 +86,7 @@ def serve(
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     console.print(f"fraudlens serve: model {bundle.short_sha} (spec {bundle.spec.name}), history {hist}, "
-                  f"{'shadow mode, ' if shadow else ''}{'token required' if token else 'no token (loopback)'}; "
+                  f"sync {sync}, {'shadow mode, ' if shadow else ''}{'token required' if token else 'no token (loopback)'}; "
                   f"http://{host}:{port}", markup=False)
     orig = server.startup
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import sqlite3
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -85,16 +87,24 @@ def row_from_json(text: str) -> dict[str, Any]:
     return d
 
 
+#: ``synchronous`` settings: ``full`` fsyncs the WAL at every commit (survives power loss);
+#: ``normal`` writes the WAL at every commit and fsyncs it at checkpoints only (survives
+#: ``kill -9`` and any process crash, may lose the last commits on power loss or an OS crash:
+#: https://www.sqlite.org/pragma.html#pragma_synchronous)
+SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
+
+
 class HistoryStore:
     """The durable history of accepted transactions (see the module docstring).
 
     Args:
         path: the SQLite file (created with its folder; mode 0600).
+        sync: ``"full"`` (default) or ``"normal"`` (:data:`SYNC_MODES`).
     Raises:
         sqlite3.DatabaseError: not a SQLite file.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, sync: str = "full"):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
@@ -102,7 +112,9 @@ class HistoryStore:
         if new:
             self.path.chmod(0o600)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync: expected one of {sorted(SYNC_MODES)}, got {sync!r}")
+        self.conn.execute(f"PRAGMA synchronous={SYNC_MODES[sync]}")
         for s in SCHEMA:
             self.conn.execute(s)
 
@@ -209,3 +221,91 @@ class HistoryStore:
         """Entity ids, the most recently active first (for warming the cache)."""
         return [r[0] for r in self.conn.execute(
             "SELECT entity_id FROM transactions GROUP BY entity_id ORDER BY max(seq) DESC LIMIT ?", (int(limit),))]
+
+
+class Ticket:
+    """Records waiting for a group commit: ``wait()`` returns once they are durable, or raises."""
+
+    def __init__(self, records: list[tuple]):
+        self.records, self.done, self.error = records, threading.Event(), None
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Raises:
+            OSError: the commit failed (``error``) or did not finish within ``timeout`` seconds."""
+        if not self.done.wait(timeout):
+            raise OSError(f"history store commit did not finish within {timeout:.0f} s")
+        if self.error is not None:
+            raise OSError(f"history store commit failed: {self.error}")
+
+
+class GroupCommitter(threading.Thread):
+    """Group commit: one writer thread appends the records of every request waiting at that
+    moment in one transaction (one fsync for all of them), then releases their requests.
+
+    Concurrent requests so share an fsync instead of queueing behind one each; a lone request
+    costs one commit as before. After a failed commit :attr:`broken` is set and stays set (the
+    service then refuses requests until restarted, so no score is ever computed on a state that
+    the history store does not hold).
+
+    Args:
+        path: the history store file (the thread opens its own connection).
+        sync: ``"full"`` or ``"normal"`` (:data:`SYNC_MODES`).
+    """
+
+    def __init__(self, path: str | Path, sync: str = "full"):
+        super().__init__(name="fraudlens-history", daemon=True)
+        self.path, self.sync = Path(path), sync
+        self.q: queue.Queue = queue.Queue()
+        self.broken: str | None = None
+        self.commits = self.rows = 0
+        self._ready = threading.Event()
+        self.start()
+        self._ready.wait(30)
+
+    def submit(self, records: list[tuple]) -> Ticket:
+        t = Ticket(records)
+        self.q.put(t)
+        return t
+
+    def flush(self) -> None:
+        """Wait until everything submitted so far is committed (or failed)."""
+        self.submit([]).done.wait(60)
+
+    def stop(self) -> None:
+        self.q.put(None)
+        self.join(30)
+
+    def run(self) -> None:
+        store = HistoryStore(self.path, self.sync)
+        self._ready.set()
+        try:
+            while True:
+                t = self.q.get()
+                if t is None:
+                    return
+                group = [t]
+                while True:
+                    try:
+                        nxt = self.q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self.q.put(None)
+                        break
+                    group.append(nxt)
+                recs = [r for g in group for r in g.records]
+                err = None
+                if self.broken:
+                    err = self.broken
+                elif recs:
+                    try:
+                        store.append(recs)
+                        self.commits += 1
+                        self.rows += len(recs)
+                    except (sqlite3.Error, OSError) as e:
+                        err = self.broken = f"{type(e).__name__}: {e}"
+                for g in group:
+                    g.error = err
+                    g.done.set()
+        finally:
+            store.close()

@@ -13,9 +13,12 @@ connection are single-threaded; scoring is CPU-bound, so a lock costs no through
 4. the entity's caches (:class:`engine.serve.state.EntityCache`, rebuilt from history on a miss),
    one incremental step -> logit, probability = sigmoid(logit), decision band
    (:func:`engine.cases.thresholds.decision_band` against the thresholds in force);
-5. the row is appended to the history store and committed (fsync) *before* the response: an
-   acknowledged transaction is never lost. If the append fails, the entity's caches are dropped
-   (rebuilt from history on next use) and the request fails with 503.
+5. the row is appended to the history store and committed *before* the response: an
+   acknowledged transaction is never lost. Commits are grouped
+   (:class:`engine.serve.history.GroupCommitter`: the rows of all requests waiting at that moment
+   in one transaction, one fsync); until its commit returns a row is "in flight" (a retry of it
+   is answered as a duplicate; a cache rebuild first waits for in-flight commits). If a commit
+   fails the request gets 503 and the service refuses every request until restarted.
 
 Flagged transactions (probability >= review threshold) wake the :class:`engine.serve.casework.CaseWorker`
 unless ``shadow``: in shadow mode transactions are scored and logged to the history store, the
@@ -36,7 +39,7 @@ from engine.cases.thresholds import decision_band, thresholds_in_force
 from engine.model.checkpoint import ModelBundle
 from engine.model.scoring import NonFiniteScoreError
 from engine.serve.casework import CaseWorker
-from engine.serve.history import HistoryStore, row_json, utcnow
+from engine.serve.history import GroupCommitter, HistoryStore, row_json, utcnow
 from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
 from engine.serve.state import EntityCache
 
@@ -77,15 +80,19 @@ class ScoringService:
         case_db: the case store (``None``: the default one in ``$FRAUDLENS_DATA_DIR``).
         explain: ``"occlusion"`` or ``"none"``: what the case worker computes per flagged transaction.
         start_worker: start the case worker (tests may drive it by hand).
+        sync: ``"full"`` (fsync per commit) or ``"normal"`` (:data:`engine.serve.history.SYNC_MODES`).
     """
 
     def __init__(self, bundle: ModelBundle, history_path: str | Path, *, cache_bytes: int = 256 * 2**20,
                  shadow: bool = False, case_db: str | Path | None = None, explain: str = "occlusion",
-                 start_worker: bool = True):
+                 start_worker: bool = True, sync: str = "full"):
         self.bundle, self.spec, self.shadow = bundle, bundle.spec, shadow
         self.history_path = Path(history_path)
-        self.history = HistoryStore(self.history_path)
+        self.history = HistoryStore(self.history_path, sync)
+        self.committer = GroupCommitter(self.history_path, sync)
+        self.inflight: dict[str, dict] = {}  # transaction id -> staged row, until its commit returns
         self.cache = EntityCache(bundle, self.history, cache_bytes)
+        self.cache.before_rebuild = self.committer.flush  # a rebuild reads history: in-flight rows first
         self.lock = threading.Lock()
         self.case_db = Path(case_db) if case_db is not None else None
         # read only: a missing case store is not created here (nor ever in shadow mode)
@@ -106,6 +113,7 @@ class ScoringService:
     def close(self) -> None:
         if self.worker is not None and self.worker.is_alive():
             self.worker.stop()
+        self.committer.stop()
         self.history.close()
 
     # ------------------------------------------------------------------ scoring
@@ -118,7 +126,7 @@ class ScoringService:
         """Idempotency and order checks; an Outcome for a duplicate, None to score (lock held)."""
         tid = row["transaction_id"]
         text = row_json(row)
-        stored = self.history.get(tid)
+        stored = self.history.get(tid) or self.inflight.get(tid)
         if stored is None and tid in pending:
             stored = pending[tid][1]
         if stored is not None:
@@ -157,16 +165,33 @@ class ScoringService:
                 "reasons": reasons, "model_sha256": self.bundle.sha256, "duplicate": False, "shadow": self.shadow}
         return Outcome(body, flagged=flagged, cache_hit=hit)
 
-    def _commit(self, pending: dict[str, tuple], entities: set[str]) -> None:
+    def _submit(self, pending: dict[str, tuple]):
+        """Stage ``pending`` as in flight and hand it to the group committer (lock held)."""
         if not pending:
+            return None
+        for tid, (_, stored) in pending.items():
+            self.inflight[tid] = stored
+        return self.committer.submit([rec for rec, _ in pending.values()])
+
+    def _durable(self, ticket, pending: dict[str, tuple]) -> None:
+        """Wait for the commit of ``ticket``; 503 if it failed (the service then refuses all
+        requests: :attr:`GroupCommitter.broken`)."""
+        if ticket is None:
             return
         try:
-            self.history.append([rec for rec, _ in pending.values()])
-        except (sqlite3.Error, OSError) as err:
-            for e in entities:
-                self.cache.evict(e)  # its caches hold rows that are not in history
-            raise ServiceError(503, [{"loc": ["body"], "msg": f"history store write failed ({err}); nothing was "
-                                      "accepted, retry", "type": "history_unavailable"}]) from None
+            ticket.wait()
+        except OSError as err:
+            raise ServiceError(503, [{"loc": ["body"], "msg": f"{err}; nothing was accepted; the service refuses "
+                                      "requests until restarted", "type": "history_unavailable"}]) from None
+        finally:
+            with self.lock:
+                for tid in pending:
+                    self.inflight.pop(tid, None)
+
+    def _check_open(self) -> None:
+        if self.committer.broken:
+            raise ServiceError(503, [{"loc": ["body"], "msg": f"history store unavailable ({self.committer.broken}); "
+                                      "restart the service", "type": "history_unavailable"}])
 
     def score_one(self, rec: dict[str, Any]) -> Outcome:
         """Score one posted transaction (raw column names -> values).
@@ -180,14 +205,17 @@ class ScoringService:
         except RecordError as err:
             self.counts["rejected"] += 1
             raise ServiceError(422, [err.detail()]) from None
+        pending: dict[str, tuple] = {}
         with self.lock:
-            pending: dict[str, tuple] = {}
+            self._check_open()
             try:
                 out = self._score_row(row, pending)
             except RecordError as err:
                 self.counts["rejected"] += 1
                 raise ServiceError(409, [err.detail()]) from None
-            self._commit(pending, {row["entity_id"]})
+            ticket = self._submit(pending)
+        self._durable(ticket, pending)
+        with self.lock:
             self._count(out)
         if out.flagged and self.worker is not None:
             self.worker.wake.set()
@@ -215,8 +243,9 @@ class ScoringService:
             except RecordError as err:
                 rejected.append({"index": i, **err.detail()})
         results, outs = [], []
+        pending: dict[str, tuple] = {}
         with self.lock:
-            pending: dict[str, tuple] = {}
+            self._check_open()
             entities: set[str] = set()
             for i, row in rows:
                 try:
@@ -231,7 +260,9 @@ class ScoringService:
                     raise
                 outs.append(out)
                 results.append({"index": i, **out.body})
-            self._commit(pending, entities)
+            ticket = self._submit(pending)
+        self._durable(ticket, pending)
+        with self.lock:
             for out in outs:
                 self._count(out)
             self.counts["rejected"] += len(rejected)
@@ -257,7 +288,8 @@ class ScoringService:
             cache = self.cache.stats()
         w = self.worker
         return {"status": "ok", "model_sha256": self.bundle.sha256, "spec": self.spec.name, "shadow": self.shadow,
-                "history_transactions": n, "cache": cache, "thresholds": self.thresholds,
+                "history_transactions": n, "history_commits": self.committer.commits,
+                "history_broken": self.committer.broken, "cache": cache, "thresholds": self.thresholds,
                 "case_worker": None if w is None else {"alive": w.is_alive(), "cases_written": w.cases_written,
                                                        "explained": w.explained, "errors": w.errors,
                                                        "last_error": w.last_error},

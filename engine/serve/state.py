@@ -52,6 +52,7 @@ class EntityCache:
         self.facts: dict[str, deque] = {}
         self.bytes = 0
         self.hits = self.misses = self.evictions = 0
+        self.before_rebuild = lambda: None  # the service waits for in-flight commits here
         names = {f.name for f in bundle.spec.fields}
         self.novelty = next((n for n in _NOVELTY_FIELDS if n in names), None)
 
@@ -84,6 +85,7 @@ class EntityCache:
             self.sizes.move_to_end(entity_id)
             return True
         self.misses += 1
+        self.before_rebuild()
         self.rebuild(entity_id)
         return False
 

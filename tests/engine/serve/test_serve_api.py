@@ -245,3 +245,48 @@ def test_history_is_durable_sqlite(bundle, records, tmp_path):
     svc.close()
     with sqlite3.connect(tmp_path / "history.sqlite3") as con:
         assert con.execute("SELECT transaction_id FROM transactions").fetchall() == [(records[0]["tid"],)]
+
+
+def test_concurrent_clients_share_commits_and_keep_batch_scores(bundle, records, batch_probs, tmp_path):
+    import threading
+
+    svc, _ = make(bundle, tmp_path)
+    by_entity: dict[str, list] = {}
+    for r in records:
+        by_entity.setdefault(r["card"], []).append(r)
+    got, errors = {}, []
+
+    def client(recs):
+        for r in recs:
+            try:
+                got[r["tid"]] = svc.score_one(r).body["probability"]
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(v,)) for v in by_entity.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == len(records) == svc.history.count()
+    assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+    assert svc.committer.rows == len(records) and not svc.inflight
+    svc.close()
+
+
+def test_a_failed_commit_answers_503_and_the_service_refuses_until_restarted(bundle, records, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    assert c.post("/v1/score", json=records[0]).status_code == 200
+    svc.history.conn.execute("CREATE TRIGGER fail BEFORE INSERT ON transactions "
+                             "BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    r = c.post("/v1/score", json=records[1])
+    assert r.status_code == 503 and "disk full" in r.json()["detail"][0]["msg"]
+    r = c.post("/v1/score", json=records[2])
+    assert r.status_code == 503 and "restart the service" in r.json()["detail"][0]["msg"]
+    assert svc.history.count() == 1 and c.get("/healthz").json()["history_broken"]
+    svc.history.conn.execute("DROP TRIGGER fail")
+    svc.close()
+    svc, c = make(bundle, tmp_path)  # restarted: the unacknowledged transaction is scored afresh
+    assert c.post("/v1/score", json=records[1]).json()["duplicate"] is False
+    assert svc.history.count() == 2
+    svc.close()
