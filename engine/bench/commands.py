@@ -129,6 +129,7 @@ def bench_serve(
     clients: str = typer.Option("1,8,32", help="comma-separated concurrent clients"),
     rate: float = typer.Option(1000.0, min=1.0, help="paced runs: transactions per second in all"),
     seconds: float = typer.Option(5.0, min=1.0, max=60.0, help="time limit per run"),
+    sync: str = typer.Option("full,normal", help="comma-separated history commit modes (fraudlens serve --sync)"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "serve.md"),
 ):
     """Load test of `fraudlens serve` on loopback: throughput, p50/p99/p99.9 and errors at 1/8/32 clients, paced
@@ -138,7 +139,8 @@ def bench_serve(
     cl = tuple(int(c) for c in clients.split(",") if c.strip())
     try:
         serve_load.run(model, handbook_model, tabformer, handbook if handbook_model else None, out, clients=cl,
-                       rate=rate, seconds=seconds, handbook_rows=handbook_rows, log=plain_log)
+                       rate=rate, seconds=seconds, handbook_rows=handbook_rows,
+                       syncs=tuple(x.strip() for x in sync.split(",") if x.strip()), log=plain_log)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         _fail(str(e))
     plain_log(f"written to {out}")

@@ -45,6 +45,7 @@ class RunResult:
     dataset: str
     clients: int
     mode: str
+    sync: str = "full"
     client_ms: list[float] = field(default_factory=list)
     server_ms: list[float] = field(default_factory=list)
     errors: int = 0
@@ -56,11 +57,11 @@ class RunResult:
         n = len(self.client_ms)
         c = np.percentile(self.client_ms, [50, 99, 99.9]) if n else [np.nan] * 3
         s = np.percentile(self.server_ms, [50, 99, 99.9]) if n else [np.nan] * 3
-        return [self.dataset, str(self.clients), self.mode, f"{n + self.errors:,}", f"{self.errors:,}",
+        return [self.dataset, self.sync, str(self.clients), self.mode, f"{n + self.errors:,}", f"{self.errors:,}",
                 f"{n / self.wall_s:,.0f}" if self.wall_s else "-", *(f"{x:.2f}" for x in c), *(f"{x:.2f}" for x in s)]
 
 
-HEADER = ["dataset", "clients", "mode", "requests", "errors", "throughput (tx/s)", "client p50 ms", "client p99 ms",
+HEADER = ["dataset", "sync", "clients", "mode", "requests", "errors", "throughput (tx/s)", "client p50 ms", "client p99 ms",
           "client p99.9 ms", "server p50 ms", "server p99 ms", "server p99.9 ms"]
 
 
@@ -115,10 +116,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path | None, work: Path, port: int, explain: str = "occlusion") -> subprocess.Popen:
+def start_server(model: Path | None, work: Path, port: int, explain: str = "occlusion",
+                 sync: str = "full") -> subprocess.Popen:
     """``fraudlens serve`` on 127.0.0.1:``port`` in a subprocess; returns once it prints ``ready``."""
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--history", str(work / "history.sqlite3"),
-           "--cases", str(work / "cases.sqlite3"), "--explain", explain]
+           "--cases", str(work / "cases.sqlite3"), "--explain", explain, "--sync", sync]
     if model is not None:
         cmd += ["--model", str(model)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FRAUDLENS_DATA_DIR": str(work / "data")}
@@ -192,12 +194,12 @@ def _alive(port: int) -> bool:
 
 def load_run(port: int, records: list[dict], entity_key: str, id_key: str, dataset: str, clients: int,
              rate: float | None, count: int, seconds: float, run_id: str, kill_after: float | None = None,
-             server: subprocess.Popen | None = None) -> RunResult:
+             server: subprocess.Popen | None = None, sync: str = "full") -> RunResult:
     """``clients`` threads post their lanes (``count`` requests in all, at ``rate`` tx/s in all, or
     unpaced with ``rate=None``) for at most ``seconds``; with ``kill_after``, SIGKILL ``server`` then."""
     per = max(1, count // clients)
     lanes = [_lane(records[:per], entity_key, id_key, f"{run_id}c{c}x") for c in range(clients)]
-    res = RunResult(dataset, clients, "unpaced" if rate is None else f"paced {rate:,.0f}/s")
+    res = RunResult(dataset, clients, "unpaced" if rate is None else f"paced {rate:,.0f}/s", sync)
     lock, start = threading.Lock(), threading.Event()
     t_end = time.perf_counter() + seconds + 1.0
     threads = [threading.Thread(target=_client, args=(port, lanes[c], id_key, None if rate is None else rate / clients,
@@ -225,16 +227,16 @@ def lost_after_kill(work: Path, res: RunResult) -> tuple[int, int, int]:
 
 
 def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key: str, dataset: str, work: Path,
-               clients: int, rate: float, log) -> dict:
+               clients: int, rate: float, log, sync: str = "full") -> dict:
     """Post at ``rate`` from ``clients`` clients, ``kill -9`` the server after 2 s, restart it, and
     count acknowledged transactions missing from the history store and duplicates appended by
     retrying each client's last acknowledged transaction."""
     port = free_port()
-    server = start_server(model, work, port)
+    server = start_server(model, work, port, sync=sync)
     res = load_run(port, records, entity_key, id_key, dataset, clients, rate, int(rate * 6), 6.0, "kill",
-                   kill_after=2.0, server=server)
+                   kill_after=2.0, server=server, sync=sync)
     acked, lost, stored = lost_after_kill(work, res)
-    server = start_server(model, work, port)
+    server = start_server(model, work, port, sync=sync)
     try:
         dups = 0
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -251,7 +253,7 @@ def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
-    out = {"dataset": dataset, "clients": clients, "acknowledged": acked, "lost": lost, "stored": stored,
+    out = {"dataset": dataset, "sync": sync, "clients": clients, "acknowledged": acked, "lost": lost, "stored": stored,
            "retried": sum(1 for ids in res.acked.values() if ids), "answered_as_duplicate": dups,
            "appended_by_retries": after - stored}
     log(f"kill -9 check ({dataset}): {out}")
@@ -260,7 +262,7 @@ def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key:
 
 def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook: Path | None, out: Path, *,
         clients=(1, 8, 32), rate: float = 1000.0, seconds: float = 5.0, handbook_rows: int = 30_000,
-        max_unpaced: int = 20_000, log=print) -> str:
+        max_unpaced: int = 20_000, syncs=("full", "normal"), log=print) -> str:
     """All runs (module docstring); writes the markdown table to ``out`` and returns it."""
     datasets = [("TabFormer user 0 (demo model)" if tab_model is None else f"TabFormer user 0 ({tab_model.name})",
                  tab_model, *tabformer_records(tabformer, 20_000), "transaction_id")]
@@ -271,30 +273,33 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fraudlens-serve-bench-") as tmp:
         for di, (name, model, records, ek, ik) in enumerate(datasets):
-            work = Path(tmp) / f"d{di}"
-            work.mkdir()
-            port = free_port()
-            server = start_server(model, work, port)
-            try:
-                for c in clients:
-                    for mode_rate in (rate, None):
-                        count = int(rate * seconds) if mode_rate else max_unpaced
-                        r = load_run(port, records, ek, ik, name, c, mode_rate, count, seconds, f"r{len(results)}")
-                        results.append(r)
-                        log(" | ".join(r.row()) + (f"  errors: {r.error_kinds}" if r.errors else ""))
-            finally:
-                server.send_signal(signal.SIGTERM)
-                server.wait(30)
-            kwork = Path(tmp) / f"k{di}"
-            kwork.mkdir()
-            kills.append(kill_check(model, records, ek, ik, name, kwork, 8, rate, log))
+            for sync in syncs:
+                work = Path(tmp) / f"d{di}{sync}"
+                work.mkdir()
+                port = free_port()
+                server = start_server(model, work, port, sync=sync)
+                try:
+                    for c in clients:
+                        for mode_rate in (rate, None):
+                            count = int(rate * seconds) if mode_rate else max_unpaced
+                            r = load_run(port, records, ek, ik, name, c, mode_rate, count, seconds,
+                                         f"r{len(results)}", sync=sync)
+                            results.append(r)
+                            log(" | ".join(r.row()) + (f"  errors: {r.error_kinds}" if r.errors else ""))
+                finally:
+                    server.send_signal(signal.SIGTERM)
+                    server.wait(30)
+                kwork = Path(tmp) / f"k{di}{sync}"
+                kwork.mkdir()
+                kills.append(kill_check(model, records, ek, ik, name, kwork, 8, rate, log, sync=sync))
     load1 = os.getloadavg()
     lines = ["# Scoring service load test (`fraudlens bench serve`)", "",
              f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: {os.cpu_count()} CPU "
              f"cores **shared with other engineers' jobs** (1-minute load average {load0[0]:.1f} before, "
              f"{load1[0]:.1f} after), server and load clients on the same cores; loopback only. One server "
              "process (uvicorn, one worker, `--explain occlusion` in a background thread), history store on the "
-             "local disk (SQLite WAL, synchronous=FULL: one fsync per acknowledged request).", "",
+             "local disk (SQLite WAL; sync `full`: one fsync per commit group, survives power loss; `normal`: no fsync "
+             "per commit, survives kill -9 and process crashes, not power loss).", "",
              f"Each run: at most {int(rate * seconds):,} requests paced at {rate:,.0f} tx/s in all, or at most "
              f"{max_unpaced:,} unpaced, for at most {seconds:.0f} s; fresh entity ids per run and client "
              "(module docstring of engine/bench/serve_load.py). Client latency: send to full response; server "
@@ -304,9 +309,9 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
     lines += ["", "## kill -9 mid-run", "",
               f"8 clients paced at {rate:,.0f} tx/s in all, server killed with SIGKILL after 2 s, restarted; every "
               "client then retries its last acknowledged transaction.", "",
-              "| dataset | acknowledged | lost | stored | retried | answered as duplicate | appended by retries |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {k['dataset']} | {k['acknowledged']:,} | {k['lost']} | {k['stored']:,} | {k['retried']} | "
+              "| dataset | sync | acknowledged | lost | stored | retried | answered as duplicate | appended by retries |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {k['dataset']} | {k['sync']} | {k['acknowledged']:,} | {k['lost']} | {k['stored']:,} | {k['retried']} | "
               f"{k['answered_as_duplicate']} | {k['appended_by_retries']} |" for k in kills]
     errs = {k: v for r in results for k, v in r.error_kinds.items()}
     if errs:

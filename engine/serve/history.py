@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import queue
 import sqlite3
 import threading
 from datetime import datetime, timezone
@@ -64,6 +63,9 @@ STORED = ("seq", "transaction_id", "entity_id", "ts_ns", "row_json", "logit", "p
           "flagged", "model_sha256", "received_at")
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 def utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -77,7 +79,7 @@ def row_json(row: dict[str, Any]) -> str:
         if isinstance(v, float) and not math.isfinite(v):
             v = None
         out[k] = v
-    return json.dumps(out, sort_keys=True, separators=(",", ":"), default=str)
+    return _ENCODER.encode(out)
 
 
 def row_from_json(text: str) -> dict[str, Any]:
@@ -224,88 +226,75 @@ class HistoryStore:
 
 
 class Ticket:
-    """Records waiting for a group commit: ``wait()`` returns once they are durable, or raises."""
+    """Records waiting for a group commit (:meth:`GroupCommitter.wait`)."""
 
     def __init__(self, records: list[tuple]):
-        self.records, self.done, self.error = records, threading.Event(), None
-
-    def wait(self, timeout: float = 60.0) -> None:
-        """Raises:
-            OSError: the commit failed (``error``) or did not finish within ``timeout`` seconds."""
-        if not self.done.wait(timeout):
-            raise OSError(f"history store commit did not finish within {timeout:.0f} s")
-        if self.error is not None:
-            raise OSError(f"history store commit failed: {self.error}")
+        self.records, self.done, self.error = records, False, None
 
 
-class GroupCommitter(threading.Thread):
-    """Group commit: one writer thread appends the records of every request waiting at that
-    moment in one transaction (one fsync for all of them), then releases their requests.
+class GroupCommitter:
+    """Group commit without a writer thread (leader / followers).
 
-    Concurrent requests so share an fsync instead of queueing behind one each; a lone request
-    costs one commit as before. After a failed commit :attr:`broken` is set and stays set (the
-    service then refuses requests until restarted, so no score is ever computed on a state that
-    the history store does not hold).
+    :meth:`submit` queues a request's records (the service calls it under its scoring lock, so
+    the queue is in scoring order). :meth:`wait` makes the caller the *leader* when no commit is
+    running: it appends every queued record in one transaction (one fsync with ``sync="full"``)
+    and marks all those tickets done; callers that arrive meanwhile wait for the leader and
+    usually find their ticket committed. A lone request commits inline, concurrent requests share
+    one fsync. After a failed commit :attr:`broken` is set and stays set (the service then refuses
+    requests until restarted, so no score is computed on a state the history store lacks).
 
     Args:
-        path: the history store file (the thread opens its own connection).
+        path: the history store file (own connection, used by the leader only).
         sync: ``"full"`` or ``"normal"`` (:data:`SYNC_MODES`).
     """
 
     def __init__(self, path: str | Path, sync: str = "full"):
-        super().__init__(name="fraudlens-history", daemon=True)
-        self.path, self.sync = Path(path), sync
-        self.q: queue.Queue = queue.Queue()
+        self.store = HistoryStore(path, sync)
+        self.queue: list[Ticket] = []
+        self.qlock = threading.Lock()
+        self.write_lock = threading.Lock()
         self.broken: str | None = None
         self.commits = self.rows = 0
-        self._ready = threading.Event()
-        self.start()
-        self._ready.wait(30)
 
     def submit(self, records: list[tuple]) -> Ticket:
         t = Ticket(records)
-        self.q.put(t)
+        with self.qlock:
+            self.queue.append(t)
         return t
 
+    def _lead(self) -> None:
+        """Commit everything queued (``write_lock`` held)."""
+        with self.qlock:
+            group, self.queue = self.queue, []
+        recs = [r for g in group for r in g.records]
+        err = self.broken
+        if recs and err is None:
+            try:
+                self.store.append(recs)
+                self.commits += 1
+                self.rows += len(recs)
+            except (sqlite3.Error, OSError) as e:
+                err = self.broken = f"{type(e).__name__}: {e}"
+        for g in group:
+            g.error, g.done = err, True
+
+    def wait(self, ticket: Ticket) -> None:
+        """Return once ``ticket``'s records are committed.
+
+        Raises:
+            OSError: the commit failed (then every later one fails too: :attr:`broken`).
+        """
+        with self.write_lock:
+            if not ticket.done:
+                self._lead()
+        if ticket.error is not None:
+            raise OSError(f"history store commit failed: {ticket.error}")
+
     def flush(self) -> None:
-        """Wait until everything submitted so far is committed (or failed)."""
-        self.submit([]).done.wait(60)
+        """Commit everything submitted so far (a cache rebuild reads the history store)."""
+        with self.write_lock:
+            self._lead()
 
     def stop(self) -> None:
-        self.q.put(None)
-        self.join(30)
-
-    def run(self) -> None:
-        store = HistoryStore(self.path, self.sync)
-        self._ready.set()
-        try:
-            while True:
-                t = self.q.get()
-                if t is None:
-                    return
-                group = [t]
-                while True:
-                    try:
-                        nxt = self.q.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        self.q.put(None)
-                        break
-                    group.append(nxt)
-                recs = [r for g in group for r in g.records]
-                err = None
-                if self.broken:
-                    err = self.broken
-                elif recs:
-                    try:
-                        store.append(recs)
-                        self.commits += 1
-                        self.rows += len(recs)
-                    except (sqlite3.Error, OSError) as e:
-                        err = self.broken = f"{type(e).__name__}: {e}"
-                for g in group:
-                    g.error = err
-                    g.done.set()
-        finally:
-            store.close()
+        self.flush()
+        self.store.close()

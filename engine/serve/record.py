@@ -88,6 +88,17 @@ def _number(v: Any, strip: str = "") -> tuple[float, bool, str]:
     return (float(c) if _NUMBER.fullmatch(c) else math.nan), False, t
 
 
+_COLUMNS: dict[int, tuple] = {}
+
+
+def _columns(spec: DatasetSpec) -> tuple[list[str], list[str], list[str]]:
+    """(required keys, columns the spec reads, aggregate columns) of ``spec``, computed once per spec."""
+    hit = _COLUMNS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        hit = _COLUMNS[id(spec)] = (spec, required_keys(spec), spec.required_columns(), aggregate_columns(spec))
+    return hit[1], hit[2], hit[3]
+
+
 def required_keys(spec: DatasetSpec) -> list[str]:
     """Raw columns a request must carry: every column the spec reads except the label and the
     passthrough columns, plus the transaction id key and the aggregate columns."""
@@ -182,10 +193,11 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
         RecordError: the first problem, in the file reader's order (cell length / NUL, entity,
             timestamp, amount, id, fields, label), then missing aggregate columns.
     """
-    for c in required_keys(spec):
+    required, columns, aggregates = _columns(spec)
+    for c in required:
         if c not in rec:
             raise RecordError(c, "", "field required")
-    for c in spec.required_columns():
+    for c in columns:
         v = rec.get(c)
         if isinstance(v, (list, dict)):
             raise RecordError(c, v, f"expected a text or a number, got {type(v).__name__}")
@@ -253,7 +265,7 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
             row["label"] = 0
         elif t != "":
             raise RecordError(lab.column, t, f"label value {t!r} is not one of {'/'.join(lab.positive + lab.negative)}")
-    for c in aggregate_columns(spec):
+    for c in aggregates:
         x, empty, t = _number(rec.get(c))
         if empty or not math.isfinite(x):
             raise RecordError(c, t, f"{c} must be a finite number (the caller's delayed aggregate)")

@@ -16,7 +16,7 @@ connection are single-threaded; scoring is CPU-bound, so a lock costs no through
 5. the row is appended to the history store and committed *before* the response: an
    acknowledged transaction is never lost. Commits are grouped
    (:class:`engine.serve.history.GroupCommitter`: the rows of all requests waiting at that moment
-   in one transaction, one fsync); until its commit returns a row is "in flight" (a retry of it
+   in one transaction, one fsync, committed by the first of them); until its commit returns a row is "in flight" (a retry of it
    is answered as a duplicate; a cache rebuild first waits for in-flight commits). If a commit
    fails the request gets 503 and the service refuses every request until restarted.
 
@@ -125,12 +125,11 @@ class ScoringService:
     def _prepare(self, row: dict[str, Any], pending: dict[str, tuple]) -> Outcome | None:
         """Idempotency and order checks; an Outcome for a duplicate, None to score (lock held)."""
         tid = row["transaction_id"]
-        text = row_json(row)
         stored = self.history.get(tid) or self.inflight.get(tid)
         if stored is None and tid in pending:
             stored = pending[tid][1]
         if stored is not None:
-            if stored["row_json"] != text:
+            if stored["row_json"] != row_json(row):
                 raise RecordError(self.id_column, tid, f"transaction id already used by a different transaction "
                                   f"(accepted at {stored['received_at'][:23]} UTC)")
             return Outcome(self._stored_body(stored), duplicate=True)
@@ -179,7 +178,7 @@ class ScoringService:
         if ticket is None:
             return
         try:
-            ticket.wait()
+            self.committer.wait(ticket)
         except OSError as err:
             raise ServiceError(503, [{"loc": ["body"], "msg": f"{err}; nothing was accepted; the service refuses "
                                       "requests until restarted", "type": "history_unavailable"}]) from None

@@ -55,6 +55,7 @@ class EntityCache:
         self.before_rebuild = lambda: None  # the service waits for in-flight commits here
         names = {f.name for f in bundle.spec.fields}
         self.novelty = next((n for n in _NOVELTY_FIELDS if n in names), None)
+        self.noun = _entity_noun(bundle.spec)  # "card" / "customer" / "account"
 
     # ------------------------------------------------------------------ cache
     def _size(self, entity_id: str) -> int:
@@ -139,7 +140,7 @@ class EntityCache:
         except Exception:
             self.evict(entity_id)
             raise
-        reasons = cheap_reasons(row, list(facts), self.novelty, self.scorer.bundle.spec)
+        reasons = cheap_reasons(row, list(facts), self.novelty, self.noun)
         facts.append(self._fact(row))
         self._account(entity_id)
         return logit, reasons
@@ -149,7 +150,7 @@ class EntityCache:
                 "misses": self.misses, "evictions": self.evictions}
 
 
-def cheap_reasons(row: dict[str, Any], previous: list[tuple], novelty: str | None, spec) -> list[dict[str, str]]:
+def cheap_reasons(row: dict[str, Any], previous: list[tuple], novelty: str | None, noun: str) -> list[dict[str, str]]:
     """Short facts about one transaction against the entity's previous ones (at most :data:`FACTS`).
 
     Every reason is a fact of the data, never of the model: ``first_transaction`` (no earlier
@@ -160,9 +161,8 @@ def cheap_reasons(row: dict[str, Any], previous: list[tuple], novelty: str | Non
     explanation and are computed off the hot path with the case.
 
     Returns:
-        ``[{"code", "text"}]``; amounts in the spec's currency.
+        ``[{"code", "text"}]``; amounts in the spec's currency; ``noun`` names the entity ("card").
     """
-    noun = _entity_noun(spec)
     out: list[dict[str, str]] = []
     if not previous:
         return [{"code": "first_transaction", "text": f"first transaction of this {noun}"}]
@@ -191,3 +191,4 @@ def _entity_noun(spec) -> str:
     from engine.trust.reasons import _entity_noun as noun
 
     return noun(spec)
+
