@@ -14,6 +14,7 @@ from engine.cases import view as cv
 from engine.cases.store import STATES, CaseStoreError
 from engine.cases.report import threshold_metrics
 from engine.serve import access as ac
+from engine.serve.casework import service_source_id
 
 state.ensure_entrypoint()
 ss = st.session_state
@@ -70,10 +71,15 @@ with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{th
 # ------------------------------------------------------------------------------------ filters
 st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · cases created "
            f"{synced['created']}, updated {synced['updated']} at {synced['scored_at']}")
+service_src = service_source_id(loaded.bundle)
+source = st.radio("Cases from", ["file", "service"], horizontal=True, key="q_source",
+                  format_func={"file": "this file", "service": "the scoring service (fraudlens serve, this model)"}.get)
+from_service = source == "service"
 lo = pd.Timestamp(loaded.scores["timestamp"].min()).date()
 hi = pd.Timestamp(loaded.scores["timestamp"].max()).date()
 f = st.columns([3, 2, 2, 3, 2])
-dates = f[0].date_input("Activity between", value=(lo, hi), min_value=lo, max_value=hi, key="q_dates")
+dates = None if from_service else f[0].date_input("Activity between", value=(lo, hi), min_value=lo, max_value=hi,
+                                                  key="q_dates")
 min_amount = f[1].number_input("Min amount", min_value=0.0, value=0.0, step=10.0, key="q_min_amount")
 label = f[2].selectbox("Known label", ["any", "fraud", "not_fraud"], key="q_label",
                        format_func={"any": "any", "fraud": "has known fraud", "not_fraud": "no known fraud"}.get)
@@ -95,7 +101,7 @@ if assignee == "(unassigned)":
     kw["assignee"] = ""
 elif assignee not in ("(anyone)", "(unassigned)"):
     kw["assignee"] = assignee
-q = store.queue(sha, thr["review"], source_id=comp.data_source_id(loaded), **kw)
+q = store.queue(sha, thr["review"], source_id=service_src if from_service else comp.data_source_id(loaded), **kw)
 q["band"] = [cv.decision_band(p, thr["review"], thr["decline"]) for p in q["max_probability"]]
 q["entity"] = q["entity_id"].map(cv.mask)
 q["state_label"] = q["state"].map(comp.STATE_LABELS)
@@ -107,7 +113,7 @@ m[2].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
 m[3].metric("Pending approval", f"{int((q['state'] == 'pending_approval').sum()):,}")
 
 ids = q["case_id"].tolist()
-table_key = f"queue_{loaded.bundle.short_sha}_{hash(tuple(sorted(map(str, kw.items()))))}"
+table_key = f"queue_{source}_{loaded.bundle.short_sha}_{hash(tuple(sorted(map(str, kw.items()))))}"
 st.dataframe(
     q, key=table_key, on_select="rerun", selection_mode="single-row", hide_index=True, height=380,
     column_order=["case_id", "entity", "max_probability", "band", "state_label", "assignee", "n_transactions",
@@ -156,7 +162,10 @@ if may_assign:
             st.rerun()
         except (CaseStoreError, ac.AccessDenied) as e:
             st.error(md(e))
-if c3.button("Open case →", type="primary", key="q_open", width="stretch"):
+if from_service:
+    c3.caption("A service case's history is in the service's history store: its explanation is at "
+               "GET /v1/explanations/<transaction id> (the case page opens file cases).")
+elif c3.button("Open case →", type="primary", key="q_open", width="stretch"):
     state.set_entity(case["entity_id"])
     state.set_query(case["max_transaction_id"])
     st.switch_page("pages/case.py")

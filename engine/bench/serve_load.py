@@ -51,18 +51,27 @@ class RunResult:
     errors: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    server_cpu_s: float = float("nan")  # CPU seconds the server process used during the run
     acked: dict[int, list[str]] = field(default_factory=dict)  # client -> acknowledged transaction ids
 
     def row(self) -> list[str]:
         n = len(self.client_ms)
         c = np.percentile(self.client_ms, [50, 99, 99.9]) if n else [np.nan] * 3
         s = np.percentile(self.server_ms, [50, 99, 99.9]) if n else [np.nan] * 3
+        cpu = f"{1000 * self.server_cpu_s / n:.2f}" if n and self.server_cpu_s == self.server_cpu_s else "-"
         return [self.dataset, self.sync, str(self.clients), self.mode, f"{n + self.errors:,}", f"{self.errors:,}",
-                f"{n / self.wall_s:,.0f}" if self.wall_s else "-", *(f"{x:.2f}" for x in c), *(f"{x:.2f}" for x in s)]
+                f"{n / self.wall_s:,.0f}" if self.wall_s else "-", *(f"{x:.2f}" for x in c), *(f"{x:.2f}" for x in s),
+                cpu]
 
 
 HEADER = ["dataset", "sync", "clients", "mode", "requests", "errors", "throughput (tx/s)", "client p50 ms", "client p99 ms",
-          "client p99.9 ms", "server p50 ms", "server p99 ms", "server p99.9 ms"]
+          "client p99.9 ms", "server p50 ms", "server p99 ms", "server p99.9 ms", "server CPU ms/tx"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,6 +215,7 @@ def load_run(port: int, records: list[dict], entity_key: str, id_key: str, datas
                                                       t_end, res, c, lock, start)) for c in range(clients)]
     for t in threads:
         t.start()
+    cpu0 = cpu_seconds(server.pid) if server is not None and kill_after is None else None
     t0 = time.perf_counter()
     start.set()
     if kill_after is not None and server is not None:
@@ -215,6 +225,8 @@ def load_run(port: int, records: list[dict], entity_key: str, id_key: str, datas
     for t in threads:
         t.join()
     res.wall_s = time.perf_counter() - t0
+    if cpu0 is not None:
+        res.server_cpu_s = cpu_seconds(server.pid) - cpu0
     return res
 
 
@@ -283,7 +295,7 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
                         for mode_rate in (rate, None):
                             count = int(rate * seconds) if mode_rate else max_unpaced
                             r = load_run(port, records, ek, ik, name, c, mode_rate, count, seconds,
-                                         f"r{len(results)}", sync=sync)
+                                         f"r{len(results)}", server=server, sync=sync)
                             results.append(r)
                             log(" | ".join(r.row()) + (f"  errors: {r.error_kinds}" if r.errors else ""))
                 finally:
@@ -303,7 +315,10 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
              f"Each run: at most {int(rate * seconds):,} requests paced at {rate:,.0f} tx/s in all, or at most "
              f"{max_unpaced:,} unpaced, for at most {seconds:.0f} s; fresh entity ids per run and client "
              "(module docstring of engine/bench/serve_load.py). Client latency: send to full response; server "
-             "latency: the response's `latency_ms`. Throughput: successful responses / wall time.", "",
+             "latency: the response's `latency_ms`. Throughput: successful responses / wall time. Server CPU "
+             "ms/tx: CPU time of the server process during the run / successful responses (less sensitive to "
+             "the other jobs on the machine than wall-clock latency; 1,000 / it is the rate one free core "
+             "could sustain).", "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(r.row()) + " |" for r in results]
     lines += ["", "## kill -9 mid-run", "",

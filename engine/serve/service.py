@@ -86,7 +86,7 @@ class ScoringService:
     def __init__(self, bundle: ModelBundle, history_path: str | Path, *, cache_bytes: int = 256 * 2**20,
                  shadow: bool = False, case_db: str | Path | None = None, explain: str = "occlusion",
                  start_worker: bool = True, sync: str = "full"):
-        self.bundle, self.spec, self.shadow = bundle, bundle.spec, shadow
+        self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
         self.history_path = Path(history_path)
         self.history = HistoryStore(self.history_path, sync)
         self.committer = GroupCommitter(self.history_path, sync)

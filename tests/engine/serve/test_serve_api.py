@@ -53,8 +53,9 @@ def make(bundle, tmp_path, **kw):
     return svc, TestClient(create_app(svc, token))
 
 
-def test_scores_equal_batch_scoring(bundle, records, batch_probs, tmp_path):
-    svc, c = make(bundle, tmp_path)
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_scores_equal_batch_scoring(bundle, records, batch_probs, tmp_path, sync):
+    svc, c = make(bundle, tmp_path, sync=sync)
     got = {}
     for rec in records[:60]:
         r = c.post("/v1/score", json=rec)
@@ -98,6 +99,10 @@ def test_malformed_and_out_of_order_name_the_field(bundle, records, tmp_path):
     r = c.post("/v1/score", json=dict(records[0], amt="abc"))
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "amt"]
     assert r.json()["detail"][0]["msg"] == "amount is not a number"
+    r = c.post("/v1/score", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"][0]["msg"].startswith("not valid JSON")
+    r = c.post("/v1/score", json=[records[0]])
+    assert r.status_code == 422 and r.json()["detail"][0]["msg"] == "expected a JSON object (one transaction)"
     missing = {k: v for k, v in records[0].items() if k != "m"}
     r = c.post("/v1/score", json=missing)
     assert r.status_code == 422 and "m" in r.json()["detail"][0]["loc"]
@@ -231,7 +236,7 @@ def test_healthz_metrics_and_openapi(bundle, records, tmp_path):
     assert float(lines["fraudlens_serve_cache_hits_total"]) == svc.cache.hits > 0
     schema = c.get("/openapi.json").json()
     assert {"/v1/score", "/v1/score/batch", "/healthz", "/metrics"} <= set(schema["paths"])
-    props = next(v for k, v in schema["components"]["schemas"].items() if k.startswith("Transaction_"))
+    props = schema["paths"]["/v1/score"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"card", "ts", "amt", "m", "tid"} <= set(props["properties"]) and "y" not in props["required"]
     svc.close()
 
