@@ -305,6 +305,19 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
                 kwork.mkdir()
                 kills.append(kill_check(model, records, ek, ik, name, kwork, 8, rate, log, sync=sync))
     load1 = os.getloadavg()
+    models = []
+    from engine.model.checkpoint import load_checkpoint
+
+    for name, model, *_ in datasets:
+        b = load_checkpoint(model)
+        m = b.meta.get("metrics", {}).get("test", {}) if isinstance(b.meta.get("metrics"), dict) else {}
+        td = b.meta.get("training_data", {}) or {}
+        cfg = b.config
+        models.append(f"| {name} | `{model or 'assets/demo_model'}` | {b.short_sha} | d_model {cfg.d_model}, "
+                      f"{cfg.n_layers} layers, context {cfg.context_length} | "
+                      f"{td.get('rows_used', '-') if isinstance(td, dict) else '-'} | "
+                      f"{b.meta.get('thresholds', {}).get('review', 0.5):.3f} | "
+                      f"{m.get('auc_roc', float('nan')):.3f} / {m.get('average_precision', float('nan')):.3f} |")
     lines = ["# Scoring service load test (`fraudlens bench serve`)", "",
              f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: {os.cpu_count()} CPU "
              f"cores **shared with other engineers' jobs** (1-minute load average {load0[0]:.1f} before, "
@@ -321,6 +334,9 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
              "could sustain).", "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(r.row()) + " |" for r in results]
+    lines += ["", "Models (the latency depends on the architecture, not on the weights):", "",
+              "| dataset | checkpoint | sha256 | architecture | training rows | review threshold | "
+              "its test AUC ROC / AP |", "|---|---|---|---|---|---|---|", *models]
     lines += ["", "## kill -9 mid-run", "",
               f"8 clients paced at {rate:,.0f} tx/s in all, server killed with SIGKILL after 2 s, restarted; every "
               "client then retries its last acknowledged transaction.", "",
