@@ -166,9 +166,9 @@ class HistoryStore:
         return None if r is None else r[0]
 
     def count(self, entity_id: str | None = None) -> int:
-        """Transactions stored (of ``entity_id``, or all)."""
+        """Transactions stored (of ``entity_id``, or all: the last ``seq``, as rows are never deleted)."""
         if entity_id is None:
-            return int(self.conn.execute("SELECT count(*) FROM transactions").fetchone()[0])
+            return int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM transactions").fetchone()[0])
         return int(self.conn.execute("SELECT count(*) FROM transactions WHERE entity_id = ?",
                                      (entity_id,)).fetchone()[0])
 
