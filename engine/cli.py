@@ -191,6 +191,7 @@ def train(
     name: Optional[str] = typer.Option(None, help="model name (default: out directory name)"),
     progress: bool = typer.Option(True, help="show progress bars"),
     baseline: bool = typer.Option(True, help="also train the LightGBM baseline on the same split and compare"),
+    activity: bool = typer.Option(True, help="recent-activity and first-seen fields inside the model"),
 ):
     """Train the sequence transformer with a time split; print and save test metrics.
 
@@ -208,7 +209,7 @@ def train(
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
-        val_end=val_end, max_minutes=max_minutes, seed=seed,
+        val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity,
     )
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,

@@ -65,6 +65,8 @@ class TrainConfig:
         max_minutes: stop training after this wall time (checked every 20 steps; the best
             evaluated epoch is kept).
         seed: seed for init and sampling. threads: torch intra-op threads (None = torch default).
+        activity: build the model with the recent-activity and first-seen fields
+            (:mod:`engine.model.activity`).
     """
 
     context_length: int = 128
@@ -86,6 +88,7 @@ class TrainConfig:
     max_minutes: float = 11.0
     seed: int = 0
     threads: int | None = None
+    activity: bool = True
 
 
 def time_split(ts: pd.Series, train_end=None, val_end=None) -> tuple[np.ndarray, pd.Timestamp, pd.Timestamp]:
@@ -182,7 +185,7 @@ def fit(
     encoder = FeatureEncoder.fit(frame.loc[split == 0], spec)
     enc = encoder.transform(frame)
     model = build_model(
-        encoder, seed=cfg.seed,
+        encoder, seed=cfg.seed, activity=cfg.activity,
         **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "context_length", "min_history")},
     )
     ents = frame["entity_id"].to_numpy()
