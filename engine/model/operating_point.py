@@ -114,6 +114,33 @@ def choose_operating_thresholds(
                            "alerts_per_day": float(alerts[i] / days), "days": float(days)}}
 
 
+def curve_points(y: np.ndarray, p: np.ndarray, days: float, max_points: int = 400) -> dict[str, list]:
+    """Precision-recall curve with alerts per day, one point per distinct value of ``p``
+    (descending), thinned to at most ``max_points`` evenly spaced in rank.
+
+    Args:
+        y: ``[N]`` 0/1 labels with at least one fraud. p: ``[N]`` probabilities (or scores).
+        days: length of the period in days.
+    Returns:
+        JSON-able ``{"threshold", "precision", "recall", "alerts", "alerts_per_day"}`` lists;
+        the point at threshold ``t`` counts the rows with ``p >= t``.
+    Raises:
+        ValueError: no fraud in ``y`` or lengths differ.
+    """
+    y, p = np.asarray(y).astype(int), np.asarray(p, np.float64)
+    if len(y) != len(p) or not y.sum():
+        raise ValueError("curve_points: needs equal lengths and at least one fraud")
+    order = np.argsort(-p, kind="stable")
+    ps, ys = p[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(ps) != 0), len(ps) - 1]  # last index of each distinct value
+    tp, alerts = np.cumsum(ys)[last], last + 1
+    if len(last) > max_points:
+        keep = np.unique(np.linspace(0, len(last) - 1, max_points).round().astype(int))
+        last, tp, alerts = last[keep], tp[keep], alerts[keep]
+    return {"threshold": ps[last].tolist(), "precision": (tp / alerts).tolist(), "recall": (tp / ys.sum()).tolist(),
+            "alerts": alerts.tolist(), "alerts_per_day": (alerts / days).tolist()}
+
+
 def bootstrap_at_threshold(
     y: np.ndarray,
     p: np.ndarray,

@@ -50,6 +50,7 @@ from engine.model.drift import DRIFT_KEY, drift_reference
 from engine.model.operating_point import (
     bootstrap_at_threshold,
     choose_operating_thresholds,
+    curve_points,
     period_days,
     precision_warning,
 )
@@ -375,6 +376,8 @@ def train(
     val_m = binary_metrics(yv, cv, thresholds["review"], rank=pv)
     op["test"] = bootstrap_at_threshold(yt, ct, ents[test_rows], op["review"], days_t, seed=cfg.seed)
     op["precision_warning"] = precision_warning(op["validation"]["precision"], op["test"])
+    if yt.sum():
+        op["test_curve"] = curve_points(yt, ct, days_t, max_points=200)
     op["units"] = "calibrated probability" if cal is not None else "score (uncalibrated)"
     bundle.meta[DRIFT_KEY] = drift_reference(frame.loc[split == 0], spec)
     wall = time.perf_counter() - t_start
