@@ -78,7 +78,7 @@ def importance_figure(fields: pd.DataFrame, *, word: str = "probability", title:
     f = fields.sort_values("mean_abs_logit", kind="stable")
     text = [f"{m:+.2f} logit ≈ {pr * 100:+.1f} pts of {word}" for m, pr in zip(f["mean_logit"], f["probability_reading"])]
     fig = go.Figure(go.Bar(
-        x=f["mean_abs_logit"].to_numpy(), y=[plain_text(v) for v in f["field"]], orientation="h",
+        x=f["mean_abs_logit"].tolist(), y=[plain_text(v) for v in f["field"]], orientation="h",
         marker_color=FRAUD_COLOR, text=text, textposition="auto",
         hovertemplate="%{y}: mean |attribution| %{x:.3f} logit<br>%{text}<extra></extra>"))
     fig.update_xaxes(title_text="mean |Integrated Gradients attribution| over flagged cases (logit)")
@@ -90,7 +90,7 @@ def psi_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     (moderate) and 0.25 (major shift) lines."""
     t = table.sort_values("psi", kind="stable")
     color = [FRAUD_COLOR if v >= 0.25 else QUERY_COLOR if v >= 0.1 else NEUTRAL_COLOR for v in t["psi"]]
-    fig = go.Figure(go.Bar(x=t["psi"].to_numpy(), y=[plain_text(v) for v in t["field"]], orientation="h",
+    fig = go.Figure(go.Bar(x=t["psi"].tolist(), y=[plain_text(v) for v in t["field"]], orientation="h",
                            marker_color=color, customdata=t["reading"].to_numpy(),
                            hovertemplate="%{y}: PSI %{x:.3f} (%{customdata})<extra></extra>"))
     for x, name in ((0.1, "0.1 moderate"), (0.25, "0.25 major")):
