@@ -237,3 +237,19 @@ def test_drift_reference_and_psi_table():
     a = np.array([1.0 if c == "5411" else 0.0 for c in m["categories"]] + [0.0])
     assert t.loc["mcc", "psi"] == pytest.approx(drift.psi(e, a))
     assert drift.psi_table(None, frame).empty
+
+
+def test_score_cli_with_the_uncalibrated_demo_model_says_score(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+    from tiny_models import demo_slice
+
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
+    data = demo_slice(tmp_path / "d.csv", 200)
+    r = CliRunner().invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "on the score (uncalibrated: not a probability)" in text
+    header = (tmp_path / "s.csv").read_text().splitlines()[0].split(",")
+    assert "score" in header and "logit" in header and "probability" not in header
