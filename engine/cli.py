@@ -158,7 +158,7 @@ def inspect(
 
 @app.command()
 def simulate(
-    customers: int = typer.Option(200, min=1, help="number of customers (each has 1-3 cards)"),
+    customers: int = typer.Option(400, min=1, help="number of customers (each has 1-3 cards)"),
     seed: int = typer.Option(7, help="random seed (same seed -> same file)"),
     out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
 ):

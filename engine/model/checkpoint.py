@@ -44,6 +44,7 @@ from engine import __version__
 from engine.data.io import file_sha256  # noqa: F401 (re-exported: training-data provenance)
 from engine.data.features import FeatureEncoder
 from engine.data.spec import DatasetSpec, spec_from_dict
+from engine.model.activity import ACTIVITY_FIELDS, DEFAULT_ACTIVITY_WINDOWS_S
 from engine.model.checkpoint_checks import (
     CheckpointError,
     check_layout,
@@ -267,7 +268,7 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
     if not isinstance(meta.get("feature_state"), dict):
         raise CheckpointError(f"{src}: feature_state: expected an object")
     enc = FeatureEncoder.from_state_dict(spec, meta["feature_state"])
-    check_layout(cfg, _layout(enc, src), src)
+    check_layout(cfg, _layout(enc, src, activity=bool(cfg.activity_windows_s)), src)
     state = load_weights(weights, expected_state_shapes(cfg), str(d / WEIGHTS))
     model = FraudTransformer(cfg)  # sizes bounded by the checks above
     model.load_state_dict(state, strict=True)
@@ -276,16 +277,21 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
     return ModelBundle(model=model, encoder=enc, spec=spec, meta=keep, sha256=sha, path=d)
 
 
-def build_model(encoder: FeatureEncoder, seed: int = 0, **overrides) -> FraudTransformer:
+def build_model(encoder: FeatureEncoder, seed: int = 0, activity: bool = True, **overrides) -> FraudTransformer:
     """A fresh model whose input layout matches ``encoder`` (``overrides``: ModelConfig fields),
-    initialised from ``torch.manual_seed(seed)``."""
-    cfg = ModelConfig(**{**_layout(encoder), **overrides})
+    initialised from ``torch.manual_seed(seed)``. ``activity``: with the recent-activity and
+    first-seen fields (:mod:`engine.model.activity`, default windows unless
+    ``activity_windows_s`` is overridden)."""
+    if activity:
+        overrides.setdefault("activity_windows_s", list(DEFAULT_ACTIVITY_WINDOWS_S))
+    cfg = ModelConfig(**{**_layout(encoder, activity=activity), **overrides})
     torch.manual_seed(seed)
     return FraudTransformer(cfg)
 
 
-def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
-    """The input-layout fields of :class:`ModelConfig` that ``encoder`` implies.
+def _layout(encoder: FeatureEncoder, source: str = "", activity: bool = False) -> dict[str, Any]:
+    """The input-layout fields of :class:`ModelConfig` that ``encoder`` implies (``activity``: plus
+    the activity fields, checking every categorical spec field for "first seen").
 
     Raises:
         CheckpointError: (with ``source``) the encoder's statistics are malformed.
@@ -294,7 +300,7 @@ def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
         names = encoder.field_names()
         fidx = {n: i for i, n in enumerate(names)}
         cat_cols = encoder.cat_columns()
-        return dict(
+        out = dict(
             cat_cardinalities=[c for _, _, c in cat_cols],
             cat_field_index=[fidx[f] for _, f, _ in cat_cols],
             num_field_index=[fidx[f] for _, f in encoder.num_columns()],
@@ -302,6 +308,11 @@ def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
             field_names=names,
             num_ple_edges=encoder.num_ple_edges(),
         )
+        if activity:
+            categorical = set(encoder.state["categorical"])
+            out["field_names"] = names + list(ACTIVITY_FIELDS)
+            out["first_seen_cols"] = [j for j, (col, _, _) in enumerate(cat_cols) if col in categorical]
+        return out
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
         if not source:
             raise
