@@ -123,7 +123,7 @@ def test_calibrated_model_at_a_glance(world, monkeypatch, tmp_path, users_file):
     assert not at.exception, [e.value for e in at.exception]
     imp = next(c for c in at.get("plotly_chart") if c.key == "importance")
     bars = pio.from_json(imp.proto.spec).data[0]
-    assert set(bars.y) <= set(world["bundle"].encoder.field_names()) and len(bars.y) >= 3
+    assert set(bars.y) <= set(world["bundle"].config.field_names) and len(bars.y) >= 3
     assert (np.asarray(bars.x) >= 0).all() and all("pts of probability" in t for t in bars.text)
     pats = [d.value for d in at.dataframe if "pattern" in d.value.columns]
     if pats:  # the reason codes cited by those cases (when any)
