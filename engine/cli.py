@@ -413,7 +413,9 @@ def explain(
     }
     _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
     first = next(iter(expls.values()))
-    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
+    value = (f"probability {float(bundle.probability([first.score_logit])[0]):.4f}" if bundle.calibrated
+             else f"score {first.score_probability:.4f} (uncalibrated)")
+    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
         top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]
