@@ -106,33 +106,45 @@ except Exception as e:  # noqa: BLE001 - the model card stands without data
     loaded = None
     st.info(md(f"No loaded data for the figures below: {state.load_or_explain_error(e)}"))
 loaded_cal = mg.loaded_calibration(loaded.scores) if loaded is not None else None
-cm = st.columns(4)
-for i, (kind, label) in enumerate((("score", "uncalibrated score"), ("probability", "calibrated probability"))):
-    t = test_cal.get(kind)
-    if t:
-        cm[i].metric(f"Test ECE · {label}", f"{t['ece']:.4f}",
-                     help=f"sum of the {label}s {t['sum_probability']:,.1f} for {t['n_fraud']:,} frauds on test "
-                          f"(ratio {t['sum_over_frauds'] or 0:.2f}; 1 = as many expected as observed)")
-if loaded_cal is not None:
-    cm[2].metric(f"Loaded data ECE · {WORD}", f"{loaded_cal['ece']:.4f}",
-                 help=f"{loaded_cal['n_fraud']:,} labelled frauds; sum of the {WORD}s {loaded_cal['sum_probability']:,.1f}")
-tables = {f"test · {label}": test_cal[kind]["reliability"]
-          for kind, label in (("score", "uncalibrated score"), ("probability", "calibrated probability"))
-          if test_cal.get(kind)}
-eces = {f"test · {label}": test_cal[kind]["ece"]
-        for kind, label in (("score", "uncalibrated score"), ("probability", "calibrated probability"))
-        if test_cal.get(kind)}
-if loaded_cal is not None:
-    tables[f"loaded data · {WORD}"] = loaded_cal["reliability"]
-    eces[f"loaded data · {WORD}"] = loaded_cal["ece"]
-if tables:
-    st.plotly_chart(mfig.reliability_figure(tables, ece=eces, title="Reliability diagram"), key="reliability",
-                    config={"displaylogo": False})
-else:
-    st.caption("No reliability figures: the checkpoint records none and the loaded data has no labels.")
+MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError)  # unvalidated records of a checkpoint
+
+
+def _calibration_figures() -> None:
+    cm = st.columns(4)
+    for i, (kind, label) in enumerate((("score", "uncalibrated score"), ("probability", "calibrated probability"))):
+        t = test_cal.get(kind)
+        if t:
+            cm[i].metric(f"Test ECE · {label}", f"{t['ece']:.4f}",
+                         help=f"sum of the {label}s {t['sum_probability']:,.1f} for {t['n_fraud']:,} frauds on test "
+                              f"(ratio {t['sum_over_frauds'] or 0:.2f}; 1 = as many expected as observed)")
+    if loaded_cal is not None:
+        cm[2].metric(f"Loaded data ECE · {WORD}", f"{loaded_cal['ece']:.4f}",
+                     help=f"{loaded_cal['n_fraud']:,} labelled frauds; sum of the {WORD}s {loaded_cal['sum_probability']:,.1f}")
+    tables = {f"test · {label}": test_cal[kind]["reliability"]
+              for kind, label in (("score", "uncalibrated score"), ("probability", "calibrated probability"))
+              if test_cal.get(kind)}
+    eces = {f"test · {label}": test_cal[kind]["ece"]
+            for kind, label in (("score", "uncalibrated score"), ("probability", "calibrated probability"))
+            if test_cal.get(kind)}
+    if loaded_cal is not None:
+        tables[f"loaded data · {WORD}"] = loaded_cal["reliability"]
+        eces[f"loaded data · {WORD}"] = loaded_cal["ece"]
+    if tables:
+        st.plotly_chart(mfig.reliability_figure(tables, ece=eces, title="Reliability diagram"), key="reliability",
+                        config={"displaylogo": False})
+    else:
+        st.caption("No reliability figures: the checkpoint records none and the loaded data has no labels.")
+
+
+try:
+    _calibration_figures()
+except MALFORMED as e:
+    st.warning(f"The checkpoint's calibration record is malformed ({type(e).__name__}); not shown.")
 
 st.subheader("Operating point")
-if op:
+
+
+def _operating_point_table() -> None:
     v, te = op.get("validation") or {}, op.get("test") or {}
     iv = te.get("interval") or {}
 
@@ -156,7 +168,14 @@ if op:
                                 "alerts_per_day": st.column_config.TextColumn("Alerts / day")})
     for w in (op.get("warning"), op.get("precision_warning")):
         if w:
-            st.warning(md(w), icon=":material/warning:")
+            st.warning(md(str(w)), icon=":material/warning:")
+
+
+if op:
+    try:
+        _operating_point_table()
+    except MALFORMED as e:
+        st.warning(f"The checkpoint's operating-point record is malformed ({type(e).__name__}); not shown.")
 
 
 @st.fragment

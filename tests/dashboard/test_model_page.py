@@ -67,8 +67,11 @@ def world(tmp_path_factory):
             "calibration_metrics": {"test": {"score": cal.calibration_summary(y, s["score"].to_numpy()),
                                              "probability": cal.calibration_summary(y, p)}}}
     tiny_checkpoint(src.frame, src.spec, d / "cal", meta)
+    # records the loader does not validate (display only), malformed: the page says so, never raises
+    tiny_checkpoint(src.frame, src.spec, d / "odd", {**meta, "calibration_metrics": {"test": {"score": {"ece": "x"}}},
+                                                       "operating_point": {"review": "a", "validation": 5}})
     bundle = cv.load_model(d / "cal")
-    return {"data": data, "spec": spec, "raw": d / "raw", "cal": d / "cal", "bundle": bundle, "frame": src.frame,
+    return {"data": data, "spec": spec, "raw": d / "raw", "cal": d / "cal", "odd": d / "odd", "bundle": bundle, "frame": src.frame,
             "scores": cv.score_source(bundle, src.frame), "meta": meta}
 
 
@@ -161,3 +164,11 @@ def test_glance_functions_by_hand():
     assert mg.probability_reading({}, 2.0, 2.0) == pytest.approx(1 / (1 + np.exp(-2)) - 0.5)
     platt = {"calibration": {"method": "platt", "a": 1.0, "b": -2.0}}
     assert mg.probability_reading(platt, 2.0, 2.0) == pytest.approx(0.5 - 1 / (1 + np.exp(2)))
+
+
+def test_malformed_display_records_are_reported_not_raised(world, monkeypatch, tmp_path, users_file):
+    at = _page(world, monkeypatch, tmp_path, users_file, "odd")
+    texts = [w.value for w in at.warning]
+    assert any("calibration record is malformed" in t for t in texts)
+    assert any("operating-point record is malformed" in t for t in texts)
+    assert "pr_curve" in {c.key for c in at.get("plotly_chart")}  # the loaded data's curve still shows
