@@ -316,7 +316,10 @@ def score(
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
 ):
-    """Score every transaction; write scored and rejected rows; print the row accounting."""
+    """Score every transaction; write scored and rejected rows; print the row accounting.
+
+    Columns: logit, score (sigmoid of the logit) and, only for a model with a calibration map,
+    probability (the calibrated fraud probability the thresholds apply to)."""
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
     _writable(out, "--out", "scores.parquet")
