@@ -7,8 +7,9 @@ earlier transactions whose attribution is positive beyond twice its standard err
 removal rule of :mod:`engine.explain.removal` (a removed transaction is deleted from the history:
 the time since the previous transaction, the amount-vs-history and the activity fields are
 recomputed without it), so the number shown is the model's own output on that history, not a
-sum of attributions. Scores are the model's sigmoid outputs (logit -> ``1 / (1 + e^-x)``);
-the page turns them into calibrated probabilities where the checkpoint has a calibration map.
+sum of attributions. ``output_with`` / ``output_without`` are the model's outputs
+(:meth:`engine.model.checkpoint.ModelBundle.probability`): calibrated probabilities when the
+checkpoint has a calibration map, sigmoid scores otherwise (``word`` says which).
 """
 
 from __future__ import annotations
@@ -37,12 +38,17 @@ class KeyEvidence:
         logit_with / logit_without: the query's logit on the full history / with every evidence
             transaction removed.
         score_with / score_without: the same as sigmoid scores in [0, 1] (uncalibrated).
+        output_with / output_without: the model's outputs (calibrated probability or score).
+        word: ``"probability"`` (calibrated) or ``"score"``.
     """
 
     transaction_ids: list[str]
     method: str
     logit_with: float
     logit_without: float
+    output_with: float = float("nan")
+    output_without: float = float("nan")
+    word: str = "score"
 
     @property
     def score_with(self) -> float:
@@ -76,8 +82,12 @@ def key_evidence(ctx, explanation: Explanation, top_k: int = 8, z: float = Z_CIT
     cut = full.copy()
     cut[0, pos] = False
     logits = query_logits(ctx, presence_masks(ctx, np.vstack([full, cut])))
+    bundle = ctx.bundle
+    out = np.asarray(bundle.probability(logits), dtype=np.float64) if hasattr(bundle, "probability") else \
+        1.0 / (1.0 + np.exp(-logits))
+    word = "probability" if getattr(bundle, "calibrated", False) else "score"
     return KeyEvidence([ctx.transaction_ids[p] for p in pos], explanation.method, float(logits[0]),
-                       float(logits[1]))
+                       float(logits[1]), float(out[0]), float(out[1]), word)
 
 
 __all__ = ["KeyEvidence", "key_evidence"]
