@@ -205,25 +205,6 @@ class QueueMixin:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def get_case(self, case_id: int) -> dict[str, Any]:
-        """One case as a dict (all ``cases`` columns, ``id`` is the case id).
-
-        Raises :class:`CaseNotFoundError`.
-        """
-        with self._lock:
-            return dict(self._case_row(self._conn, case_id))
-
-    def find_case(self, model_sha256: str, source_id: str, entity_id: str) -> dict[str, Any] | None:
-        """The case of ``entity_id`` from ``source_id`` under the model, or ``None``.
-
-        Raises ``ValueError`` for a malformed sha256 or source id.
-        """
-        rows = self._read(
-            "SELECT * FROM cases WHERE model_sha256 = ? AND source_id = ? AND entity_id = ?",
-            (_check_sha(model_sha256), _check_source(source_id), str(entity_id)),
-        )
-        return dict(rows[0]) if rows else None
-
     def queue(
         self,
         model_sha256: str,
