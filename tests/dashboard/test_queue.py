@@ -195,6 +195,12 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     at.radio(key="disp_choice").set_value("confirmed_fraud")
     at.text_area(key="disp_note").set_value("=HYPERLINK(\"x\") same merchant burst")
     at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    assert any("fraud type" in e.value for e in at.error)  # confirmed fraud needs its type
+    at.radio(key="disp_choice").set_value("confirmed_fraud")
+    at.selectbox(key="disp_fraud_type").set_value("card_testing")
+    at.number_input(key="disp_loss").set_value(1234.5)
+    at.text_area(key="disp_note").set_value("=HYPERLINK(\"x\") same merchant burst")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["Case state"] == "pending approval"
     assert not [b for b in at.button if b.label == "Approve"]  # the proposer cannot approve
@@ -213,3 +219,116 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     at.button(key="dl_prepare").click().run()
     _ok(at)
     assert [b.label for b in at.get("download_button") if b.label in exports] == exports
+
+
+def _frame(at, which):
+    """The Notes (``"notes"``) or Disposition history (``"history"``) table of the case page."""
+    for d in at.dataframe:
+        cols = set(d.value.columns)
+        if which == "history" and {"outcome", "note"} <= cols:
+            return d.value
+        if which == "notes" and {"kind", "note"} <= cols and "outcome" not in cols:
+            return d.value
+    raise AssertionError(f"no {which} table")
+
+
+def _case_page(env, user="alice"):
+    first = _flagged(env)[0]
+    at = signed_in(user)
+    at.session_state["entity_id"] = first
+    at.switch_page("pages/case.py")
+    at.run()
+    _ok(at)
+    return at, first
+
+
+def _case_id(env, entity):
+    with CaseStore(env["db"]) as s:
+        q = s.queue(env["bundle"].sha256, 0.0)
+        return int(q.loc[q["entity_id"] == entity, "case_id"].iloc[0])
+
+
+def test_notes_without_disposition_and_close_no_action(qenv):
+    at, first = _case_page(qenv)
+    assert at.radio(key="disp_choice").options == ["Confirmed fraud", "False positive", "Escalate",
+                                                   "Close, no action"]
+    assert at.selectbox(key="disp_fraud_type").options[1:] == [
+        "Card testing", "Account takeover", "Lost or stolen card", "Card not present",
+        "Compromised terminal or merchant", "First-party fraud", "Other"]
+    # a note on its own: no disposition, and the Notes panel shows it at once
+    at.text_area(key="note_text").set_value("called the card holder, no answer")
+    at.button(key="FormSubmitter:note_form-Add note").click().run()
+    _ok(at)
+    notes = _frame(at, "notes")
+    assert notes["note"].tolist() == ["called the card holder, no answer"] and notes["kind"].tolist() == ["note"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", notes["time"].iloc[0])
+    assert {m.label: m.value for m in at.metric}["Case state"] == "open"
+    # a disposition with a note: the note is in the Notes panel right away too
+    at.radio(key="disp_choice").set_value("closed_no_action")
+    at.text_area(key="disp_note").set_value("regular customer, nothing to do")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    _ok(at)
+    assert {m.label: m.value for m in at.metric}["Case state"] == "closed, no action"
+    notes = _frame(at, "notes")
+    assert notes["note"].tolist() == ["called the card holder, no answer", "regular customer, nothing to do"]
+    hist = _frame(at, "history")
+    assert hist["outcome"].tolist() == ["Close, no action"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", hist["time"].iloc[0])  # no raw ISO
+    assert not any("No notes yet" in c.value for c in at.caption)
+    # a fraud type on a closed-no-action outcome is refused; a negative loss cannot be entered
+    at.radio(key="disp_choice").set_value("closed_no_action")
+    at.selectbox(key="disp_fraud_type").set_value("other")
+    at.text_area(key="disp_note").set_value("x")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    assert any("has no fraud type" in e.value for e in at.error)
+    assert at.number_input(key="disp_loss").min == 0.0
+    with CaseStore(qenv["db"]) as s:
+        cid = _case_id(qenv, first)
+        assert s.history(cid)["disposition"].tolist() == ["closed_no_action"]
+        assert s.notes(cid)["analyst"].tolist() == ["alice"]
+
+
+def test_disposition_amounts_and_narrative_reach_the_report(qenv):
+    import io
+    import json
+
+    at, first = _case_page(qenv, "bob")
+    at.radio(key="disp_choice").set_value("escalate")
+    at.selectbox(key="disp_fraud_type").set_value("account_takeover")
+    at.number_input(key="disp_loss").set_value(250.0)
+    at.number_input(key="disp_exposure").set_value(1234.5)
+    at.text_area(key="disp_note").set_value("new device, password reset, 3 transfers")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    _ok(at)
+    assert any("account takeover" in m.value and "1,234.50" in m.value for m in at.success)
+    cid = _case_id(qenv, first)
+    k = f"narrative_text_{cid}"
+    at.text_area(key=k).set_value("Account taken over on 2 Jan; 3 transfers to a new payee.")
+    at.button(key=f"FormSubmitter:narrative_form_{cid}-Save narrative").click().run()
+    _ok(at)
+    with CaseStore(qenv["db"]) as s:
+        h = s.history(cid).iloc[-1]
+        assert (h["fraud_type"], h["loss_amount"], h["exposure_amount"]) == ("account_takeover", 250.0, 1234.5)
+        a = s.audit_log(cid, action="narrative_saved")
+        assert a["actor"].tolist() == ["bob"] and a["after"].iloc[0]["narrative"].startswith("Account taken over")
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    exports = ["Download PDF", "Download JSON", "Download CSV"]
+    assert [b.label for b in at.get("download_button") if b.label in exports] == exports
+    from engine.cases import report as rp
+    from dashboard.components import export as ex
+
+    rep = next(v for key, v in ex._CACHE.items() if len(key) and key[0] == "report" and key[1] == cid
+               and not isinstance(v, bytes))
+    n = rep["narrative"]
+    assert n["analyst_narrative"]["text"] == "Account taken over on 2 Jan; 3 transfers to a new payee."
+    assert (n["disposition"]["fraud_type"], n["disposition"]["exposure_amount"]) == ("account_takeover", 1234.5)
+    assert rp.report_filename(rep, "pdf").startswith(f"fraudlens-case{cid}-")
+    doc = json.loads(rp.to_json(rep))
+    assert doc["narrative"]["disposition"]["loss_amount"] == 250.0
+    from pypdf import PdfReader
+
+    pdf = next(v for key, v in ex._CACHE.items() if key[-1] == "pdf" and key[1] == cid)
+    text = " ".join(" ".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf)).pages).split())
+    assert text.index("Account taken over on 2 Jan") < text.index("2. Evidence")
+    assert "1,234.50" in text and "Account takeover" in text
