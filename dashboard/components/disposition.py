@@ -34,7 +34,7 @@ def _flash(kind: str, text: str) -> None:
     st.session_state[MSG] = (kind, text)
 
 
-def _record(store, case: dict, currency: str) -> None:
+def _record(store, case: dict, currency: str = "") -> None:
     ss = st.session_state
     disp, note = ss.get("disp_choice"), (ss.get("disp_note") or "").strip()
     ftype = ss.get("disp_fraud_type") or None

@@ -318,8 +318,7 @@ def test_disposition_amounts_and_narrative_reach_the_report(qenv):
     from engine.cases import report as rp
     from dashboard.components import export as ex
 
-    rep = next(v for key, v in ex._CACHE.items() if len(key) and key[0] == "report" and key[1] == cid
-               and not isinstance(v, bytes))
+    rep = [v for key, v in ex._CACHE.items() if key[0] == "report" and key[1] == cid and isinstance(v, dict)][-1]
     n = rep["narrative"]
     assert n["analyst_narrative"]["text"] == "Account taken over on 2 Jan; 3 transfers to a new payee."
     assert (n["disposition"]["fraud_type"], n["disposition"]["exposure_amount"]) == ("account_takeover", 1234.5)
@@ -328,7 +327,7 @@ def test_disposition_amounts_and_narrative_reach_the_report(qenv):
     assert doc["narrative"]["disposition"]["loss_amount"] == 250.0
     from pypdf import PdfReader
 
-    pdf = next(v for key, v in ex._CACHE.items() if key[-1] == "pdf" and key[1] == cid)
+    pdf = [v for key, v in ex._CACHE.items() if key[-1] == "pdf" and key[1] == cid][-1]
     text = " ".join(" ".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf)).pages).split())
     assert text.index("Account taken over on 2 Jan") < text.index("2. Evidence")
     assert "1,234.50" in text and "Account takeover" in text
