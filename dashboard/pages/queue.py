@@ -94,6 +94,7 @@ def _claim() -> None:
         return _flash("info", "Nothing to claim: every open case above the review threshold has an assignee.")
     ss["work_view"] = "mine"
     ss["work_claimed"] = int(got["id"])
+    ss["work_nonce"] = ss.get("work_nonce", 0) + 1
     _flash("success", f"Claimed case {got['id']} ({md(cv.mask(got['entity_id']))}, priority "
                       f"{priority_level(got['priority'])}): it is yours now.")
 
@@ -109,6 +110,7 @@ def _bulk_assign(ids: list[int], versions: dict[int, int], choices: list[str]) -
         store.bulk_assign(ids, target, actor=actor, expected_versions=versions)
     except (CaseStoreError, ValueError, ac.AccessDenied) as e:
         return _flash("error", md(e))
+    ss["work_nonce"] = ss.get("work_nonce", 0) + 1  # a fresh table: the ticks pointed at rows that moved
     _flash("success", f"Assigned {len(ids)} case{'s' if len(ids) != 1 else ''} to {md(target)} "
                       f"(case {', '.join(map(str, ids))}).")
 
@@ -185,7 +187,7 @@ m[3].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
 COLS = ["case_id", "priority_label", "entity", "max_probability", "band", "state_label", "assignee_text", "age",
         "sla_text", "amount_text", "n_transactions", "n_known_fraud", "last_seen"]
 ids = [int(i) for i in q["case_id"]]
-table_key = f"work_{loaded.bundle.short_sha}_{view}"
+table_key = f"work_{loaded.bundle.short_sha}_{view}_{ss.get('work_nonce', 0)}"
 ss["work_table_key"] = table_key
 event = st.dataframe(
     q, key=table_key, on_select="rerun", selection_mode="multi-row", hide_index=True, height=380,

@@ -28,8 +28,19 @@ def page(browser):
 
 
 def _shot(page, output_dir, name: str) -> None:
-    page.wait_for_timeout(500)
+    """A full-page screenshot once the page has finished drawing (no skeleton placeholders)."""
+    try:
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=30_000)
+    except Exception:  # noqa: BLE001 - a screenshot of a slow page is still an artefact
+        pass
+    page.wait_for_timeout(800)
     page.screenshot(path=str(output_dir / name), full_page=True)
+
+
+def _view(page, name: str) -> None:
+    """Choose a view of the work queue ("My open cases", "Unassigned open cases", ...)."""
+    page.locator('[data-testid="stButtonGroup"]').get_by_text(name, exact=True).click()
+    page.wait_for_timeout(1500)
 
 
 def test_claim_next_case_then_disposition_with_fraud_type(app_url, page, output_dir):
@@ -65,21 +76,26 @@ def test_claim_next_case_then_disposition_with_fraud_type(app_url, page, output_
 def test_bulk_assign_ticked_rows(app_url, page, output_dir):
     sign_in(page, app_url, "sam", path="/queue")
     page.get_by_role("heading", name="Work queue").wait_for()
-    page.get_by_role("button", name="Unassigned open cases").click()
-    page.wait_for_timeout(1500)
+    _view(page, "Unassigned open cases")
     assert page.get_by_role("button", name=re.compile("ticked")).first.is_disabled()  # nothing ticked yet
     tick_rows(page, [0, 1])
     page.get_by_text("2 cases ticked").wait_for()
     page.get_by_role("button", name="Assign 2 ticked").click()
     page.get_by_text(re.compile(r"^Assigned 2 cases to sam")).first.wait_for()
     _shot(page, output_dir, "work_queue_bulk_assigned.png")
-    page.get_by_role("button", name="My open cases").click()
+    _view(page, "My open cases")
     page.get_by_text(re.compile(r"Cases shown")).first.wait_for()
     metric = page.locator('[data-testid="stMetric"]').filter(has_text="Cases shown")
     assert int(metric.locator('[data-testid="stMetricValue"]').inner_text()) >= 2
 
 
-def test_audit_filter_and_export(app_url, page, output_dir, tmp_path):
+def test_audit_filter_and_export(app_url, e2e_world, page, output_dir, tmp_path):
+    from engine.cases.store import CaseStore
+
+    with CaseStore(e2e_world["dir"] / "store" / "cases.sqlite3") as s:  # the server's store: a bulk assignment
+        sha = s.audit_log(action="case_created")["model_sha256"].iloc[0]  # to find, whatever ran before
+        ids = s.queue(sha, 0.0)["case_id"].tolist()[-2:]
+        s.bulk_assign(ids, "sam", actor="sam")
     sign_in(page, app_url, "audrey", path="/audit")
     page.get_by_role("heading", name="Audit log").wait_for()
     page.get_by_text(re.compile(r"audit log intact")).wait_for()

@@ -141,6 +141,8 @@ def test_bulk_assign_with_confirmation(qenv):
         a = s.audit_log(action="bulk_assigned")
         assert len(a) == 2 and set(a["actor"]) == {"bob"}
     assert not set(ticked) & set(_table(at)["entity_id"])  # no longer unassigned
+    assert any("Tick one or more rows" in m.value for m in at.markdown)  # the ticks do not move to other rows
+    assert at.button(key="q_assign").disabled
 
 
 def test_closed_cases_hidden_by_default(qenv):
