@@ -95,7 +95,7 @@ def test_cases_page_lists_ranked_entities(env):
     at = signed_in()
     at.run()
     _ok(at)
-    assert at.title[0].value == "Cases"
+    assert at.title[0].value == "Open a case from data"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Transactions scored"] == f"{len(env['scores']):,}"
     assert metrics["Entities"] == f"{len(env['ranking']):,}"
