@@ -235,9 +235,10 @@ def removal_counterfactual(
         return RemovalCounterfactual(
             **base, found=False, removed=[], probability=p0, exact=False, greedy_path=path, method=method,
             n_candidates=len(cands), evaluations=sc.calls,
-            text=(f"No removal found that clears it: removing the first {n} earlier "
-                  f"{'transaction' if n == 1 else 'transactions'} in {_title(method)} order leaves the probability "
-                  f"at {p:.3f}, at or above the review threshold {thr:.3f}." if n else
+            text=(("No removal clears it: even removing all " if n == q else "No removal found that clears it: "
+                   f"removing the first ") + f"{n} earlier {'transaction' if n == 1 else 'transactions'}"
+                  + (" of the context" if n == q else f" in {_title(method)} order")
+                  + f" leaves the probability at {p:.3f}, at or above the review threshold {thr:.3f}." if n else
                   "No removal clears it: there is no earlier transaction in the context."))
     # 2. pruning: put back what is not needed, last removed first
     for t in list(reversed(removed[:-1])):
