@@ -330,11 +330,13 @@ def case_links(frame: pd.DataFrame, spec: Any, entity_id: str, *, point: str | N
     own = frame.loc[mine].loc[own_in.to_numpy()]
     pts = own[pf].astype(str)
     case_points = pd.DataFrame({"point": pts.to_numpy()}).groupby("point").size().rename("n_visits").reset_index()
-    t = frame["timestamp"]
-    allp = frame[pf].astype(str)
-    sel = (t >= start) & (t < end) & allp.isin(set(case_points["point"])) & ~pd.Series(mine, index=frame.index)
-    e = pd.DataFrame({"entity_id": frame.loc[sel, "entity_id"].to_numpy(), "point": allp[sel].to_numpy(),
-                      "timestamp": t[sel].to_numpy()})
+    t = frame["timestamp"].to_numpy()
+    in_time = np.flatnonzero((t >= start.to_datetime64()) & (t < end.to_datetime64()) & ~mine)  # cheap test first
+    near = frame.iloc[in_time]
+    near_p = near[pf].astype(str)
+    hit = near_p.isin(set(case_points["point"])).to_numpy()
+    e = pd.DataFrame({"entity_id": near["entity_id"].to_numpy()[hit], "point": near_p.to_numpy()[hit],
+                      "timestamp": near["timestamp"].to_numpy()[hit]})
     edges = e.groupby(["entity_id", "point"], sort=False).agg(
         n_visits=("timestamp", "size"), first_visit=("timestamp", "min"), last_visit=("timestamp", "max")).reset_index()
     linked = edges.groupby("entity_id", sort=False).agg(

@@ -98,6 +98,7 @@ class RemovalCounterfactual:
     text: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (plain numbers, lists and dicts)."""
         return asdict(self)
 
 
@@ -128,6 +129,7 @@ class AmountCounterfactual:
     text: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (plain numbers, lists and dicts)."""
         return asdict(self)
 
 
