@@ -87,15 +87,31 @@ def _frame(at: AppTest, column: str) -> pd.DataFrame:
 
 
 def test_links_section_shows_the_engine_ranking_case_links_and_network(env):
-    at = _case(env, links_show=True)
+    from engine.cases.store import CaseStore, default_db_path, source_id
+
     src = env["source"]
     r = rank_points(src.frame, src.spec, window_days=7)
+    qt = src.frame.loc[src.frame["transaction_id"] == env["query"], "timestamp"].iloc[0]
+    first = case_links(src.frame, src.spec, env["entity"], onsets=r.onsets, at=qt, window_days=7).linked
+    # the linked entities have cases in the store; the first one was disposed a false positive
+    rk = cv.rank_entities(env["scores"], 0.5)
+    rk = rk[rk["entity_id"].isin(set(first["entity_id"]))]
+    rows = pd.DataFrame({"entity_id": rk["entity_id"], "max_probability": rk["max_probability"],
+                         "max_transaction_id": rk["top_transaction_id"], "first_ts": rk["first_seen"],
+                         "last_ts": rk["last_seen"], "max_amount": 1.0, "n_transactions": rk["n_transactions"],
+                         "n_known_fraud": 0})
+    with CaseStore(default_db_path(), four_eyes=False) as store:
+        sid = source_id(cv.file_identity(env["data"]), env["spec"])
+        store.upsert_cases(env["bundle"].sha256, rows, source_id=sid)
+        q = store.queue(env["bundle"].sha256, 0.0, source_id=sid).set_index("entity_id")
+        store.record_disposition(int(q.loc[first["entity_id"].iloc[0], "case_id"]), "false_positive", "travel",
+                                 analyst="alice")
+    at = _case(env, links_show=True)
     assert r.point_field == "merchant" and len(r.table)  # the demo spec's link point
     shown = _frame(at, "fraud_visit_days")
     top = r.table.head(20)
     assert shown["point"].tolist() == [cv.mask(p) for p in top["point"]]
     np.testing.assert_allclose(shown["lift"].to_numpy(float), top["lift"].to_numpy(float), rtol=1e-9)
-    qt = src.frame.loc[src.frame["transaction_id"] == env["query"], "timestamp"].iloc[0]
     cl = case_links(src.frame, src.spec, env["entity"], onsets=r.onsets, at=qt, window_days=7, ranking=r,
                     scores=env["scores"], max_entities=200)
     assert len(cl.linked), "the demo entity shares no merchant in its window; pick another query"
@@ -103,7 +119,9 @@ def test_links_section_shows_the_engine_ranking_case_links_and_network(env):
     assert linked["entity"].tolist() == [cv.mask(e) for e in cl.linked["entity_id"]]
     assert linked["shared_points"].tolist() == cl.linked["shared_points"].tolist()
     np.testing.assert_allclose(linked["max_probability"].to_numpy(float), cl.linked["max_probability"].to_numpy(float))
-    assert set(linked["case_state"]) == {"no case"}  # nobody has opened the store's cases in this test's data dir
+    shown_state = dict(zip(linked["entity"], linked["case_state"]))
+    fp = cv.mask(first["entity_id"].iloc[0])
+    assert shown_state.pop(fp) == "false positive" and all(v == "open" for v in shown_state.values())
     chart = next(c for c in at.get("plotly_chart") if c.key == "links_network")
     data = json.loads(chart.proto.spec)["data"]
     n_nodes = sum(len(t["x"]) for t in data if t.get("mode") == "markers")
