@@ -14,8 +14,9 @@ score it, no retraining), against the review threshold in force (a probability):
      about 0) — are removed one at a time, re-scoring after each, until the probability is below
      the threshold (at most ``max_removals``);
   2. **pruning**: each removed transaction, last removed first, is put back if the flag stays
-     cleared without it; the result is *1-minimal*: putting back any one of its transactions
-     raises the probability to the threshold or above (checked, ``necessary`` in the result);
+     cleared without it (passes repeated until none can be); the result is *1-minimal*: putting
+     back any one of its transactions raises the probability to the threshold or above
+     (``necessary`` in the result);
   3. **exact search** when it is small: if every subset of the context's earlier transactions
      smaller than the result can be re-scored within ``exact_budget`` evaluations, they all are
      (smallest first) and the first that clears replaces it; then ``exact`` is true: no smaller
@@ -242,11 +243,15 @@ def removal_counterfactual(
                   + (" of the context" if n == q else f" in {_title(method)} order")
                   + f" leaves the probability at {p:.3f}, at or above the review threshold {thr:.3f}." if n else
                   "No removal clears it: there is no earlier transaction in the context."))
-    # 2. pruning: put back what is not needed, last removed first
-    for t in list(reversed(removed[:-1])):
-        trial = [x for x in removed if x != t]
-        if sc.probability(_removals(trial)) < thr:
-            removed = trial
+    # 2. pruning: put back what is not needed, last removed first, until nothing more can be put back
+    # (the score need not be monotone in the removals, so a pass is repeated after any change)
+    changed = True
+    while changed and len(removed) > 1:
+        changed = False
+        for t in list(reversed(removed)):
+            trial = [x for x in removed if x != t]
+            if trial and sc.probability(_removals(trial)) < thr:
+                removed, changed = trial, True
     # 3. exact search below the greedy size, when affordable
     exact = len(removed) == 1
     if not exact and exact_budget > 0:
