@@ -96,6 +96,7 @@ def _md(df: pd.DataFrame, floats: str = "{:.2f}") -> str:
 def run(data: str | Path, out: Path, windows: Sequence[int] = WINDOWS, cf_cases: int = 20,
         log: Callable[[str], None] = print) -> str:
     """Both benchmarks; writes ``out`` and returns its markdown."""
+    from engine.bench.speed import machine_info
     from engine.cases.links import case_links, rank_points
     from engine.data.io import read_transactions
     from engine.data.spec import load_spec
@@ -117,6 +118,8 @@ def run(data: str | Path, out: Path, windows: Sequence[int] = WINDOWS, cf_cases:
         "",
         f"Run {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} (`fraudlens bench links`, "
         "`engine.bench.links`).",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in machine_info().items()) + ".",
         "",
         "## Common point of compromise on the Handbook",
         "",
