@@ -146,3 +146,16 @@ def bench_explanations(
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
+
+
+@bench_app.command("links")
+def bench_links(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    cf_cases: int = typer.Option(20, min=0, help="flagged demo transactions for the counterfactual table (0: none)"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "links.md"),
+):
+    """Common point of compromise on the Handbook (precision@k of the ranked terminals against the
+    compromised ones, per window) and counterfactuals with the demo model."""
+    from engine.bench import links
+
+    links.run(data, out, cf_cases=cf_cases, log=plain_log)
