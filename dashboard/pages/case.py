@@ -228,6 +228,12 @@ from dashboard.components import trust as trust_ui  # noqa: E402
 trust_ui.render_case_trust(loaded, query, expls)
 # ---- end trust checks + what-if ----
 
+# ---- Links between cases (owner: dashboard/components/links.py) ----
+from dashboard.components.links import render_case_links  # noqa: E402
+
+render_case_links(loaded, entity, query)
+# ---- end links between cases ----
+
 # ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
 from dashboard.components.disposition import render_case_panel  # noqa: E402
 
