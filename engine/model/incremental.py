@@ -295,7 +295,8 @@ class IncrementalScorer:
         (``n - 1``); ``prev_time_s`` is the time (seconds) of the transaction at ``start - 1``
         (None when ``start == 0``). ``start`` must be ``k * S`` with ``k * S > n - 1 - T`` (no
         later than the first window still open after ``n`` transactions): a window's caches
-        depend only on its own rows and the time of the row before it, so the caches equal
+        (keys/values, times, amounts, first-seen values) depend only on its own rows and the time
+        of the row before it, so the caches equal
         those of feeding the whole history (tested). Replayed rows are not scored.
 
         Raises:
@@ -308,12 +309,12 @@ class IncrementalScorer:
         T = self.cfg.context_length
         for row in rows:
             p = st.n
-            base, t, z = self._row_embedding(row, st)
+            base, t, z, cats = self._row_embedding(row, st)
             if p % self.S == 0:
                 st.windows.append(self._new_window(p))
             st.windows = [w for w in st.windows if p < w.start + T]
             for w in st.windows:
-                self._step(base, w, t, z, need_output=False)  # keys/values only
+                self._step(base, w, t, z, need_output=False, cats=cats)  # keys/values only
             st.n, st.last_time = p + 1, t
 
     def add_frame(self, frame: pd.DataFrame) -> np.ndarray:

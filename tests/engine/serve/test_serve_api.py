@@ -218,8 +218,10 @@ def test_flagged_transactions_open_cases_with_explanations(bundle, records, batc
     svc.close()
 
 
-def test_healthz_metrics_and_openapi(bundle, records, tmp_path):
+def test_healthz_metrics_and_openapi(bundle, records, batch_probs, tmp_path):
     svc, c = make(bundle, tmp_path)
+    review = float(np.median([batch_probs[r["tid"]] for r in records[:10]]))
+    svc.thresholds = {"review": review, "decline": 1.0, "source": "test"}  # about half of them flagged
     for rec in records[:10]:
         c.post("/v1/score", json=rec)
     c.post("/v1/score", json=records[0])
