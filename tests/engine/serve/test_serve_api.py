@@ -297,3 +297,15 @@ def test_a_failed_commit_answers_503_and_the_service_refuses_until_restarted(bun
     assert c.post("/v1/score", json=records[1]).json()["duplicate"] is False
     assert svc.history.count() == 2
     svc.close()
+
+
+def test_cli_refuses_a_public_host_without_a_token(monkeypatch):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    monkeypatch.delenv("FRAUDLENS_SERVE_TOKEN", raising=False)
+    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0"])
+    assert r.exit_code == 2 and "refusing to listen on 0.0.0.0 without a token" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["serve", "--sync", "sometimes"])
+    assert r.exit_code == 2 and "--sync" in r.output
