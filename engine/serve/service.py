@@ -11,7 +11,9 @@ connection are single-threaded; scoring is CPU-bound, so a lock costs no through
 3. order: a timestamp earlier than the entity's last accepted one is refused (409), as the
    incremental scorer requires (ties are accepted, in arrival order, as a file's row order);
 4. the entity's caches (:class:`engine.serve.state.EntityCache`, rebuilt from history on a miss),
-   one incremental step -> logit, probability = sigmoid(logit), decision band
+   one incremental step -> logit, probability = the checkpoint's calibration map of the logit
+   (``ModelBundle.probability``; sigmoid for an uncalibrated checkpoint, and the response's
+   ``calibrated`` says which), decision band
    (:func:`engine.cases.thresholds.decision_band` against the thresholds in force);
 5. the row is appended to the history store and committed *before* the response: an
    acknowledged transaction is never lost. Commits are grouped
@@ -28,12 +30,13 @@ response says ``"shadow": true``, and no case or explanation is ever written.
 from __future__ import annotations
 
 import math
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from engine.cases.thresholds import decision_band, thresholds_in_force
 from engine.model.checkpoint import ModelBundle
@@ -87,6 +90,7 @@ class ScoringService:
                  shadow: bool = False, case_db: str | Path | None = None, explain: str = "occlusion",
                  start_worker: bool = True, sync: str = "full"):
         self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
+        self.calibrated = bool(getattr(bundle, "calibrated", False))
         self.history_path = Path(history_path)
         self.history = HistoryStore(self.history_path, sync)
         self.committer = GroupCommitter(self.history_path, sync)
@@ -152,7 +156,7 @@ class ScoringService:
         except NonFiniteScoreError as err:
             raise ServiceError(500, [{"loc": ["body"], "msg": str(err), "type": "non_finite_score",
                                       "input": tid}]) from None
-        prob = _sigmoid(logit)
+        prob = float(self.bundle.probability(np.array([logit]))[0]) if self.calibrated else _sigmoid(logit)
         thr = self.thresholds
         decision = decision_band(prob, thr["review"], thr["decline"])
         flagged = prob >= thr["review"]
@@ -161,7 +165,8 @@ class ScoringService:
         pending[tid] = (rec, {"transaction_id": tid, "entity_id": e, "row_json": rec[3], "probability": prob,
                               "decision": decision, "model_sha256": self.bundle.sha256, "received_at": received})
         body = {"transaction_id": tid, "entity_id": e, "probability": prob, "logit": logit, "decision": decision,
-                "reasons": reasons, "model_sha256": self.bundle.sha256, "duplicate": False, "shadow": self.shadow}
+                "reasons": reasons, "model_sha256": self.bundle.sha256, "duplicate": False, "shadow": self.shadow,
+                "calibrated": self.calibrated}
         return Outcome(body, flagged=flagged, cache_hit=hit)
 
     def _submit(self, pending: dict[str, tuple]):
