@@ -304,15 +304,18 @@ SHOWN_LABEL = {"integrated_gradients": "Integrated gradients", "field_shapley": 
 
 
 def explain_fields(ctx: QueryContext, *, ig_steps: int = 50, tol: float = DEFAULT_TOL, cells: bool = True,
-                   k: int = 3, max_cells: int = 10) -> FieldAttribution:
+                   k: int = 3, max_cells: int = 10, ig_config: IGConfig | None = None) -> FieldAttribution:
     """Ablation, IG and (when IG fails validation) exact field Shapley values of the query's fields,
     validated against ablation, plus cell-level Shapley values of the top ``k`` earlier
-    transactions (``cells=True``). See the module docstring; all values in logits."""
+    transactions (``cells=True``). See the module docstring; all values in logits.
+
+    ``ig_config``: the IG run whose query row is validated (default ``IGConfig(scope="query")``
+    with ``ig_steps``); another baseline (e.g. ``baseline="zero"``) is validated the same way."""
     t0 = time.perf_counter()
     ref = reference_of(ctx)
     abl, f_x, f_ref = field_ablation(ctx)
     total = f_x - f_ref
-    ig = explain_ig(ctx, IGConfig(n_steps=ig_steps, max_steps=8 * ig_steps, scope="query"))
+    ig = explain_ig(ctx, ig_config or IGConfig(n_steps=ig_steps, max_steps=8 * ig_steps, scope="query"))
     ig_v = ig.field_values[-1]
     checks = {"integrated_gradients": validate(ig_v, abl, total, tol=tol)}
     shap_v = None

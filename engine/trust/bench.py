@@ -295,12 +295,40 @@ def write_markdown(res: pd.DataFrame, out: str | Path, *, key: str, title: str, 
     return out
 
 
+def field_attribution_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, title: str,
+                              context: dict[str, Any], max_cases: int = 50, seed: int = 0, log=print) -> pd.DataFrame:
+    """IG / field Shapley versus field ablation and the history effect
+    (:func:`engine.trust.field_bench.run_field_bench`, same cases as the main bench), printed and
+    written as the section ``key + "|fields"`` of ``out``. Returns the result DataFrame."""
+    from engine.trust.field_bench import field_markdown, run_field_bench
+
+    res = run_field_bench(bundle, frame, max_cases=max_cases, seed=seed, log=log)
+    info = res.attrs["info"]
+    lines = [f"## {title} — per-field attributions and history effect", ""]
+    lines += [f"- {k}: {v}" for k, v in {**context, **info}.items()]
+    lines += ["", field_markdown(res), ""]
+    sec = _section(f"{key}|fields", "\n".join(lines))
+    out = Path(out)
+    text = out.read_text() if out.exists() else "# Explanation bench\n\n"
+    start, end = f"<!-- bench:{key}|fields -->", f"<!-- /bench:{key}|fields -->"
+    if start in text and end in text:
+        a, b = text.index(start), text.index(end) + len(end)
+        text = text[:a] + sec.rstrip("\n") + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + sec
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    log(field_markdown(res))
+    return res
+
+
 def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
          out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
-         seed: int = 0, note: str = "", log=print) -> pd.DataFrame:
+         seed: int = 0, note: str = "", log=print, fields: bool = True) -> pd.DataFrame:
     """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
     run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
-    an extra line for the section, e.g. how the model was trained).
+    an extra line for the section, e.g. how the model was trained). With ``fields`` the per-field
+    section (:func:`field_attribution_section`) runs on the same cases and is written too.
 
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
@@ -326,9 +354,13 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
         ctx["note"] = note
     path = write_markdown(res, out, key=key, title=f"{name} — model {bundle.short_sha}", context=ctx)
     log(markdown_table(res))
+    if fields:
+        field_attribution_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
+                                  context={k: v for k, v in ctx.items() if k != "wall time"},
+                                  max_cases=max_cases, seed=seed, log=log)
     log(f"written to {path}")
     return res
 
 
-__all__ = ["DEFAULT_OUT", "ground_truth", "main", "markdown_table", "precision_at_k", "run_explanation_bench",
+__all__ = ["DEFAULT_OUT", "field_attribution_section", "ground_truth", "main", "markdown_table", "precision_at_k", "run_explanation_bench",
            "period_rows", "write_markdown"]
