@@ -233,6 +233,7 @@ def build_report(
     top_k: int = 5,
     report_id: str | None = None,
     exported_at: str | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report model of one case and one explained query (a dict matching the schema).
 
@@ -251,6 +252,9 @@ def build_report(
             fraud probability of each context row (from the scored source).
         trust: optional engine.trust results (JSON-able dict: faithfulness, reasons, ...).
         threshold_quality: :func:`threshold_metrics` output, optional.
+        fields: optional :func:`engine.cases.fields_view.query_fields` output: stored as
+            ``history_effect`` (the query alone vs with its history) and ``field_attribution``
+            (validated per-field values of the query, cell-level values of the top transactions).
     """
     from engine.explain.base import (
         ATTENTION_CAVEAT,  # lazily: the engine.explain package imports torch
@@ -357,6 +361,9 @@ def build_report(
     }
     if trust is not None:
         report["trust"] = _jsonable(trust)
+    if fields:
+        report["history_effect"] = _jsonable(fields.get("history_effect"))
+        report["field_attribution"] = _jsonable(fields.get("field_attribution"))
     report["report_sha256"] = report_sha256(report)
     return report
 

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from engine.cases.report.model import ATTRIBUTION_METHODS
+from engine.cases.report.pdf_fields import pdf_fields
 
 _FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 _KALEIDO_LOCK = threading.Lock()
@@ -218,6 +219,7 @@ def to_pdf(report: dict[str, Any], images: dict[str, bytes] | None = None, image
               [8, 50, 80, 30])
         if e["top_fields"]:
             para("Fields: " + ", ".join(f"{f['field']} {_fmt(f['value'], '{:+.3f}')}" for f in e["top_fields"]), 7.5)
+    pdf_fields(report, h2, para, table)  # history effect + validated per-field values (engine/cases/report/pdf_fields.py)
     h2("Caveat")
     para(report["attention_caveat"], 8)
 

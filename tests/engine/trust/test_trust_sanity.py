@@ -42,7 +42,10 @@ def row_encoder_only(ctx):
 def test_dummies_fail_and_integrated_gradients_passes():
     bundle = trained_bundle()
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
-    ctxs = [context(q) for q in positive_queries(max_position=15)[1:7]]
+    # 12 cases: randomising the head alone moves IG's ranking from the typical-timeline baseline less
+    # (mean rho 0.83) than from the former zero baseline (0.65); over 6 cases its interval still reached
+    # above 1 ("unchanged"), over 12 it is 0.72-0.95 (measured)
+    ctxs = [context(q) for q in positive_queries(max_position=15)[1:13]]
     scores = [c.score_logit() for c in ctxs]
     ig = lambda c: explain_ig(c, IGConfig(n_steps=20, target_delta=None))  # noqa: E731
     res = randomisation_check(ctxs, {"integrated_gradients": ig, "amount_magnitude": amount_magnitude,
