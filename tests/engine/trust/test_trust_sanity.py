@@ -142,6 +142,12 @@ def test_completeness_retries_integrated_gradients_with_more_steps():
     assert c.retries >= 1 and c.ok and abs(c.delta) <= 0.05 and c.initial_delta == coarse.convergence_delta
     assert fixed["integrated_gradients"].convergence_delta == c.delta
     assert fixed["integrated_gradients"].params["n_steps"] >= 16
+    # a re-run keeps the baseline it re-runs (here the former zero baseline, whose f(baseline) differs)
+    zero = explain_ig(ctx, IGConfig(n_steps=4, target_delta=None, baseline="zero", path_breakpoints=()))
+    _, fz = completeness_checks(ctx, {"integrated_gradients": zero}, warn=False)
+    assert fz["integrated_gradients"].params["baseline"] == "zero" and fz["integrated_gradients"] is not zero
+    assert fz["integrated_gradients"].reference_logit == pytest.approx(zero.reference_logit, abs=1e-5)
+    assert abs(zero.reference_logit - coarse.reference_logit) > 1e-3
     # without re-runs the gap stays and a warning says so
     with pytest.warns(CompletenessWarning, match="IG completeness gap"):
         checks, same = completeness_checks(ctx, {"integrated_gradients": coarse}, max_retries=0)
