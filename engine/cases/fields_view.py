@@ -59,8 +59,7 @@ def query_fields(bundle, frame: pd.DataFrame, transaction_id: str, *, cells: boo
     from engine.explain.reference import attach_reference
     from engine.trust.history_effect import history_effect
 
-    if getattr(bundle, "_field_reference", None) is None:
-        attach_reference(bundle, frame)
+    attach_reference(bundle, frame)  # the loaded data's typical transaction (unless the checkpoint has one)
     ctx = build_context(bundle, frame, str(transaction_id))
     he = history_effect(ctx)
     fa = explain_fields(ctx, cells=cells)

@@ -44,13 +44,20 @@ _ATTR = "_field_reference"
 
 def attach_reference(bundle: "ModelBundle", frame: "pd.DataFrame | None" = None) -> FieldReference:
     """Set (and return) the reference used for ``bundle``'s explanations: the checkpoint's, or one
-    computed from the model's statistics and ``frame`` (the loaded data's rows).
+    computed from the model's statistics and ``frame`` (the loaded data's rows). Recomputed only
+    when ``frame`` differs from the last one (row count, first and last transaction id).
 
     Raises:
         ValueError: the checkpoint's stored reference is invalid.
     """
+    key = None if frame is None else (len(frame), *(str(frame["transaction_id"].iloc[i]) for i in (0, -1))
+                                      ) if len(frame) else (0,)
+    cached = getattr(bundle, _ATTR, None)
+    if cached is not None and getattr(bundle, _ATTR + "_key", None) == key:
+        return cached  # same data (rows, first and last transaction id): same reference
     ref = fr.for_model(bundle.meta, bundle.encoder, frame)
     setattr(bundle, _ATTR, ref)
+    setattr(bundle, _ATTR + "_key", key)
     return ref
 
 

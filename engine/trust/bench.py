@@ -49,6 +49,7 @@ import pandas as pd
 from engine.model.checkpoint import ModelBundle, package_versions
 from engine.explain.context import QueryContext, build_context
 from engine.explain import DEFAULT_METHODS, explain_all
+from engine.explain.reference import attach_reference
 from engine.model.scoring import score_encoded, sigmoid
 from engine.trust.baselines import BASELINES, baseline_orders
 from engine.trust.faithfulness import evaluate_faithfulness, ranking_order
@@ -144,6 +145,7 @@ def run_explanation_bench(
     run_methods = methods if "attention" in methods else ["attention", *methods]
     t_all = time.perf_counter()
     frame = frame.reset_index(drop=True)
+    attach_reference(bundle, frame)  # IG's typical transaction: the checkpoint's or this file's
     rows, period = period_rows(bundle, frame)
     enc = bundle.encoder.transform(frame)
     logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
