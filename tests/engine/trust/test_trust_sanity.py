@@ -143,7 +143,7 @@ def test_completeness_retries_integrated_gradients_with_more_steps():
     assert fixed["integrated_gradients"].convergence_delta == c.delta
     assert fixed["integrated_gradients"].params["n_steps"] >= 16
     # a re-run keeps the baseline it re-runs (here the former zero baseline, whose f(baseline) differs)
-    zero = explain_ig(ctx, IGConfig(n_steps=4, target_delta=None, baseline="zero", path_breakpoints=()))
+    zero = explain_ig(ctx, IGConfig(n_steps=4, target_delta=None, baseline="zero"))
     _, fz = completeness_checks(ctx, {"integrated_gradients": zero}, warn=False)
     assert fz["integrated_gradients"].params["baseline"] == "zero" and fz["integrated_gradients"] is not zero
     assert fz["integrated_gradients"].reference_logit == pytest.approx(zero.reference_logit, abs=1e-5)
