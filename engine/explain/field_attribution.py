@@ -74,6 +74,7 @@ class Validation:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (non-finite numbers as None)."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
 
 
@@ -200,6 +201,7 @@ class CellAttribution:
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (report); ``other`` None when there is no grouped player."""
         return {"positions": self.positions, "cells": [list(c) for c in self.cells],
                 "values": [float(v) for v in self.values],
                 "other": None if not math.isfinite(self.other) else float(self.other),

@@ -69,6 +69,7 @@ class HistoryEffect:
     sentence: str
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (report ``history_effect``)."""
         return asdict(self)
 
 
