@@ -51,6 +51,20 @@ def render_history_effect(loaded: "state.Loaded", query: str) -> None:
     st.caption(md(fv.history_caption(f)))
 
 
+def render_history_note(loaded: "state.Loaded", query: str) -> None:
+    """Above the per-transaction bars: when the query alone already reaches the review threshold
+    and its history changes the score by less than ``engine.trust.history_effect.LITTLE``, say that the bars cannot explain
+    the flag (nothing otherwise)."""
+    try:
+        h = case_fields(loaded, query)["history_effect"]
+    except Exception:  # noqa: BLE001 - the box under the score already reports the failure
+        return
+    if h["alone_flagged"] and h.get("adds_little"):
+        st.warning(md(f"The history adds little to this {h['word']} ({h['difference']:+.3f}): the transaction is "
+                      f"flagged on its own fields (see Fields). The bars below share out a small change."),
+                   icon=":material/info:")
+
+
 def render_fields(loaded: "state.Loaded", query: str) -> None:
     """The query's own fields (what passed validation) and the cell-level values of the top
     earlier transactions."""

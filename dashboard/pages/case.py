@@ -157,6 +157,8 @@ with tabs[0]:
     if qs.context_length <= 1:
         st.info("This is the first transaction of the entity's history: there are no earlier transactions to "
                 "attribute the score to. See Fields for its own fields.")
+    else:
+        fields_ui.render_history_note(loaded, query)  # own fields already flag it: say so before the bars
     for method in ("integrated_gradients", "shap", "occlusion"):
         if method not in expls or qs.context_length <= 1:
             continue

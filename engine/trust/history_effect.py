@@ -53,6 +53,7 @@ class HistoryEffect:
         difference: ``with_history - alone``. threshold: the review threshold (score units).
         alone_flagged / with_flagged: at or above the threshold. word: "score" or "probability".
         sentence: the plain-language reading (:func:`history_sentence`).
+        adds_little: ``|difference| < LITTLE``.
     """
 
     transaction_id: str
@@ -67,6 +68,7 @@ class HistoryEffect:
     with_flagged: bool
     word: str
     sentence: str
+    adds_little: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (report ``history_effect``)."""
@@ -119,7 +121,8 @@ def history_effect(ctx: QueryContext, threshold: float | None = None) -> History
     n = int(ctx.batch.present[0, :-1].sum())
     return HistoryEffect(transaction_id=ctx.query_transaction_id, n_history=n, alone_logit=a, with_logit=w,
                          alone=pa, with_history=pw, difference=pw - pa, threshold=thr, alone_flagged=pa >= thr,
-                         with_flagged=pw >= thr, word=word, sentence=history_sentence(pa, pw, thr, n, word))
+                         with_flagged=pw >= thr, word=word, sentence=history_sentence(pa, pw, thr, n, word),
+                         adds_little=abs(pw - pa) < LITTLE)
 
 
 __all__ = ["HistoryEffect", "alone_batch", "history_effect", "history_sentence", "score_word"]

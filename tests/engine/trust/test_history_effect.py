@@ -33,6 +33,7 @@ def test_alone_and_with_history_equal_direct_rescoring(position):
     assert h.alone == pytest.approx(1 / (1 + math.exp(-h.alone_logit)))
     assert h.difference == pytest.approx(h.with_history - h.alone)
     assert h.n_history == ctx.T - 1 and h.word == "score"
+    assert h.adds_little == (abs(h.difference) < 0.05)
     assert h.threshold == pytest.approx(trained_bundle().threshold)
 
 
