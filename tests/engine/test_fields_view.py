@@ -96,6 +96,7 @@ def test_report_json_and_pdf_carry_the_block(world, tmp_path):
     assert "history_effect" not in rp.build_report(**kw)  # optional
     flat = " ".join("\n".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(report, images={}))).pages).split())
     assert "Does the history matter?" in flat and "The query's own fields" in flat
+    assert "Fields: " not in flat  # unvalidated per-field sums of the explanations are not printed
     assert world["fields"]["history_effect"]["sentence"].split(":")[0] in flat
     # a block whose shown value is not one of the known methods is refused by the schema
     bad = json.loads(json.dumps(report))

@@ -217,7 +217,9 @@ def to_pdf(report: dict[str, Any], images: dict[str, bytes] | None = None, image
         table(["#", "Transaction", "When · amount", "Attribution"],
               [[r["rank"], r["transaction_id"], r["label"], _fmt(r["value"], "{:+.4f}")] for r in e["top_reasons"]],
               [8, 50, 80, 30])
-        if e["top_fields"]:
+        if report.get("field_attribution"):  # per-field values: only the validated ones (section below)
+            para("Per-field values: see \"The query's own fields\" (checked against field ablation).", 7.5)
+        elif e["top_fields"]:
             para("Fields: " + ", ".join(f"{f['field']} {_fmt(f['value'], '{:+.3f}')}" for f in e["top_fields"]), 7.5)
     pdf_fields(report, h2, para, table)  # history effect + validated per-field values (engine/cases/report/pdf_fields.py)
     h2("Caveat")
