@@ -309,17 +309,7 @@ def field_attribution_section(bundle: ModelBundle, frame: pd.DataFrame, out: str
     lines = [f"## {title} — per-field attributions and history effect", ""]
     lines += [f"- {k}: {v}" for k, v in {**context, **info}.items()]
     lines += ["", field_markdown(res), ""]
-    sec = _section(f"{key}|fields", "\n".join(lines))
-    out = Path(out)
-    text = out.read_text() if out.exists() else "# Explanation bench\n\n"
-    start, end = f"<!-- bench:{key}|fields -->", f"<!-- /bench:{key}|fields -->"
-    if start in text and end in text:
-        a, b = text.index(start), text.index(end) + len(end)
-        text = text[:a] + sec.rstrip("\n") + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + sec
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    _write_section(out, f"{key}|fields", "\n".join(lines))
     log(field_markdown(res))
     return res
 
@@ -360,9 +350,32 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
         field_attribution_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
                                   context={k: v for k, v in ctx.items() if k != "wall time"},
                                   max_cases=max_cases, seed=seed, log=log)
+    if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
+        from engine.trust.planted import planted_cause_bench, planted_markdown
+
+        planted = planted_cause_bench(bundle, loaded.frame, log=log)
+        body = planted_markdown(planted)
+        _write_section(out, f"{key}|planted", f"## {name} — model {bundle.short_sha}: planted causes\n\n"
+                       "Queries: the first fraud after each planted cause (engine/trust/planted.py); truth: the "
+                       "`Fraud Cause` rows in the context; precision@|G| with k = |G|.\n\n" + body)
+        log(body)
     log(f"written to {path}")
     return res
 
 
-__all__ = ["DEFAULT_OUT", "field_attribution_section", "ground_truth", "main", "markdown_table", "precision_at_k", "run_explanation_bench",
-           "period_rows", "write_markdown"]
+def _write_section(out: str | Path, key: str, body: str) -> None:
+    """Write (or replace) the section ``key`` of ``out`` with ``body``."""
+    out = Path(out)
+    text = out.read_text() if out.exists() else ""
+    sec = _section(key, body)
+    start, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
+    if start in text and end in text:
+        a, b = text.index(start), text.index(end) + len(end)
+        text = text[:a] + sec.rstrip("\n") + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + sec
+    out.write_text(text)
+
+
+__all__ = ["DEFAULT_OUT", "field_attribution_section", "ground_truth", "main", "markdown_table", "precision_at_k",
+           "run_explanation_bench", "period_rows", "write_markdown"]
