@@ -39,6 +39,27 @@ def usual_amount_text(ctx) -> str:
     return f"{math.exp(dev):.1f}× the usual amount"
 
 
+def activity_texts(ctx) -> dict[str, str]:
+    """Display text of the model-computed activity fields of the query (``recent_activity``,
+    ``first_seen``; :mod:`engine.model.activity`) from its context: earlier transactions within 1 h
+    and 24 h, and the first-seen fields ("new: merchant, mcc" or "nothing new")."""
+    names, out = ctx.field_names, {}
+    present = ctx.batch.present[0].numpy()
+    t = ctx.batch.time_s[0].numpy()
+    earlier = present[:-1]
+    if "recent_activity" in names:
+        gap = t[-1] - t[:-1][earlier]
+        out["recent_activity"] = f"{int((gap <= 3600).sum())} earlier in 1 h, {int((gap <= 86400).sum())} in 24 h"
+    if "first_seen" in names:
+        cfg = ctx.bundle.config
+        cat = ctx.batch.cat[0].numpy()  # [T, Fc]
+        new = [names[cfg.cat_field_index[j]] for j in cfg.first_seen_cols
+               if earlier.any() and not (cat[:-1][earlier, j] == cat[-1, j]).any()]
+        out["first_seen"] = ("no history" if not earlier.any() else
+                             "new: " + ", ".join(new) if new else "nothing new")
+    return out
+
+
 def query_fields(bundle, frame: pd.DataFrame, transaction_id: str, *, cells: bool = True,
                  currency: str = "") -> dict[str, Any]:
     """History effect and validated per-field attributions of ``transaction_id`` (module docstring).
@@ -68,6 +89,8 @@ def query_fields(bundle, frame: pd.DataFrame, transaction_id: str, *, cells: boo
     vals = field_value_texts(rows.iloc[-1], fa.field_names, currency, prev)
     if "amount_vs_history" in fa.field_names:
         vals[fa.field_names.index("amount_vs_history")] = usual_amount_text(ctx)
+    for name, text in activity_texts(ctx).items():
+        vals[fa.field_names.index(name)] = text
     d = fa.to_dict()
     d["values"] = vals
     d["reference"] = {k: mask_card_number(str(v)) for k, v in d["reference"].items()}
@@ -138,5 +161,5 @@ def reference_caption(fields: dict[str, Any]) -> str:
             f"query scores {fa['score_logit']:+.3f}): " + "; ".join(srcs) + ".")
 
 
-__all__ = ["UNITS_NOTE", "cells_figure", "field_figure", "history_caption", "query_fields", "reference_caption",
+__all__ = ["UNITS_NOTE", "activity_texts", "cells_figure", "field_figure", "history_caption", "query_fields", "reference_caption",
            "usual_amount_text"]

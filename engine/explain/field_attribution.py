@@ -47,7 +47,13 @@ import torch
 from engine.explain.context import QueryContext
 from engine.explain.integrated_gradients import IGConfig
 from engine.explain.integrated_gradients import explain as explain_ig
-from engine.explain.reference import field_columns, reference_of, reference_row_embedding, replace_cells
+from engine.explain.reference import (
+    describe_reference,
+    field_columns,
+    reference_of,
+    reference_row_embedding,
+    replace_cells,
+)
 from engine.explain.removal import DEFAULT_BATCH_SIZE, eval_mode, leave_one_out_masks, query_logits
 
 MIN_SIGN_AGREEMENT = 0.9
@@ -342,7 +348,7 @@ def explain_fields(ctx: QueryContext, *, ig_steps: int = 50, tol: float = DEFAUL
                        f"attribution passed the check against it (integrated gradients: {why}{extra}).")
     cell = cell_shapley(ctx, k=k, max_cells=max_cells) if cells else None
     return FieldAttribution(
-        field_names=list(ctx.field_names), reference=ref.describe(ctx.bundle.encoder),
+        field_names=list(ctx.field_names), reference=describe_reference(ctx, ref),
         reference_sources=dict(ref.sources), score_logit=f_x, reference_logit=f_ref, ablation=abl, ig=ig_v,
         ig_delta=ig.convergence_delta, shapley=shap_v, validation=checks, shown=shown, caption=caption,
         cells=cell, elapsed_s=time.perf_counter() - t0)

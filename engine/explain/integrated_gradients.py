@@ -77,7 +77,12 @@ import torch
 
 from engine.explain.context import QueryContext
 from engine.explain.base import Explanation
-from engine.explain.reference import reference_context_batch, reference_of, reference_row_embedding
+from engine.explain.reference import (
+    describe_reference,
+    reference_context_batch,
+    reference_of,
+    reference_row_embedding,
+)
 from engine.explain.removal import eval_mode
 
 UNITS = "logit"
@@ -251,7 +256,7 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
         extras={"sum_values": float(values.sum()), "f_x_minus_f_baseline": f_x - f_0,
                 "segment_deltas": [s[3] for s in done], "baseline_kind": cfg.baseline, "scope": cfg.scope,
                 **({"reference_sources": reference_of(ctx).sources,
-                    "reference_values": reference_of(ctx).describe(ctx.bundle.encoder)}
+                    "reference_values": describe_reference(ctx)}
                    if cfg.baseline == "reference" else {})},
         elapsed_s=time.perf_counter() - t0,
     )

@@ -6,7 +6,8 @@ field). This module turns it into what the explainers replace fields with:
 * :func:`reference_row_embedding`: the per-field embeddings ``[F, D]`` of the reference
   transaction placed after a reference transaction ``time_since_prev_s`` seconds earlier, so
   every field is at its reference, the model-computed ones included (time since previous = the
-  median gap, amount versus history = deviation 0). Replacing field ``f`` of the query means
+  median gap, amount versus history = deviation 0; recent activity = that one earlier
+  transaction; first seen = nothing new). Replacing field ``f`` of the query means
   putting row ``f`` of this in place of the query's own embedding of field ``f``.
 * :func:`reference_context_batch`: the context with every transaction's *content* (every
   field except the timing fields hour, weekday and time since previous) at the reference, its
@@ -29,6 +30,7 @@ import torch
 
 from engine.data import field_reference as fr
 from engine.data.field_reference import FieldReference
+from engine.model.activity import ACTIVITY_FIELDS
 from engine.model.sequences import TransactionBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.model.checkpoint import ModelBundle
 
 TIMING_FIELDS = ("hour", "weekday", "time_since_prev")
-COMPUTED_FIELDS = ("time_since_prev", "amount_vs_history")  # computed inside the row encoder
+#: fields computed inside the row encoder from the history (no input columns)
+COMPUTED_FIELDS = ("time_since_prev", "amount_vs_history", *ACTIVITY_FIELDS)
 _ATTR = "_field_reference"
 
 
@@ -69,6 +72,17 @@ def reference_of(ctx: "QueryContext") -> FieldReference:
         if ref.origin != "checkpoint":
             ref.sources = {k: v.replace("loaded data", "this case's context rows") for k, v in ref.sources.items()}
     return ref
+
+
+def describe_reference(ctx: "QueryContext", ref: FieldReference | None = None) -> dict[str, str]:
+    """``{field: typical value as text}`` for every model field of ``ctx`` (the encoder's fields and
+    the model-computed activity fields: one earlier typical transaction, its values seen before)."""
+    ref = ref or reference_of(ctx)
+    out = ref.describe(ctx.bundle.encoder)
+    gap = out.get("time_since_prev", "")
+    extra = {"recent_activity": f"one earlier transaction, {gap} before, same amount",
+             "first_seen": "values seen before on this history"}
+    return {n: out.get(n, extra.get(n, "")) for n in ctx.field_names}
 
 
 def _ref_tensors(ctx: "QueryContext", ref: FieldReference):
@@ -146,5 +160,5 @@ def reference_context_batch(ctx: "QueryContext", ref: FieldReference | None = No
     return replace_cells(ctx, np.ones((1, len(cells)), dtype=bool), cells, ref)
 
 
-__all__ = ["COMPUTED_FIELDS", "TIMING_FIELDS", "attach_reference", "field_columns", "reference_context_batch",
+__all__ = ["COMPUTED_FIELDS", "TIMING_FIELDS", "attach_reference", "describe_reference", "field_columns", "reference_context_batch",
            "reference_of", "reference_row_embedding", "replace_cells"]

@@ -5,21 +5,21 @@
   the model computes from the history take their "no history" values (time since previous: "no
   previous transaction"; amount versus history: "no history").
 * **with history**: the query in its context, the score the analyst sees.
-* **difference** = with history - alone, in the model's score (``sigmoid(logit)``, the number
-  the review threshold applies to) and in logits.
+* **difference** = with history - alone, in the model's output (``bundle.probability``: the
+  calibration map's probability when the checkpoint has one, else the score ``sigmoid(logit)``; the
+  number the review threshold applies to) and in logits.
 
 When the query alone already reaches the review threshold, the history is not what flags it,
 and :func:`history_sentence` says so plainly ("the transaction's own fields drive this score;
 its history adds little (+0.03)") instead of leaving the analyst to read history bars that
 point nowhere.
 
-Words: the number is called a *score* (the model's output, ``sigmoid(logit)``, uncalibrated)
-unless the checkpoint carries a calibration map (``meta["calibration"]``), then *probability*.
+Words (:func:`engine.model.calibration.probability_word`): the number is called a *score*
+(``sigmoid(logit)``, uncalibrated) unless the checkpoint carries a calibration map, then *probability*.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,20 +27,16 @@ import torch
 
 from engine.explain.context import QueryContext
 from engine.explain.removal import eval_mode
+from engine.model.calibration import probability_word
 from engine.model.sequences import TransactionBatch
 
 #: |difference| below this (score units) reads as "adds little"
 LITTLE = 0.05
 
 
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
 def score_word(meta: dict | None) -> str:
     """``"probability"`` when the checkpoint carries a calibration map, else ``"score"``."""
-    cal = (meta or {}).get("calibration")
-    return "probability" if isinstance(cal, dict) and cal.get("method") else "score"
+    return probability_word(meta)
 
 
 @dataclass
@@ -49,7 +45,7 @@ class HistoryEffect:
 
     Attributes:
         transaction_id: the query. n_history: earlier transactions in its context.
-        alone_logit / with_logit: logits. alone / with_history: ``sigmoid`` of them (score units).
+        alone_logit / with_logit: logits. alone / with_history: ``bundle.probability`` of them.
         difference: ``with_history - alone``. threshold: the review threshold (score units).
         alone_flagged / with_flagged: at or above the threshold. word: "score" or "probability".
         sentence: the plain-language reading (:func:`history_sentence`).
@@ -106,8 +102,8 @@ def history_effect(ctx: QueryContext, threshold: float | None = None) -> History
     """Score the query alone and with its history (module docstring).
 
     Args:
-        ctx: the query context. threshold: review threshold in score units (default the
-            bundle's, ``bundle.threshold``).
+        ctx: the query context. threshold: review threshold in the units of ``bundle.probability``
+            (default the bundle's, ``bundle.threshold``).
     Returns:
         :class:`HistoryEffect`.
     """
@@ -116,7 +112,7 @@ def history_effect(ctx: QueryContext, threshold: float | None = None) -> History
     with eval_mode(model), torch.no_grad():
         a = float(model.query_logits(alone_batch(ctx))[0])
         w = float(model.query_logits(ctx.batch)[0])
-    pa, pw = _sigmoid(a), _sigmoid(w)
+    pa, pw = (float(p) for p in ctx.bundle.probability([a, w]))
     word = score_word(ctx.bundle.meta)
     n = int(ctx.batch.present[0, :-1].sum())
     return HistoryEffect(transaction_id=ctx.query_transaction_id, n_history=n, alone_logit=a, with_logit=w,

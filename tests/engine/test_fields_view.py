@@ -115,3 +115,22 @@ def test_usual_amount_text_follows_the_model_deviation(world):
     assert fv.usual_amount_text(ctx) == f"{want:.1f}× the usual amount"
     first = build_context(world["bundle"], world["frame"], str(world["tl"]["transaction_id"].iloc[0]))
     assert fv.usual_amount_text(first) == "no history"
+
+
+def test_activity_field_texts_follow_the_context(world):
+    from engine.explain.context import build_context
+
+    ctx = build_context(world["bundle"], world["frame"], world["query"])
+    assert "recent_activity" in ctx.field_names and "first_seen" in ctx.field_names  # activity model
+    ts = pd.to_datetime(ctx.rows["timestamp"])
+    gap = (ts.iloc[-1] - ts.iloc[:-1]).dt.total_seconds()
+    texts = fv.activity_texts(ctx)
+    assert texts["recent_activity"] == f"{int((gap <= 3600).sum())} earlier in 1 h, {int((gap <= 86400).sum())} in 24 h"
+    new = [f for f in ("merchant", "mcc") if f in ctx.rows and ctx.rows[f].iloc[-1] not in set(ctx.rows[f].iloc[:-1])]
+    for f in new:  # a value never seen earlier in the context is named
+        if ctx.bundle.config.first_seen_cols and f in [ctx.field_names[ctx.bundle.config.cat_field_index[j]]
+                                                       for j in ctx.bundle.config.first_seen_cols]:
+            assert f in texts["first_seen"]
+    fa = world["fields"]["field_attribution"]
+    assert fa["values"][fa["field_names"].index("recent_activity")] == texts["recent_activity"]
+    assert fa["reference"]["first_seen"] == "values seen before on this history"

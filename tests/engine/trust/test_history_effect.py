@@ -37,6 +37,18 @@ def test_alone_and_with_history_equal_direct_rescoring(position):
     assert h.threshold == pytest.approx(trained_bundle().threshold)
 
 
+def test_calibrated_model_reports_probabilities():
+    import dataclasses
+
+    b = trained_bundle()
+    cal = dataclasses.replace(b, meta={**b.meta, "calibration": {"method": "platt", "a": 2.0, "b": -1.0}})
+    h = history_effect(context(_tid(9), bundle=cal))
+    assert h.word == "probability"
+    assert h.alone == pytest.approx(1 / (1 + math.exp(-(2.0 * h.alone_logit - 1.0))))
+    assert h.with_history == pytest.approx(1 / (1 + math.exp(-(2.0 * h.with_logit - 1.0))))
+    assert "probability" in h.sentence
+
+
 def test_sentence_says_own_fields_drive_the_score_only_when_alone_is_flagged():
     ctx = context(_tid(12))
     h = history_effect(ctx)
@@ -50,6 +62,7 @@ def test_sentence_says_own_fields_drive_the_score_only_when_alone_is_flagged():
     assert "The history matters here" in history_sentence(0.2, 0.7, 0.5, 10)
     assert "both below" in history_sentence(0.1, 0.2, 0.5, 10)
     assert "first transaction" in history_sentence(0.1, 0.1, 0.5, 0)
-    assert score_word({}) == "score" and score_word({"calibration": {"method": "isotonic"}}) == "probability"
+    assert score_word({}) == "score"
+    assert score_word({"calibration": {"method": "platt", "a": 1.0, "b": 0.0}}) == "probability"
     with torch.no_grad():
         assert "first transaction" in history_effect(context(_tid(0))).sentence
