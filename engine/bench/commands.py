@@ -136,14 +136,19 @@ def bench_explanations(
                                 help="comma-separated explanation methods"),
     seed: int = typer.Option(0, help="case sampling, SHAP coalitions and random orders"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
+    fields: bool = typer.Option(True, "--fields/--no-fields",
+                                help="also bench the query's per-field attributions against field ablation "
+                                     "and the history effect (same cases)"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
-    ground truth, completeness and time per method over flagged test-period cases."""
+    ground truth, completeness and time per method over flagged test-period cases; with --fields
+    (default) IG / field Shapley versus field ablation and the query alone versus with history."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
-        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print)
+        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
+                          fields=fields)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 
