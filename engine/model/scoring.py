@@ -185,11 +185,7 @@ def write_scores(run: ScoreRun, out: str | Path) -> Path:
     :func:`engine.data.csv_writer.write_csv` (formula-like text cells neutralised)."""
     from engine.data.csv_writer import write_csv
 
-    s = run.scores.copy()
-    s["status"] = "scored"
-    r = run.rejected.rename(columns={"column": "rejected_column", "value": "rejected_value"}).copy()
-    r["status"] = "rejected"
-    both = pd.concat([s, r], ignore_index=True).sort_values("row_number", kind="stable")
+    both = output_rows(run.scores, run.rejected)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".csv":
@@ -197,3 +193,15 @@ def write_scores(run: ScoreRun, out: str | Path) -> Path:
     else:
         both.astype({c: "string" for c in both.columns if both[c].dtype == object}).to_parquet(out, index=False)
     return out
+
+
+def output_rows(scores: pd.DataFrame, rejected: pd.DataFrame) -> pd.DataFrame:
+    """The rows :func:`write_scores` writes: ``scores`` (status ``"scored"``) and ``rejected``
+    (status ``"rejected"``; its ``column``/``value`` renamed ``rejected_column``/``rejected_value``),
+    in row_number order. Columns: the scores' columns, ``status``, then ``file``,
+    ``rejected_column``, ``rejected_value``, ``reason`` (empty on scored rows)."""
+    s = scores.copy()
+    s["status"] = "scored"
+    r = rejected.rename(columns={"column": "rejected_column", "value": "rejected_value"}).copy()
+    r["status"] = "rejected"
+    return pd.concat([s, r], ignore_index=True).sort_values("row_number", kind="stable")
