@@ -73,16 +73,17 @@ def _load_model(model: Path | None):
         _fail(f"checkpoint refused: {e}")
 
 
-def _read(data: Path, spec, max_rows: int | None = None):
+def _read(data: Path, spec, max_rows: int | None = None, reader=None):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
-    without one accepted row, is an error (exit 2)."""
+    without one accepted row, is an error (exit 2). ``reader(data, spec)`` replaces
+    :func:`engine.data.io.read_transactions` (e.g. a Parquet dataset reader)."""
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
     try:
         spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
-        res = read_transactions(data, spec, max_rows=max_rows)
+        res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     for n in res.notes:
@@ -265,32 +266,63 @@ def _print_baseline(test: dict, base: dict) -> None:
 
 @app.command()
 def score(
-    data: Path = typer.Option(..., exists=True, help="file to score"),
+    data: Path = typer.Option(..., help="file to score (--engine ray: a Parquet file, a folder of them, or a glob)"),
     spec: Optional[str] = typer.Option(None, help="spec name or path (default: the model's spec)"),
-    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet or .csv (one row per input row)"),
+    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet or .csv (one row per input row); "
+                             "--engine ray: a new folder of Parquet part files"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
+    engine: str = typer.Option("local", help="local (one process) or ray (entity hash partitions scored by a "
+                               "Ray actor pool)"),
+    workers: int = typer.Option(2, min=1, help="--engine ray: scoring actors (one CPU each); the CPUs of the "
+                                "local Ray started when no --address is given"),
+    address: Optional[str] = typer.Option(None, help="--engine ray: Ray cluster address (auto, host:6379 or "
+                                          "ray://host:10001); default: start a local Ray"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting."""
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
-    _writable(out, "--out", "scores.parquet")
+    if engine not in ("local", "ray"):
+        _fail(f"--engine: expected local or ray, got {engine!r}")
+    if engine == "local" and not data.exists():
+        _fail(f"--data {data}: no such file")
+    if engine == "local":
+        _writable(out, "--out", "scores.parquet")
     _writable(rejected, "--rejected", "rejected.csv")
     bundle = _load_model(model)
     t0 = time.perf_counter()
-    sp, res = _read(data, spec or bundle.spec)
-    try:
-        scores = score_frame(bundle, res.frame)
-    except ValueError as e:
-        _fail(f"{data}: {e}")
+    if engine == "ray":
+        from engine.distributed.dataset import read_dataset
+        from engine.distributed.ray_score import check_out_folder, score_with_ray
+        from engine.distributed.runtime import require_ray
+
+        try:
+            require_ray()
+            check_out_folder(out)
+        except (RuntimeError, ValueError) as e:
+            _fail(str(e))
+        sp, res = _read(data, spec or bundle.spec, reader=read_dataset)
+        try:
+            run = score_with_ray(bundle, res, out, workers=workers, address=address)
+        except (RuntimeError, ValueError) as e:
+            _fail(f"{data}: {e}")
+        prob = run.probability
+        console.print(f"Ray: {run.workers} actor(s), {run.partitions} entity partition(s), {run.files} part file(s)")
+    else:
+        sp, res = _read(data, spec or bundle.spec)
+        try:
+            scores = score_frame(bundle, res.frame)
+        except ValueError as e:
+            _fail(f"{data}: {e}")
+        run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
+        _write(lambda: write_scores(run, out), out, "--out")
+        prob = scores["probability"].to_numpy()
     _unseen_notes(bundle, res.frame)
-    run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
-    _write(lambda: write_scores(run, out), out, "--out")
     _reject_report(res, rejected)
     from engine.cases.thresholds import thresholds_in_force
 
     thr = thresholds_in_force(bundle)  # the case store's for this model (if any), else the checkpoint's
-    flagged = int((scores["probability"] >= thr["review"]).sum())
+    flagged = int((prob >= thr["review"]).sum())
     console.print(run.accounting())
     from engine.model.split_checks import history_warning
 
