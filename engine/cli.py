@@ -192,6 +192,10 @@ def train(
     name: Optional[str] = typer.Option(None, help="model name (default: out directory name)"),
     progress: bool = typer.Option(True, help="show progress bars"),
     baseline: bool = typer.Option(True, help="also train the LightGBM baseline on the same split and compare"),
+    workers: int = typer.Option(1, min=1, help="data-parallel workers; 2 or more train on Ray Train (DDP, gloo, "
+                                "CPU; needs fraudlens[ray]); 1 = one process"),
+    address: Optional[str] = typer.Option(None, help="--workers >= 2: Ray cluster address (auto, host:6379 or "
+                                          "ray://host:10001); default: start a local Ray"),
 ):
     """Train the sequence transformer with a time split; print and save test metrics.
 
@@ -202,6 +206,16 @@ def train(
     from engine.model.checkpoint import file_sha256, save_checkpoint
     from engine.model.train import TrainConfig, train as train_fn
 
+    fitter = None
+    if workers > 1:
+        from engine.distributed.ray_train import ray_fitter
+        from engine.distributed.runtime import require_ray
+
+        try:
+            require_ray()
+        except RuntimeError as e:
+            _fail(str(e))
+        fitter = ray_fitter(workers, address)
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
     _require_accepted(res, data)
@@ -213,8 +227,8 @@ def train(
     )
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
-                                  baseline=BaselineConfig(seed=seed) if baseline else None)
-    except ValueError as e:
+                                  baseline=BaselineConfig(seed=seed) if baseline else None, fitter=fitter)
+    except (ValueError, RuntimeError) as e:
         _fail(str(e))
     bundle.meta.update(
         name=name or out.name,

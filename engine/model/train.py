@@ -411,6 +411,7 @@ def train(
     log: Callable[[str], None] = print,
     progress: bool = True,
     baseline: BaselineConfig | None = None,
+    fitter: Callable | None = None,
 ) -> tuple[ModelBundle, dict[str, Any]]:
     """Train on a canonical frame with a time split (see module doc), choose thresholds on
     validation, report test metrics.
@@ -419,6 +420,9 @@ def train(
     same split and scored on the same test rows (:func:`compare_with_baseline`); its metrics
     and the paired bootstrap of the difference go to ``report["baseline"]`` and
     ``bundle.meta["baseline"]``.
+
+    ``fitter`` replaces :func:`fit` (same arguments and result), e.g.
+    :func:`engine.distributed.ray_train.ray_fitter` (data-parallel on Ray Train).
 
     Returns:
         ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
@@ -446,7 +450,7 @@ def train(
     if hist:
         log(f"warning: {hist}")
         warnings.append(hist)
-    bundle, history, enc = fit(frame, spec, split, cfg, log=log, progress=progress)
+    bundle, history, enc = (fitter or fit)(frame, spec, split, cfg, log=log, progress=progress)
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(label)
     val_rows = np.flatnonzero((split == 1) & known)
