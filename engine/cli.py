@@ -228,7 +228,11 @@ def train(
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
                                   baseline=BaselineConfig(seed=seed) if baseline else None, fitter=fitter)
-    except (ValueError, RuntimeError) as e:
+    except ValueError as e:
+        _fail(str(e))
+    except RuntimeError as e:  # Ray unreachable or a Ray Train worker failed
+        if fitter is None:
+            raise
         _fail(str(e))
     bundle.meta.update(
         name=name or out.name,
