@@ -90,8 +90,8 @@ class PartitionScorer:
 
     Args:
         checkpoint_files: ``{"model.safetensors": bytes, "checkpoint.json": bytes}`` of the
-            checkpoint (written to a private temporary folder, then loaded with
-            :func:`engine.model.checkpoint.load_checkpoint`).
+            checkpoint, or a Ray object reference to it (written to a private temporary folder,
+            then loaded with :func:`engine.model.checkpoint.load_checkpoint`).
         sha256: the checkpoint identity the driver loaded; a different one is an error.
         dtypes: ``{column: dtype text}`` of the canonical frame (restored on each batch: Arrow
             blocks turn a nullable ``Int8`` label into float, for example).
@@ -107,6 +107,10 @@ class PartitionScorer:
         from engine.model.checkpoint import load_checkpoint
 
         torch.set_num_threads(threads)
+        if not isinstance(checkpoint_files, dict):
+            import ray
+
+            checkpoint_files = ray.get(checkpoint_files)
         with tempfile.TemporaryDirectory(prefix="fraudlens-actor-") as tmp:
             for name in (WEIGHTS, META):
                 (Path(tmp) / name).write_bytes(checkpoint_files[name])
@@ -233,7 +237,7 @@ def score_with_ray(bundle: ModelBundle, res: LoadResult, out: str | Path, *, wor
             if blocks:
                 ds = ray.data.from_pandas(blocks).map_batches(
                     PartitionScorer,
-                    fn_constructor_kwargs=dict(checkpoint_files=_checkpoint_files(bundle), sha256=bundle.sha256,
+                    fn_constructor_kwargs=dict(checkpoint_files=ray.put(_checkpoint_files(bundle)), sha256=bundle.sha256,
                                                dtypes=dtypes, schema=schema, batch_size=batch_size),
                     batch_size=None, batch_format="pandas", zero_copy_batch=True,
                     compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1,

@@ -58,7 +58,7 @@ def ray_session(workers: int, address: str | None = None) -> Iterator[object]:
     if ray.is_initialized():
         yield ray
         return
-    kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         if address:
             ray.init(address=address, **kw)
@@ -82,7 +82,7 @@ def quiet_ray_data(ray) -> None:
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     for name in ("ray.data", "ray.train", "ray.tune"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def unwrap_ray_error(e: BaseException) -> BaseException:
