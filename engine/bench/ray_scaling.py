@@ -47,6 +47,20 @@ def _model(model: Path | None, frame, spec, tmp: Path):
     return load_checkpoint(tmp / "model"), "untrained, default configuration"
 
 
+#: transactions of the small run that estimates Ray's fixed cost per run (actor start, model load)
+SMALL_ROWS = 2_000
+
+
+def _first_entities(res, n: int):
+    """``res`` cut to its first entities (whole histories) holding about ``n`` transactions."""
+    from dataclasses import replace
+
+    ents = res.frame["entity_id"].to_numpy()
+    keep = set(ents[: min(n, len(ents))])
+    frame = res.frame[res.frame["entity_id"].isin(keep)].reset_index(drop=True)
+    return replace(res, frame=frame, rejected=res.rejected.iloc[:0], rows_read=len(frame))
+
+
 def _score_rows(bundle, res, tmp: Path, log) -> list[dict]:
     import torch
 
@@ -64,13 +78,16 @@ def _score_rows(bundle, res, tmp: Path, log) -> list[dict]:
     with ray_session(2) as _:
         start = time.perf_counter() - t0
         log(f"Ray started in {start:.1f} s")
+        small = _first_entities(res, SMALL_ROWS)
         for w in (1, 2):
+            t_small = score_with_ray(bundle, small, tmp / f"ray-small-{w}", workers=w).seconds
             run = score_with_ray(bundle, res, tmp / f"ray-{w}", workers=w)
             got = pq.read_table(tmp / f"ray-{w}", columns=["row_number", "logit", "status"]).to_pandas()
             got = got[got["status"] == "scored"].set_index("row_number")["logit"]
             diff = float(np.abs(got.reindex(want.index).to_numpy() - want.to_numpy()).max())
             rows.append({"engine": "ray", "workers": w, "seconds": run.seconds, "diff": diff,
-                         "partitions": run.partitions, "accounting": run.accounting()})
+                         "partitions": run.partitions, "accounting": run.accounting(),
+                         "small_s": t_small, "small_n": len(small.frame)})
             log(f"ray {w} worker(s): {run.seconds:.1f} s; max |logit diff| {diff:.2e}; {run.accounting()}")
     for r in rows:
         r["ray_start_s"] = start
@@ -126,12 +143,21 @@ def run(data: str, spec_name: str, model: Path | None, rows: int, out: Path, *, 
         "Reading and validation (driver, not timed) are the same for every row. Ray times include partitioning, "
         f"actor start and model load, scoring, writing the Parquet parts and the accounting check; Ray itself "
         f"(num_cpus=2) started once in {score[0]['ray_start_s']:.1f} s, not included.", "",
-        "| engine | workers | seconds | transactions/s | speed-up vs Ray 1 worker | max abs logit diff vs local |",
-        "|---|---|---|---|---|---|",
+        "Fixed cost: the same run on the first entities' ~2,000 transactions; marginal rate: "
+        "(transactions - those) / (seconds - that run's seconds), the rate once the actors are up "
+        "(n/a: on a contended machine the small run can take longer than the large one).", "",
+        "| engine | workers | seconds | transactions/s | speed-up vs Ray 1 worker | fixed cost (s) | marginal transactions/s | max abs logit diff vs local |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in score:
         sp = f"{one / r['seconds']:.2f}x" if r["engine"] == "ray" else ""
-        lines.append(f"| {r['engine']} | {r['workers']} | {r['seconds']:.1f} | {n / r['seconds']:,.0f} | {sp} | {r['diff']:.1e} |")
+        fixed = marginal = ""
+        if "small_s" in r:
+            fixed = f"{r['small_s']:.1f}"
+            dt = r["seconds"] - r["small_s"]
+            marginal = f"{(n - r['small_n']) / dt:,.0f}" if dt > 0 else "n/a"
+        lines.append(f"| {r['engine']} | {r['workers']} | {r['seconds']:.1f} | {n / r['seconds']:,.0f} | {sp} | {fixed} | "
+                     f"{marginal} | {r['diff']:.1e} |")
     acc = [r["accounting"] for r in score if "accounting" in r]
     lines += ["", f"Row accounting of each Ray run: {acc[0]}."]
     if trained:
