@@ -76,8 +76,7 @@ def _load_model(model: Path | None):
 def _read(data: Path, spec, max_rows: int | None = None, reader=None):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
-    without one accepted row, is an error (exit 2). ``reader(data, spec)`` replaces
-    :func:`engine.data.io.read_transactions` (e.g. a Parquet dataset reader)."""
+    without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions."""
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
@@ -159,7 +158,7 @@ def inspect(
 
 @app.command()
 def simulate(
-    customers: int = typer.Option(200, min=1, help="number of customers (each has 1-3 cards)"),
+    customers: int = typer.Option(400, min=1, help="number of customers (each has 1-3 cards)"),
     seed: int = typer.Option(7, help="random seed (same seed -> same file)"),
     out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
 ):
@@ -192,10 +191,14 @@ def train(
     name: Optional[str] = typer.Option(None, help="model name (default: out directory name)"),
     progress: bool = typer.Option(True, help="show progress bars"),
     baseline: bool = typer.Option(True, help="also train the LightGBM baseline on the same split and compare"),
-    workers: int = typer.Option(1, min=1, help="data-parallel workers; 2 or more train on Ray Train (DDP, gloo, "
-                                "CPU; needs fraudlens[ray]); 1 = one process"),
-    address: Optional[str] = typer.Option(None, help="--workers >= 2: Ray cluster address (auto, host:6379 or "
-                                          "ray://host:10001); default: start a local Ray"),
+    activity: bool = typer.Option(True, help="recent-activity and first-seen fields inside the model"),
+    target_precision: Optional[float] = typer.Option(
+        None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
+    alerts_per_day: Optional[float] = typer.Option(
+        None, min=0.0, help="review threshold: lowest with validation alerts per day <= X (instead of a precision)"),
+    calibration: str = typer.Option("auto", help="calibration map fitted on validation: auto, isotonic, platt or none"),
+    workers: int = typer.Option(1, min=1, help="data-parallel workers; >= 2: Ray Train (DDP, gloo, CPU; fraudlens[ray])"),
+    address: Optional[str] = typer.Option(None, help="--workers >= 2: Ray address (auto, host:6379); default: a local Ray"),
 ):
     """Train the sequence transformer with a time split; print and save test metrics.
 
@@ -204,18 +207,13 @@ def train(
     entities of the difference."""
     from engine.model.baseline import BaselineConfig
     from engine.model.checkpoint import file_sha256, save_checkpoint
+    from engine.distributed.ray_train import ray_fitter
     from engine.model.train import TrainConfig, train as train_fn
 
-    fitter = None
-    if workers > 1:
-        from engine.distributed.ray_train import ray_fitter
-        from engine.distributed.runtime import require_ray
-
-        try:
-            require_ray()
-        except RuntimeError as e:
-            _fail(str(e))
-        fitter = ray_fitter(workers, address)
+    try:
+        fitter = ray_fitter(workers, address) if workers > 1 else None
+    except RuntimeError as e:  # Ray is not installed
+        _fail(str(e))
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
     _require_accepted(res, data)
@@ -223,15 +221,14 @@ def train(
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
-        val_end=val_end, max_minutes=max_minutes, seed=seed,
+        val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, target_precision=target_precision,
+        alerts_per_day=alerts_per_day, calibration=calibration,
     )
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
                                   baseline=BaselineConfig(seed=seed) if baseline else None, fitter=fitter)
-    except ValueError as e:
-        _fail(str(e))
-    except RuntimeError as e:  # Ray unreachable or a Ray Train worker failed
-        if fitter is None:
+    except (ValueError, RuntimeError) as e:  # RuntimeError: Ray unreachable or a Ray Train worker failed
+        if isinstance(e, RuntimeError) and fitter is None:
             raise
         _fail(str(e))
     bundle.meta.update(
@@ -252,13 +249,52 @@ def train(
                   f"{m.get('average_precision', float('nan')):.4f}", f"{m['threshold']:.4f}",
                   f"{m['precision']:.4f}", f"{m['recall']:.4f}")
     console.print(t)
+    _print_calibration(report["calibration"], report["operating_point"])
     if "baseline" in report:
         _print_baseline(report["test"], report["baseline"])
     (out / "metrics.json").write_text(json.dumps({"test": report["test"], "validation": report["validation"],
                                                   "thresholds": report["thresholds"], "wall_s": wall,
+                                                  "operating_point": report["operating_point"],
+                                                  "calibration": report["calibration"],
                                                   **({"baseline": report["baseline"]} if "baseline" in report else {})},
                                                  indent=1))
     console.print(f"checkpoint {out} sha256 {sha[:12]}…  wall time {wall / 60:.1f} min")
+
+
+def _print_calibration(cal: dict, op: dict) -> None:
+    """Calibration (test ECE, sum of probabilities vs frauds) and the operating point: the
+    target, the validation figures and the test figures with their bootstrap intervals."""
+    def f(v, spec=".4f"):
+        return "—" if v is None else format(v, spec)
+
+    t = Table("test period", "ECE (10 equal-width bins)", "Brier", "sum of values", "frauds", "sum / frauds",
+              title=f"calibration: {cal.get('method') or 'none (' + str(cal.get('reason')) + ')'}")
+    for kind in ("score", "probability"):
+        m = cal.get("test", {}).get(kind)
+        if m:
+            t.add_row("uncalibrated score" if kind == "score" else "calibrated probability", f(m["ece"]), f(m["brier"]),
+                      f(m["sum_probability"], ",.1f"), f"{m['n_fraud']:,}", f(m["sum_over_frauds"], ".2f"))
+    console.print(t)
+    tgt = op.get("target") or {}
+    t = Table("review threshold", "precision", "recall", "alerts / day",
+              title=f"operating point ({escape(str(op.get('units', '')))}): target {tgt.get('kind', '—')} "
+                    f"{tgt.get('value', '')}{'' if op.get('met', True) else ' (not met)'}")
+    v = op.get("validation", {})
+    t.add_row(f"validation {f(op.get('review'))}", f(v.get("precision"), ".3f"), f(v.get("recall"), ".3f"),
+              f(v.get("alerts_per_day"), ".1f"))
+    te = op.get("test")
+    if te:
+        iv = te.get("interval") or {}
+
+        def ci(k, spec):
+            return f"{f(te.get(k), spec)} [{f((iv.get(k) or [None])[0], spec)}, {f((iv.get(k) or [None, None])[1], spec)}]"
+
+        t.add_row(f"test ({te['level']:.0%} interval, {te['n_boot']} draws over {te['n_entities']:,} entities)",
+                  ci("precision", ".3f"), ci("recall", ".3f"), ci("alerts_per_day", ".1f"))
+    console.print(t)
+    for w in (op.get("warning"), op.get("precision_warning")):
+        if w:
+            console.print(f"warning: {w}", markup=False)
 
 
 def _print_baseline(test: dict, base: dict) -> None:
@@ -290,49 +326,37 @@ def score(
                              "--engine ray: a new folder of Parquet part files"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
-    engine: str = typer.Option("local", help="local (one process) or ray (entity hash partitions scored by a "
-                               "Ray actor pool)"),
-    workers: int = typer.Option(2, min=1, help="--engine ray: scoring actors (one CPU each); the CPUs of the "
-                                "local Ray started when no --address is given"),
-    address: Optional[str] = typer.Option(None, help="--engine ray: Ray cluster address (auto, host:6379 or "
-                                          "ray://host:10001); default: start a local Ray"),
+    engine: str = typer.Option("local", help="local (one process) or ray (entity partitions on a Ray actor pool)"),
+    workers: int = typer.Option(2, min=1, help="--engine ray: scoring actors, one CPU each (and a local Ray's CPUs)"),
+    address: Optional[str] = typer.Option(None, help="--engine ray: Ray address (auto, host:6379); default: a local Ray"),
 ):
-    """Score every transaction; write scored and rejected rows; print the row accounting."""
+    """Score every transaction; write scored and rejected rows; print the row accounting.
+
+    Columns: logit, score (sigmoid of the logit) and, only for a model with a calibration map,
+    probability (the calibrated fraud probability the thresholds apply to)."""
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
     if engine not in ("local", "ray"):
         _fail(f"--engine: expected local or ray, got {engine!r}")
     if engine == "local" and not data.exists():
         _fail(f"--data {data}: no such file")
-    if engine == "local":
-        _writable(out, "--out", "scores.parquet")
+    _writable(out if engine == "local" else None, "--out", "scores.parquet")  # ray: a folder, checked there
     _writable(rejected, "--rejected", "rejected.csv")
     bundle = _load_model(model)
     t0 = time.perf_counter()
     if engine == "ray":
-        from engine.distributed.dataset import read_dataset
-        from engine.distributed.ray_score import check_out_folder, score_with_ray
-        from engine.distributed.runtime import require_ray
+        from engine.distributed.ray_score import score_command
 
-        try:
-            require_ray()
-            check_out_folder(out)
-        except (RuntimeError, ValueError) as e:
-            _fail(str(e))
-        sp, res = _read(data, spec or bundle.spec, reader=read_dataset)
-        try:
-            run = score_with_ray(bundle, res, out, workers=workers, address=address)
-        except (RuntimeError, ValueError) as e:
-            _fail(f"{data}: {e}")
+        res, run = score_command(bundle, data, spec, out, workers, address, read=_read, fail=_fail, log=console.print)
         prob = run.probability
-        console.print(f"Ray: {run.workers} actor(s), {run.partitions} entity partition(s), {run.files} part file(s)")
     else:
         sp, res = _read(data, spec or bundle.spec)
         try:
             scores = score_frame(bundle, res.frame)
         except ValueError as e:
             _fail(f"{data}: {e}")
-        run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
+        run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0,
+                       calibrated=bundle.calibrated)
         _write(lambda: write_scores(run, out), out, "--out")
         prob = scores["probability"].to_numpy()
     _unseen_notes(bundle, res.frame)
@@ -347,7 +371,8 @@ def score(
     hist = history_warning(res.frame, bundle.config.min_history)
     if hist:
         console.print(f"warning: {hist}", markup=False)
-    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+    word = "calibrated fraud probability" if bundle.calibrated else "score (uncalibrated: not a probability)"
+    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} on the {word} "
                   f"({escape(thr['source'])}); "
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
@@ -416,7 +441,9 @@ def explain(
     }
     _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
     first = next(iter(expls.values()))
-    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
+    value = (f"probability {float(bundle.probability([first.score_logit])[0]):.4f}" if bundle.calibrated
+             else f"score {first.score_probability:.4f} (uncalibrated)")
+    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
         top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]

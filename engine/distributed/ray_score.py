@@ -64,16 +64,17 @@ def default_partitions(n_rows: int, workers: int) -> int:
     return max(4 * workers, math.ceil(n_rows / ROWS_PER_PARTITION), 1)
 
 
-def output_schema(frame: pd.DataFrame) -> pa.Schema:
+def output_schema(frame: pd.DataFrame, calibrated: bool) -> pa.Schema:
     """The Arrow schema of the single-process score output for a canonical ``frame``: the columns
-    and types ``write_scores`` gives (text as ``string``, ``label`` int8, logit float32,
-    probability float64, ``timestamp`` timestamp[ns])."""
+    and types ``write_scores`` gives (text as ``string``, ``label`` int8, logit float32, score
+    float64, probability float64 only when ``calibrated``, ``timestamp`` timestamp[ns])."""
     cols = [c for c in ("row_number", "transaction_id", "entity_id", "timestamp", "amount", "label") if c in frame]
     s = frame[cols].head(0).copy()
     s["logit"] = np.zeros(0, np.float32)
+    s["score"] = np.zeros(0, np.float64)
     s["probability"] = np.zeros(0, np.float64)
     r = pd.DataFrame({c: pd.Series([], dtype=np.int64 if c == "row_number" else object) for c in REJECTED_COLUMNS})
-    both = _typed(output_rows(s, r))
+    both = _typed(output_rows(s, r, calibrated=calibrated))
     return pa.Schema.from_pandas(both, preserve_index=False)
 
 
@@ -138,7 +139,7 @@ class PartitionScorer:
         part = part.sort_values(["entity_id", "timestamp", "row_number"], kind="stable").reset_index(drop=True)
         scores = score_frame(self.bundle, part, batch_size=self.batch_size)
         empty = pd.DataFrame({c: pd.Series([], dtype=np.int64 if c == "row_number" else object) for c in REJECTED_COLUMNS})
-        return _to_table(output_rows(scores, empty), self.schema)
+        return _to_table(output_rows(scores, empty, calibrated=self.bundle.calibrated), self.schema)
 
 
 @dataclass
@@ -148,7 +149,8 @@ class RayScoreRun:
     Attributes:
         out: the folder of Parquet part files. rows_read / rows_scored / rows_rejected: the
         accounting, checked on the folder as written. probability: ``[rows_scored]`` float64 of
-        the scored rows (for the flagged count). seconds: wall time of scoring and writing.
+        the scored rows, the value the thresholds apply to (calibrated probability, or the score
+        of an uncalibrated model; for the flagged count). seconds: wall time of scoring and writing.
         workers / partitions: actors and hash partitions used. files: part files written.
     """
 
@@ -227,7 +229,7 @@ def score_with_ray(bundle: ModelBundle, res: LoadResult, out: str | Path, *, wor
             b[_PART] = int(part[idx[0]])
             b[_PART_ROWS] = len(idx)
             blocks.append(b)
-    schema = output_schema(frame)
+    schema = output_schema(frame, bundle.calibrated)
     dtypes = {c: str(t) for c, t in frame.dtypes.items()}
     tmp_out = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp_out, ignore_errors=True)
@@ -250,17 +252,18 @@ def score_with_ray(bundle: ModelBundle, res: LoadResult, out: str | Path, *, wor
                         raise ValueError(str(cause).strip().splitlines()[-1] if str(cause) else repr(cause)) from None
                     raise RuntimeError(f"Ray scoring failed: {type(cause).__name__}: {cause}") from None
         empty = frame.iloc[:0]
-        rej = _to_table(output_rows(empty.assign(logit=np.zeros(0, np.float32), probability=np.zeros(0)),
-                                    res.rejected), schema)
+        none = empty.assign(logit=np.zeros(0, np.float32), score=np.zeros(0), probability=np.zeros(0))
+        rej = _to_table(output_rows(none, res.rejected, calibrated=bundle.calibrated), schema)
         pq.write_table(rej, tmp_out / "rejected-00000.parquet")
-        written = pq.read_table(tmp_out, columns=["row_number", "status", "probability"])
+        value = "probability" if bundle.calibrated else "score"  # the column the thresholds apply to
+        written = pq.read_table(tmp_out, columns=["row_number", "status", value])
         rn = written["row_number"].to_numpy()
         status = written["status"].to_numpy(zero_copy_only=False)
         n_scored = int((status == "scored").sum())
         if (len(rn) != res.rows_read or n_scored != len(frame) or len(np.unique(rn)) != len(rn)):
             raise RuntimeError(f"row accounting broken in {out}: {len(rn):,} rows written ({n_scored:,} scored, "
                                f"{len(np.unique(rn)):,} distinct row numbers) for {res.rows_read:,} rows read")
-        prob = written["probability"].to_numpy(zero_copy_only=False)[status == "scored"].astype(np.float64)
+        prob = written[value].to_numpy(zero_copy_only=False)[status == "scored"].astype(np.float64)
         files = sum(1 for _ in tmp_out.glob("*.parquet"))
         if out.is_dir():
             out.rmdir()  # empty (checked above)
@@ -270,3 +273,25 @@ def score_with_ray(bundle: ModelBundle, res: LoadResult, out: str | Path, *, wor
     return RayScoreRun(out=out, rows_read=res.rows_read, rows_scored=n_scored, rows_rejected=len(res.rejected),
                        probability=prob, seconds=time.perf_counter() - t0, workers=workers, partitions=len(blocks),
                        files=files)
+
+
+def score_command(bundle: ModelBundle, data, spec, out: Path, workers: int, address: str | None, *,
+                  read, fail, log) -> tuple[LoadResult, RayScoreRun]:
+    """``fraudlens score --engine ray``: check Ray and ``out`` first, read ``data`` with the CLI's
+    reader ``read(data, spec, reader=...)`` (prints the accounting), score on Ray, ``log`` the
+    pool. ``fail(message)`` is the CLI's exit-2 error (called for every ValueError/RuntimeError)."""
+    from engine.distributed.dataset import read_dataset
+    from engine.distributed.runtime import require_ray
+
+    try:
+        require_ray()
+        check_out_folder(out)
+    except (RuntimeError, ValueError) as e:
+        fail(str(e))
+    _, res = read(data, spec or bundle.spec, reader=read_dataset)
+    try:
+        run = score_with_ray(bundle, res, out, workers=workers, address=address)
+    except (RuntimeError, ValueError) as e:
+        fail(f"{data}: {e}")
+    log(f"Ray: {run.workers} actor(s), {run.partitions} entity partition(s), {run.files} part file(s)", markup=False)
+    return res, run

@@ -4,7 +4,7 @@ Ray Train's ``TorchTrainer`` starts ``N`` workers (``ScalingConfig(num_workers=N
 joined in a gloo process group (``TorchConfig(backend="gloo")``); ``ray.train.torch.prepare_model``
 wraps the model in ``DistributedDataParallel`` (PyTorch DDP: gradients averaged by all-reduce,
 https://pytorch.org/docs/stable/notes/ddp.html). Each worker runs the single-process training loop,
-:func:`engine.model.train.run_epochs`, with a :class:`~engine.model.train.DataParallel` hook:
+:func:`engine.model.train_loop.run_epochs`, with a :class:`~engine.model.train_loop.DataParallel` hook:
 
 * every worker draws the same batches from the same seed and computes its share of each batch
   (``ids[rank::N]``); the loss is scaled so the averaged gradient is that of the whole batch's
@@ -37,7 +37,8 @@ import pandas as pd
 
 from engine.data.spec import DatasetSpec
 from engine.distributed.runtime import ray_session, ray_temp_dir, unwrap_ray_error
-from engine.model.train import DataParallel, TrainConfig, finish_fit, new_model, prepare_fit, run_epochs
+from engine.model.train import TrainConfig
+from engine.model.train_loop import DataParallel, finish_fit, new_model, prepare_fit, run_epochs
 
 _WEIGHTS, _STATE = "model.safetensors", "state.json"
 
@@ -152,7 +153,13 @@ def fit_on_ray(
 
 
 def ray_fitter(workers: int, address: str | None = None, storage_path: str | None = None) -> Callable:
-    """A ``fitter`` for :func:`engine.model.train.train`: :func:`fit_on_ray` with these settings."""
+    """A ``fitter`` for :func:`engine.model.train.train`: :func:`fit_on_ray` with these settings.
+
+    Raises:
+        RuntimeError: Ray is not installed (names ``pip install 'fraudlens[ray]'``)."""
+    from engine.distributed import runtime
+
+    runtime.require_ray()
     return partial(fit_on_ray, workers=workers, address=address, storage_path=storage_path)
 
 

@@ -10,16 +10,24 @@ of any period are visible as *history* (inputs, never labels), as they would be 
 Imbalance: binary cross-entropy with ``pos_weight = min(sqrt(n_neg / n_pos), 30)`` on the
 logit of every scored, labelled training-period transaction.
 
-Threshold: the review threshold maximises F1 on the validation period; the decline threshold is
-the lowest threshold whose validation precision is >= 0.8 (or the review threshold if none).
-Test metrics are reported at the review threshold.
+Calibration: after model choice (the best epoch), a calibration map from logit to fraud
+probability is fitted on the validation period (:mod:`engine.model.calibration`; default
+``auto``: isotonic or Platt by a cross-validated Brier score) and stored in the checkpoint.
+
+Thresholds (:mod:`engine.model.operating_point`): on the calibrated validation probabilities,
+the review threshold meets a stated target - ``target_precision`` (default 0.5: the lowest
+threshold with validation precision >= 0.5) or ``alerts_per_day``; the decline threshold is
+the lowest with validation precision >= 0.8 (never below review). Test metrics are reported at
+the review threshold, with a bootstrap interval over entities for precision, recall and
+alerts per day, and a warning when the validation precision lies outside the test interval.
+AUC ROC and average precision are computed on the uncalibrated score (ranking metrics; a
+monotone map changes them only through ties).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -27,18 +35,25 @@ import pandas as pd
 import torch
 from sklearn.metrics import (
     average_precision_score,
-    precision_recall_curve,
     roc_auc_score,
 )
-from tqdm.auto import tqdm
 
-from engine.data.features import EncodedFrame, FeatureEncoder
+from engine.data.features import EncodedFrame
 from engine.data.spec import DatasetSpec
 from engine.model.baseline import BaselineConfig, TabularBaseline
-from engine.model.checkpoint import ModelBundle, build_model
+from engine.model.calibration import CALIBRATION_KEY, apply_calibration, calibration_summary, fit_calibration
+from engine.model.checkpoint import ModelBundle
 from engine.model.compare import paired_bootstrap
+from engine.model.drift import DRIFT_KEY, drift_reference
+from engine.model.operating_point import (
+    bootstrap_at_threshold,
+    choose_operating_thresholds,
+    curve_points,
+    period_days,
+    precision_warning,
+)
 from engine.model.scoring import score_encoded, sigmoid
-from engine.model.sequences import build_windows, make_batch, window_entity_start
+from engine.model.train_loop import finish_fit, new_model, prepare_fit, run_epochs
 from engine.model.split_checks import (
     MIN_FRAUD_ENTITIES,
     MIN_FRAUDS,
@@ -65,6 +80,12 @@ class TrainConfig:
         max_minutes: stop training after this wall time (checked every 20 steps; the best
             evaluated epoch is kept).
         seed: seed for init and sampling. threads: torch intra-op threads (None = torch default).
+        activity: build the model with the recent-activity and first-seen fields
+            (:mod:`engine.model.activity`).
+        calibration: ``"auto"``, ``"isotonic"``, ``"platt"`` or ``"none"`` (no map: the outputs
+            stay scores), fitted on validation after model choice.
+        target_precision / alerts_per_day: the review threshold's target on validation (at most
+            one; neither = precision 0.5, see :mod:`engine.model.operating_point`).
     """
 
     context_length: int = 128
@@ -86,6 +107,10 @@ class TrainConfig:
     max_minutes: float = 11.0
     seed: int = 0
     threads: int | None = None
+    activity: bool = True
+    calibration: str = "auto"
+    target_precision: float | None = None
+    alerts_per_day: float | None = None
 
 
 def time_split(ts: pd.Series, train_end=None, val_end=None) -> tuple[np.ndarray, pd.Timestamp, pd.Timestamp]:
@@ -107,13 +132,18 @@ def time_split(ts: pd.Series, train_end=None, val_end=None) -> tuple[np.ndarray,
     return split, a, b
 
 
-def binary_metrics(y: np.ndarray, p: np.ndarray, threshold: float | None = None) -> dict[str, float]:
-    """AUC ROC, average precision and precision/recall/F1 at ``threshold`` (probabilities)."""
+def binary_metrics(y: np.ndarray, p: np.ndarray, threshold: float | None = None,
+                   rank: np.ndarray | None = None) -> dict[str, float]:
+    """AUC ROC, average precision and precision/recall/F1 at ``threshold`` (probabilities).
+
+    ``rank`` (optional, ``[N]``): the scores AUC ROC and average precision are computed on
+    (e.g. the uncalibrated score), default ``p``."""
     y = np.asarray(y).astype(int)
     out: dict[str, float] = {"n": int(len(y)), "n_fraud": int(y.sum())}
+    r = p if rank is None else rank
     if 0 < y.sum() < len(y):
-        out["auc_roc"] = float(roc_auc_score(y, p))
-        out["average_precision"] = float(average_precision_score(y, p))
+        out["auc_roc"] = float(roc_auc_score(y, r))
+        out["average_precision"] = float(average_precision_score(y, r))
     if threshold is not None:
         pred = p >= threshold
         tp = int((pred & (y == 1)).sum())
@@ -125,232 +155,6 @@ def binary_metrics(y: np.ndarray, p: np.ndarray, threshold: float | None = None)
         )
         out["f1"] = 2 * out["precision"] * out["recall"] / max(1e-12, out["precision"] + out["recall"])
     return out
-
-
-def choose_thresholds(y: np.ndarray, p: np.ndarray, min_precision: float = 0.8) -> dict[str, float]:
-    """Review threshold = argmax F1; decline = lowest threshold with precision >= min_precision."""
-    prec, rec, thr = precision_recall_curve(y, p)
-    f1 = 2 * prec[:-1] * rec[:-1] / np.maximum(prec[:-1] + rec[:-1], 1e-12)
-    review = float(thr[int(np.argmax(f1))]) if len(thr) else 0.5
-    ok = np.flatnonzero(prec[:-1] >= min_precision)
-    decline = float(thr[ok[0]]) if len(ok) else review
-    return {"review": review, "decline": max(decline, review)}
-
-
-@dataclass
-class FitData:
-    """What the training loop reads, built by :func:`prepare_fit` (deterministic: every
-    data-parallel worker builds the same from the same frame).
-
-    Attributes:
-        encoder: fitted on the training rows. enc: the whole frame encoded (``N`` rows).
-        ents: ``[N]`` entity ids. win / ent_start: windows and their entity starts
-            (:mod:`engine.model.sequences`). safe: ``[W, T]`` row index per window slot (0 for
-            padding). train_slot: ``[W, T]`` bool, slot carries a training loss. train_windows:
-            windows with a training slot. last_slot: ``[W]`` last training slot per window.
-        y_all: ``[N]`` float32 label (unknown = 0, masked out). label: ``[N]`` float64 with NaN.
-        pos_weight: scalar tensor. val_rows: labelled validation rows. n_pos / n_neg: training
-            frauds / legitimate transactions.
-    """
-
-    encoder: FeatureEncoder
-    enc: EncodedFrame
-    ents: np.ndarray
-    win: Any
-    ent_start: np.ndarray
-    safe: np.ndarray
-    train_slot: np.ndarray
-    train_windows: np.ndarray
-    last_slot: np.ndarray
-    y_all: np.ndarray
-    label: np.ndarray
-    pos_weight: torch.Tensor
-    val_rows: np.ndarray
-    n_pos: int
-    n_neg: int
-
-
-def prepare_fit(frame: pd.DataFrame, spec: DatasetSpec, split: np.ndarray, cfg: TrainConfig) -> FitData:
-    """Fit the feature statistics on the training rows and build the windows and loss masks
-    (see :func:`fit` for the arguments).
-
-    Raises:
-        ValueError: no label column or no fraud among the training rows.
-    """
-    if "label" not in frame:
-        raise ValueError("training needs a label column (spec [label])")
-    label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
-    known = ~np.isnan(label)
-    n_pos = int(((split == 0) & known & (label == 1)).sum())
-    n_neg = int(((split == 0) & known & (label == 0)).sum())
-    if n_pos == 0:
-        raise ValueError("training period has no fraud-labelled transaction")
-    encoder = FeatureEncoder.fit(frame.loc[split == 0], spec)
-    enc = encoder.transform(frame)
-    ents = frame["entity_id"].to_numpy()
-    win = build_windows(ents, cfg.context_length, cfg.min_history)
-    ent_start = window_entity_start(win, ents)
-    # per-slot loss mask: scored in this window, training split, label known
-    slot_rows = win.rows
-    valid = slot_rows >= 0
-    safe = np.where(valid, slot_rows, 0)
-    scored = valid & (np.arange(cfg.context_length)[None, :] >= win.scored_from[:, None])
-    train_slot = scored & (split[safe] == 0) & known[safe]
-    train_windows = np.flatnonzero(train_slot.any(axis=1))
-    # a window only needs to run up to its last training slot (causal: later slots change nothing)
-    last_slot = np.where(train_slot.any(axis=1), cfg.context_length - 1 - np.argmax(train_slot[:, ::-1], axis=1), 0)
-    y_all = np.nan_to_num(label, nan=0.0).astype(np.float32)
-    pos_weight = torch.tensor(min(math.sqrt(n_neg / n_pos), 30.0))
-    return FitData(encoder=encoder, enc=enc, ents=ents, win=win, ent_start=ent_start, safe=safe,
-                   train_slot=train_slot, train_windows=train_windows, last_slot=last_slot, y_all=y_all,
-                   label=label, pos_weight=pos_weight, val_rows=np.flatnonzero((split == 1) & known),
-                   n_pos=n_pos, n_neg=n_neg)
-
-
-def new_model(encoder: FeatureEncoder, cfg: TrainConfig):
-    """The untrained model of ``cfg`` for ``encoder`` (initialised from ``cfg.seed``)."""
-    return build_model(
-        encoder, seed=cfg.seed,
-        **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "context_length", "min_history")},
-    )
-
-
-class DataParallel:
-    """How one of ``world`` data-parallel workers takes part in :func:`run_epochs` (the process
-    group, e.g. gloo, is set up by the caller, e.g. Ray Train; the model is wrapped in
-    ``DistributedDataParallel``, which averages gradients over workers).
-
-    Every worker draws the same batches (same seed); each runs the forward and backward pass of
-    its share ``ids[rank::world]`` of every batch, with the loss scaled so that the averaged
-    gradient is the gradient of the whole batch's mean loss (same steps and learning rate as one
-    process). Worker 0 alone evaluates on the validation rows and decides early stopping and the
-    time budget; its decision is broadcast (:meth:`agree`).
-    """
-
-    def __init__(self, rank: int, world: int):
-        self.rank, self.world = rank, world
-
-    def agree(self, flag: bool) -> bool:
-        """Worker 0's ``flag``, on every worker (a broadcast)."""
-        t = torch.tensor([1 if flag else 0], dtype=torch.int64)
-        torch.distributed.broadcast(t, src=0)
-        return bool(t.item())
-
-    def total(self, x: float) -> float:
-        """Sum of ``x`` over the workers (an all-reduce)."""
-        t = torch.tensor([x], dtype=torch.float64)
-        torch.distributed.all_reduce(t)
-        return float(t.item())
-
-
-def _batch_loss(model, d: FitData, ids: np.ndarray, dp: DataParallel | None) -> tuple[torch.Tensor, float]:
-    """Loss to back-propagate for batch ``ids`` and the batch's mean loss (for the history)."""
-    if dp is None:
-        Tb = int(d.last_slot[ids].max()) + 1
-        batch = make_batch(d.enc, d.win.rows[ids, :Tb], d.ent_start[ids])
-        logits = model(batch).logits  # [b, Tb]
-        m = torch.from_numpy(d.train_slot[ids, :Tb])
-        y = torch.from_numpy(d.y_all[d.safe[ids, :Tb]])
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits[m], y[m], pos_weight=d.pos_weight)
-        return loss, loss.item()
-    n_all = int(d.train_slot[ids].sum())  # loss slots of the whole batch (every worker knows them)
-    mine = ids[dp.rank :: dp.world]
-    scale = 1.0
-    if len(mine) == 0:  # fewer windows than workers: take part in the gradient average with weight 0
-        mine, scale = ids[:1], 0.0
-    Tb = int(d.last_slot[mine].max()) + 1
-    batch = make_batch(d.enc, d.win.rows[mine, :Tb], d.ent_start[mine])
-    logits = model(batch).logits
-    m = torch.from_numpy(d.train_slot[mine, :Tb])
-    y = torch.from_numpy(d.y_all[d.safe[mine, :Tb]])
-    part = torch.nn.functional.binary_cross_entropy_with_logits(logits[m], y[m], pos_weight=d.pos_weight,
-                                                                reduction="sum") * (scale / n_all)
-    return part * dp.world, dp.total(part.item())
-
-
-def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None] = print, progress: bool = True,
-               early_stopping: bool = True, stop_after: int | None = None, t_start: float | None = None,
-               dp: DataParallel | None = None) -> tuple[list[dict[str, Any]], tuple]:
-    """The training loop of :func:`fit` (see there): AdamW, gradient clipping at norm 1, the
-    learning-rate schedule, validation AP after each epoch, early stopping, time budget.
-
-    Args:
-        model: the model to train (with ``dp``: wrapped in ``DistributedDataParallel``).
-        dp: data-parallel worker (None: one process, the single-process path).
-    Returns:
-        ``(history, best)``; ``best = (val AP, state dict or None, epoch)`` (worker 0's with ``dp``).
-    """
-    t_start = time.perf_counter() if t_start is None else t_start
-    core = getattr(model, "module", model)  # the model itself, not its DDP wrapper
-    rank0 = dp is None or dp.rank == 0
-    rng = np.random.default_rng(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    history: list[dict[str, Any]] = []
-    best = (-1.0, None, -1)
-    n_train = len(d.train_windows)
-    per_epoch = n_train if cfg.windows_per_epoch is None else min(cfg.windows_per_epoch, n_train)
-    if cfg.lr_schedule not in ("constant", "cosine"):
-        raise ValueError(f"lr_schedule: expected 'constant' or 'cosine', got {cfg.lr_schedule!r}")
-    total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_size))
-    step = 0
-    for epoch in range(cfg.epochs):
-        model.train()
-        order = rng.choice(d.train_windows, size=per_epoch, replace=False)
-        # similar lengths together: sort within chunks of 16 batches
-        chunk = cfg.batch_size * 16
-        order = np.concatenate([c[np.argsort(d.last_slot[c])] for c in np.array_split(order, max(1, len(order) // chunk))])
-        batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
-        rng.shuffle(batches)
-        losses = []
-        out_of_time = False
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (progress and rank0), leave=False)
-        for ids in bar:
-            loss, value = _batch_loss(model, d, ids, dp)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if cfg.lr_schedule == "cosine":
-                frac = min(step / total_steps, 1.0)
-                for g in opt.param_groups:
-                    g["lr"] = cfg.lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * frac)))
-            opt.step()
-            step += 1
-            losses.append(value)
-            if len(losses) % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-                out_of_time = (time.perf_counter() - t_start) / 60 >= cfg.max_minutes
-                if dp is not None:
-                    out_of_time = dp.agree(out_of_time)
-                if out_of_time:
-                    break  # time budget: evaluate this partial epoch, then stop
-        rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan")}
-        if len(d.val_rows) and rank0:
-            pv = sigmoid(score_encoded(core, d.enc, d.ents, rows=d.val_rows)[d.val_rows].astype(np.float64))
-            rec.update({f"val_{k}": v for k, v in binary_metrics(d.label[d.val_rows], pv).items()})
-        rec["minutes"] = (time.perf_counter() - t_start) / 60
-        history.append(rec)
-        if rank0:
-            log(f"epoch {epoch + 1}: loss {rec['loss']:.4f}  val AP {rec.get('val_average_precision', float('nan')):.4f}  "
-                f"val AUC {rec.get('val_auc_roc', float('nan')):.4f}  ({rec['minutes']:.1f} min)")
-        stop = False
-        if early_stopping and len(d.val_rows) and rank0:
-            ap = rec.get("val_average_precision", 0.0)
-            if ap > best[0]:
-                best = (ap, {k: v.detach().clone() for k, v in core.state_dict().items()}, epoch + 1)
-            elif epoch + 1 - best[2] >= cfg.patience:
-                log(f"early stop: no validation AP gain for {cfg.patience} epochs")
-                stop = True
-        if dp is not None and early_stopping and len(d.val_rows):
-            stop = dp.agree(stop)
-        if stop:
-            break
-        if out_of_time:
-            if rank0:
-                log(f"time budget of {cfg.max_minutes} min reached")
-            break
-        if stop_after is not None and epoch + 1 >= stop_after:
-            break
-    return history, best
 
 
 def fit(
@@ -394,15 +198,6 @@ def fit(
     return finish_fit(model, d, spec, cfg, history, best), history, d.enc
 
 
-def finish_fit(model, d: FitData, spec: DatasetSpec, cfg: TrainConfig, history: list, best: tuple) -> ModelBundle:
-    """The bundle of a finished loop: the best epoch's weights (if early stopping kept one), eval mode."""
-    if best[1] is not None:
-        model.load_state_dict(best[1])
-    model.eval()
-    meta = {"best_epoch": best[2] if best[1] is not None else len(history), "train_config": asdict(cfg), "history": history}
-    return ModelBundle(model=model, encoder=d.encoder, spec=spec, meta=meta)
-
-
 def train(
     frame: pd.DataFrame,
     spec: DatasetSpec,
@@ -427,12 +222,26 @@ def train(
     Returns:
         ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
         report dict with the per-epoch history, wall time, ``test_rows`` (positions of the
-        labelled test rows) and ``test_probability`` (the model's on them; with ``baseline`` also
-        ``baseline_test_probability``).
+        labelled test rows) and ``test_probability`` (the model's uncalibrated scores
+        ``sigmoid(logit)`` on them, for ranking comparisons; with ``baseline`` also
+        ``baseline_test_probability``), ``operating_point`` (targets, thresholds, validation and
+        bootstrapped test figures, warnings) and ``calibration`` (:func:`calibrate`'s report).
+        ``bundle.meta`` also holds ``calibration`` (the map), ``operating_point``,
+        ``calibration_metrics`` and ``drift_reference`` (:func:`engine.model.drift.drift_reference`
+        of the training-period rows).
     Raises:
-        ValueError: no label column, no fraud in the training period, or an empty period.
+        ValueError: no label column, no fraud in the training period, an empty period, both
+            threshold targets given or a target out of range, or an unknown calibration method.
     """
     cfg = cfg or TrainConfig()
+    if cfg.target_precision is not None and cfg.alerts_per_day is not None:
+        raise ValueError("state one threshold target: target_precision or alerts_per_day, not both")
+    if cfg.target_precision is not None and not 0 < cfg.target_precision <= 1:
+        raise ValueError(f"target precision: expected a number in (0, 1], got {cfg.target_precision}")
+    if cfg.alerts_per_day is not None and not cfg.alerts_per_day > 0:
+        raise ValueError(f"alerts per day: expected a number > 0, got {cfg.alerts_per_day}")
+    if cfg.calibration not in ("auto", "isotonic", "platt", "none"):
+        raise ValueError(f"calibration: expected auto, isotonic, platt or none, got {cfg.calibration!r}")
     t_start = time.perf_counter()
     split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
     log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
@@ -458,20 +267,42 @@ def train(
     ents = frame["entity_id"].to_numpy()
     both = np.concatenate([val_rows, test_rows])
     lg = score_encoded(bundle.model, enc, ents, rows=both).astype(np.float64)
-    pv, pt = sigmoid(lg[val_rows]), sigmoid(lg[test_rows])
-    thresholds = choose_thresholds(label[val_rows].astype(int), pv)
-    test_m = binary_metrics(label[test_rows], pt, thresholds["review"])
-    val_m = binary_metrics(label[val_rows], pv, thresholds["review"])
+    pv, pt = sigmoid(lg[val_rows]), sigmoid(lg[test_rows])  # scores (uncalibrated)
+    yv, yt = label[val_rows].astype(int), label[test_rows].astype(int)
+    cal, cal_report = calibrate(bundle, lg[val_rows], lg[test_rows], yv, yt, ents[val_rows], cfg, log=log)
+    cv, ct = apply_calibration(cal, lg[val_rows]), apply_calibration(cal, lg[test_rows])
+    days_v = period_days(train_end, val_end)
+    days_t = period_days(val_end, pd.to_datetime(frame["timestamp"]).max())
+    try:
+        op = choose_operating_thresholds(yv, cv, days_v, target_precision=cfg.target_precision,
+                                         alerts_per_day=cfg.alerts_per_day)
+    except ValueError as e:
+        if 0 < yv.sum() < len(yv):
+            raise  # a bad target
+        op = {"review": 0.5, "decline": 0.9, "target": None, "met": False, "validation": {"precision": None},
+              "warning": f"thresholds left at 0.5 / 0.9: {e}"}
+    thresholds = {"review": op["review"], "decline": op["decline"]}
+    test_m = binary_metrics(yt, ct, thresholds["review"], rank=pt)
+    val_m = binary_metrics(yv, cv, thresholds["review"], rank=pv)
+    op["test"] = bootstrap_at_threshold(yt, ct, ents[test_rows], op["review"], days_t, seed=cfg.seed)
+    op["precision_warning"] = precision_warning(op["validation"]["precision"], op["test"])
+    if yt.sum():
+        op["test_curve"] = curve_points(yt, ct, days_t, max_points=200)
+    op["units"] = "calibrated probability" if cal is not None else "score (uncalibrated)"
+    bundle.meta[DRIFT_KEY] = drift_reference(frame.loc[split == 0], spec)
     wall = time.perf_counter() - t_start
     bundle.meta.update(
         metrics={"test": test_m, "validation": val_m},
         thresholds=thresholds,
+        operating_point=op,
+        calibration_metrics=cal_report,
         split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/model/train.py",
                "warnings": warnings,
                "proposed": {"train_end": str(proposal[0]), "val_end": str(proposal[1])} if proposal else None},
         train_wall_s=wall,
     )
-    report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds}
+    report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds,
+              "operating_point": op, "calibration": cal_report}
     if baseline is not None:
         log("baseline: LightGBM over causal per-entity features, same split and test rows")
         cmp, pb = compare_with_baseline(frame, spec, split, test_rows, pt, baseline, seed=cfg.seed)
@@ -479,6 +310,49 @@ def train(
         report["baseline_test_probability"] = pb
     report["test_rows"], report["test_probability"] = test_rows, pt
     return bundle, report
+
+
+def calibrate(
+    bundle: ModelBundle,
+    lg_val: np.ndarray,
+    lg_test: np.ndarray,
+    y_val: np.ndarray,
+    y_test: np.ndarray,
+    ents_val: np.ndarray,
+    cfg: TrainConfig,
+    *,
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Fit the calibration map on the validation logits (``cfg.calibration``) and store it in
+    ``bundle.meta["calibration"]``; measure score and probability on both periods.
+
+    Returns:
+        ``(map or None, report)``: ``report`` holds ``method``, ``choice`` and, per period
+        (``validation`` in-sample, ``test`` held out), ``score`` and ``probability``
+        :func:`engine.model.calibration.calibration_summary`. No map (``"none"``, or the
+        validation labels hold one class): ``method`` is ``None`` and a ``reason`` is given.
+    """
+    report: dict[str, Any] = {"method": None}
+    cal = None
+    if cfg.calibration == "none":
+        report["reason"] = "calibration 'none' requested"
+    elif not 0 < y_val.sum() < len(y_val):
+        report["reason"] = "the validation labels hold one class only"
+        log("warning: no calibration map (the validation labels hold one class only); outputs are scores")
+    else:
+        cal = fit_calibration(lg_val, y_val, ents_val, method=cfg.calibration, seed=cfg.seed)
+        bundle.meta[CALIBRATION_KEY] = cal
+        report.update(method=cal["method"], choice=cal["choice"])
+    for period, lg, y in (("validation", lg_val, y_val), ("test", lg_test, y_test)):
+        report[period] = {"score": calibration_summary(y, sigmoid(lg))}
+        if cal is not None:
+            report[period]["probability"] = calibration_summary(y, apply_calibration(cal, lg))
+    t = report["test"]
+    if cal is not None and t["score"]["ece"] is not None:
+        log(f"calibration: {cal['method']} ({cal['choice']['rule']}); test ECE {t['score']['ece']:.4f} -> "
+            f"{t['probability']['ece']:.4f}, sum of probabilities / frauds {t['score']['sum_over_frauds'] or 0:.2f} "
+            f"-> {t['probability']['sum_over_frauds'] or 0:.2f}")
+    return cal, report
 
 
 def compare_with_baseline(

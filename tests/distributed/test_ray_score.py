@@ -74,7 +74,8 @@ def test_ray_scores_equal_single_process_with_row_accounting(ray_local, tiny_dat
     # single process on the same records as one file
     one = read_transactions(d / "whole.parquet", tiny_spec())
     single = score_frame(bundle, one.frame)
-    write_scores(ScoreRun(scores=single, rejected=one.rejected, rows_read=one.rows_read, seconds=0.0),
+    write_scores(ScoreRun(scores=single, rejected=one.rejected, rows_read=one.rows_read, seconds=0.0,
+                          calibrated=bundle.calibrated),
                  tmp_path / "single.parquet")
     want = pq.read_table(tmp_path / "single.parquet")
     got = pq.read_table(tmp_path / "scores")
@@ -86,8 +87,9 @@ def test_ray_scores_equal_single_process_with_row_accounting(ray_local, tiny_dat
     s = g["status"] == "scored"
     assert (s == (w["status"] == "scored")).all()
     assert np.abs(g.loc[s, "logit"].to_numpy() - w.loc[s, "logit"].to_numpy()).max() <= 1e-6
-    assert np.abs(g.loc[s, "probability"].to_numpy() - w.loc[s, "probability"].to_numpy()).max() <= 1e-6
-    assert g.loc[s, "probability"].std() > 0.01  # real, spread scores
+    assert "probability" not in got.schema.names and not bundle.calibrated  # an uncalibrated model: scores only
+    assert np.abs(g.loc[s, "score"].to_numpy() - w.loc[s, "score"].to_numpy()).max() <= 1e-6
+    assert g.loc[s, "score"].std() > 0.01  # real, spread scores
     for c in ("transaction_id", "entity_id", "timestamp", "amount", "label"):
         pd.testing.assert_series_equal(g.loc[s, c], w.loc[s, c])
     bad = g.loc[~s].iloc[0]
@@ -114,13 +116,13 @@ def test_incomplete_partition_is_refused(tiny_dataset):
     bundle, d, _ = tiny_dataset
     frame = read_transactions(d / "whole.parquet", tiny_spec()).frame
     files = {k: (bundle.path / k).read_bytes() for k in (WEIGHTS, META)}
-    scorer = PartitionScorer(files, bundle.sha256, {c: str(t) for c, t in frame.dtypes.items()}, output_schema(frame))
+    scorer = PartitionScorer(files, bundle.sha256, {c: str(t) for c, t in frame.dtypes.items()}, output_schema(frame, bundle.calibrated))
     whole = frame.assign(**{_PART: 0, _PART_ROWS: len(frame)})
     assert scorer(whole).num_rows == len(frame)
     with pytest.raises(RuntimeError, match="arrived with 100 of"):
         scorer(whole.iloc[:100])
     with pytest.raises(ValueError, match="actor loaded checkpoint"):
-        PartitionScorer(files, "0" * 64, {}, output_schema(frame))
+        PartitionScorer(files, "0" * 64, {}, output_schema(frame, bundle.calibrated))
 
 
 def test_output_folder_must_be_new_or_empty(tiny_dataset, tmp_path):
