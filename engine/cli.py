@@ -227,9 +227,7 @@ def train(
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
                                   baseline=BaselineConfig(seed=seed) if baseline else None, fitter=fitter)
-    except (ValueError, RuntimeError) as e:  # RuntimeError: Ray unreachable or a Ray Train worker failed
-        if isinstance(e, RuntimeError) and fitter is None:
-            raise
+    except (ValueError, RuntimeError if fitter else ValueError) as e:  # Ray: unreachable, or a worker failed
         _fail(str(e))
     bundle.meta.update(
         name=name or out.name,
@@ -322,8 +320,7 @@ def _print_baseline(test: dict, base: dict) -> None:
 def score(
     data: Path = typer.Option(..., help="file to score (--engine ray: a Parquet file, a folder of them, or a glob)"),
     spec: Optional[str] = typer.Option(None, help="spec name or path (default: the model's spec)"),
-    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet or .csv (one row per input row); "
-                             "--engine ray: a new folder of Parquet part files"),
+    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet/.csv; --engine ray: a new folder of parts"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
     engine: str = typer.Option("local", help="local (one process) or ray (entity partitions on a Ray actor pool)"),
@@ -456,6 +453,9 @@ def explain(
 from engine.bench.commands import bench_app  # noqa: E402 (the ``fraudlens bench ...`` group)
 
 app.add_typer(bench_app, name="bench")
+from engine.serve.commands import serve as _serve  # noqa: E402 (``fraudlens serve``: the scoring service)
+
+app.command("serve")(_serve)
 
 
 def _secrets_have_auth() -> bool:

@@ -30,12 +30,19 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
         torch.set_num_threads(n)
     assert res.exit_code == 0, res.output
     text = out.read_text()
-    table = [line for line in text.splitlines() if line.startswith("| ")]
+    main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
+    table = [line for line in main.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| method | cases | deletion AOPC@10")
     rows = table[1:]
     names = [r.split("|")[1].strip().removesuffix(" (does not beat most recent first)") for r in rows]
     assert names == [*METHODS, "baseline: most recent first (no model)", "baseline: largest absolute amount first (no model)"]
     assert all(r.split("|")[2].strip() == "2" for r in rows)  # two cases each
+    ftable = [line for line in fields.splitlines() if line.startswith("| ")]
+    assert ftable[0].startswith("| method | cases | fields counted | sign agreement")
+    fnames = [r.split("|")[1].strip() for r in ftable[1:]]
+    assert fnames[0].startswith("IG from the typical query") and fnames[-1] == "exact field Shapley values"
+    assert len(fnames) == 4 and all(r.split("|")[2].strip() == "2" for r in ftable[1:])
+    assert "History effect over the same 2 flagged cases" in fields
     assert "written to" in res.output
 
 

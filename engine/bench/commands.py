@@ -136,16 +136,62 @@ def bench_explanations(
                                 help="comma-separated explanation methods"),
     seed: int = typer.Option(0, help="case sampling, SHAP coalitions and random orders"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
+    fields: bool = typer.Option(True, "--fields/--no-fields",
+                                help="also bench the query's per-field attributions against field ablation "
+                                     "and the history effect (same cases)"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
-    ground truth, completeness and time per method over flagged test-period cases."""
+    ground truth, completeness and time per method over flagged test-period cases; with --fields
+    (default) IG / field Shapley versus field ablation and the query alone versus with history."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
-        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print)
+        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
+                          fields=fields)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
+
+
+@bench_app.command("serve")
+def bench_serve(
+    model: Optional[Path] = typer.Option(None, help="TabFormer checkpoint (default: the demo model)"),
+    tabformer: Path = typer.Option(ROOT.parent / "shared" / "data" / "tabformer" / "User0_credit_card_transactions.csv",
+                                   exists=True, help="TabFormer file (the spec's raw columns)"),
+    handbook_model: Optional[Path] = typer.Option(None, help="Handbook checkpoint; without it the Handbook runs are skipped"),
+    handbook: Path = typer.Option(HANDBOOK, help="the Handbook transactions file"),
+    handbook_rows: int = typer.Option(30_000, min=100, help="first N Handbook transactions (time order) replayed"),
+    clients: str = typer.Option("1,8,32", help="comma-separated concurrent clients"),
+    rate: float = typer.Option(1000.0, min=1.0, help="paced runs: transactions per second in all"),
+    seconds: float = typer.Option(5.0, min=1.0, max=60.0, help="time limit per run"),
+    sync: str = typer.Option("full,normal", help="comma-separated history commit modes (fraudlens serve --sync)"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "serve.md"),
+):
+    """Load test of `fraudlens serve` on loopback: throughput, p50/p99/p99.9 and errors at 1/8/32 clients, paced
+    and unpaced, and a kill -9 mid-run (acknowledged transactions lost). Bounded in count and time."""
+    from engine.bench import serve_load
+
+    cl = tuple(int(c) for c in clients.split(",") if c.strip())
+    try:
+        serve_load.run(model, handbook_model, tabformer, handbook if handbook_model else None, out, clients=cl,
+                       rate=rate, seconds=seconds, handbook_rows=handbook_rows,
+                       syncs=tuple(x.strip() for x in sync.split(",") if x.strip()), log=plain_log)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        _fail(str(e))
+    plain_log(f"written to {out}")
+
+
+@bench_app.command("links")
+def bench_links(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    cf_cases: int = typer.Option(20, min=0, help="flagged demo transactions for the counterfactual table (0: none)"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "links.md"),
+):
+    """Common point of compromise on the Handbook (precision@k of the ranked terminals against the
+    compromised ones, per window) and counterfactuals with the demo model."""
+    from engine.bench import links
+
+    links.run(data, out, cf_cases=cf_cases, log=plain_log)
 
 
 @bench_app.command("ray")

@@ -38,6 +38,7 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from engine.data import field_reference
 from engine.data.features import EncodedFrame
 from engine.data.spec import DatasetSpec
 from engine.model.baseline import BaselineConfig, TabularBaseline
@@ -301,6 +302,9 @@ def train(
                "proposed": {"train_end": str(proposal[0]), "val_end": str(proposal[1])} if proposal else None},
         train_wall_s=wall,
     )
+    # the typical transaction explanations replace fields with (engine/data/field_reference.py)
+    bundle.meta[field_reference.CHECKPOINT_KEY] = field_reference.compute(
+        bundle.encoder, frame[split == 0], training=True).to_dict()
     report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds,
               "operating_point": op, "calibration": cal_report}
     if baseline is not None:
