@@ -192,3 +192,23 @@ def bench_links(
     from engine.bench import links
 
     links.run(data, out, cf_cases=cf_cases, log=plain_log)
+
+
+@bench_app.command("ray")
+def bench_ray(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="transactions file (default: the Handbook file)"),
+    spec: str = typer.Option("handbook", help="spec name or TOML file"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint (default: default configuration, untrained)"),
+    rows: int = typer.Option(200_000, min=1, help="score the first N records of the file"),
+    train: bool = typer.Option(True, help="also compare Ray Train (2 workers) with one process on those records"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "ray.md"),
+):
+    """Ray batch scoring at 1 and 2 workers vs one process (throughput, score agreement) and Ray
+    Train vs one process (metrics); needs fraudlens[ray]."""
+    from engine.bench import ray_scaling
+
+    try:
+        text = ray_scaling.run(str(data), spec, model, rows, out, train=train, log=plain_log)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        _fail(str(e))
+    plain_log(text)
