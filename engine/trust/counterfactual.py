@@ -239,7 +239,7 @@ def removal_counterfactual(
             **base, found=False, removed=[], probability=p0, exact=False, greedy_path=path, method=method,
             n_candidates=len(cands), evaluations=sc.calls,
             text=(("No removal clears it: even removing all " if n == q else "No removal found that clears it: "
-                   f"removing the first ") + f"{n} earlier {'transaction' if n == 1 else 'transactions'}"
+                   "removing the first ") + f"{n} earlier {'transaction' if n == 1 else 'transactions'}"
                   + (" of the context" if n == q else f" in {_title(method)} order")
                   + f" leaves the probability at {p:.3f}, at or above the review threshold {thr:.3f}." if n else
                   "No removal clears it: there is no earlier transaction in the context."))
