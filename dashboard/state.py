@@ -368,8 +368,13 @@ def load_all() -> Loaded:
     source = _source(src["path"], src["spec"], sha, src.get("max_rows"))
     key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
     thr = thresholds_now(bundle)
-    return Loaded(src=src, source=source, bundle=bundle, scores=_flagged(*key, thr["review"]),
-                  ranking=_ranking(*key, thr["review"]), key=key, thresholds=thr)
+    loaded = Loaded(src=src, source=source, bundle=bundle, scores=_flagged(*key, thr["review"]),
+                    ranking=_ranking(*key, thr["review"]), key=key, thresholds=thr)
+    try:
+        start_precompute(loaded)  # once per data + model: explanations ready before a case opens
+    except Exception as e:  # noqa: BLE001 - never blocks a page
+        log.warning("precompute not started: %s", e)
+    return loaded
 
 
 def warm(settings: Settings) -> tuple:
@@ -400,18 +405,129 @@ def get_timeline(loaded: Loaded, entity_id: str):
     return _timeline(*loaded.key, str(entity_id), loaded.threshold)
 
 
+#: seconds the background thread may spend explaining flagged transactions after a data load
+#: (env ``FRAUDLENS_PRECOMPUTE_S``; 0 = off)
+PRECOMPUTE_S_DEFAULT = 600.0
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def explanation_cache(data_dir: str):
+    """The explanation cache (:class:`engine.cases.explain_cache.ExplanationCache`) in the
+    fraudlens data dir (``$FRAUDLENS_DATA_DIR``, else the user data dir), one per process."""
+    from engine.cases.explain_cache import ExplanationCache
+
+    return ExplanationCache(Path(data_dir) / "explanations.sqlite")
+
+
+def _cache():
+    from engine.cases.store import default_db_path
+
+    return explanation_cache(str(default_db_path().parent))
+
+
+def _cache_ids(source: Any, spec: str, max_rows: int | None, params: tuple) -> tuple[str, dict]:
+    """(source id as the case store keys it, cache params: the explainer's + max_rows)."""
+    from engine.cases.store import source_id
+
+    sid = source_id(source.file_sha256, getattr(source.spec, "name", None) or str(spec))
+    return sid, {**dict(params), "max_rows": max_rows}
+
+
 @st.cache_data(show_spinner="Explaining the transaction…", max_entries=64)
 def _explanations(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
                   params: tuple, _path: str, _model_path: str):
+    import time
+
     source = _source(_path, spec, data_sha, max_rows)
-    return cv.explain_query(get_bundle(_model_path), source.frame, transaction_id, **dict(params))
+    sid, cparams = _cache_ids(source, spec, max_rows, params)
+    try:
+        cache = _cache()
+        hit = cache.get(model_sha, sid, transaction_id, cparams)
+    except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss, never an error page
+        log.warning("explanation cache unavailable: %s", e)
+        cache, hit = None, None
+    if hit is not None:
+        return hit
+    t0 = time.perf_counter()
+    out = cv.explain_query(get_bundle(_model_path), source.frame, transaction_id, **dict(params))
+    if cache is not None:
+        try:
+            cache.put(model_sha, sid, transaction_id, cparams, out, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001
+            log.warning("explanation cache write failed: %s", e)
+    return out
 
 
 def get_explanations(loaded: Loaded, transaction_id: str, params: dict | None = None):
-    """All explanations of one query (cached per data sha, spec, model sha, transaction, params)."""
+    """All explanations of one query: the stored ones (explanation cache, filled ahead by
+    :func:`start_precompute`) else computed now and stored; cached in memory per data sha,
+    spec, model sha, transaction, params."""
     path, spec, sha, max_rows, model_path, model_sha = loaded.key
     return _explanations(sha, spec, max_rows, model_sha, str(transaction_id),
                          tuple(sorted((params or {}).items())), path, model_path)
+
+
+def precompute_budget_s() -> float:
+    """``$FRAUDLENS_PRECOMPUTE_S`` seconds (default :data:`PRECOMPUTE_S_DEFAULT`; 0 = off)."""
+    try:
+        return max(0.0, float(os.environ.get("FRAUDLENS_PRECOMPUTE_S", PRECOMPUTE_S_DEFAULT)))
+    except ValueError:
+        return PRECOMPUTE_S_DEFAULT
+
+
+def flagged_order(scores: Any) -> list[str]:
+    """Transaction ids of the flagged transactions, most risky (highest probability) first."""
+    f = scores.loc[scores["flagged"].to_numpy(dtype=bool)]
+    return [str(t) for t in f.sort_values("probability", ascending=False, kind="stable")["transaction_id"]]
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: str, review: float,
+                    budget_s: float, _path: str, _model_path: str, _data_dir: str) -> dict[str, Any]:
+    """ONE background thread per (data, model, review threshold) explaining its flagged
+    transactions into the explanation cache (:func:`engine.cases.explain_cache.precompute`).
+    The thread never calls ``st.*``; the returned dict holds ``thread``, ``stop`` and, when
+    done, ``counts``."""
+    import threading
+
+    from engine.cases.explain_cache import precompute
+
+    source = _source(_path, spec, data_sha, max_rows)
+    bundle = get_bundle(_model_path)
+    scores = _scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
+    flagged = scores.assign(flagged=scores["probability"].to_numpy() >= review)
+    ids = flagged_order(flagged)
+    sid, cparams = _cache_ids(source, spec, max_rows, ())
+    cache = explanation_cache(_data_dir)
+    job: dict[str, Any] = {"stop": threading.Event(), "n": len(ids), "counts": None}
+
+    def run() -> None:
+        try:
+            job["counts"] = precompute(lambda t: cv.explain_query(bundle, source.frame, t), ids, cache,
+                                       model_sha=model_sha, source_id=sid, params=cparams, budget_s=budget_s,
+                                       stop=job["stop"], log=log.warning)
+            log.info("precompute: %s", job["counts"])
+        except Exception as e:  # noqa: BLE001 - the page computes on a miss anyway
+            log.warning("precompute stopped: %s: %s", type(e).__name__, e)
+            job["counts"] = {"error": str(e)}
+
+    job["thread"] = threading.Thread(target=run, name="fraudlens-precompute", daemon=True)
+    job["thread"].start()
+    return job
+
+
+def start_precompute(loaded: Loaded) -> dict[str, Any] | None:
+    """Start (once per data sha, spec, model sha and review threshold; later calls return the same
+    job) the background explanation of the flagged transactions, most risky first, within
+    :func:`precompute_budget_s`. None when the budget is 0."""
+    budget = precompute_budget_s()
+    if budget <= 0:
+        return None
+    from engine.cases.store import default_db_path
+
+    path, spec, sha, max_rows, model_path, model_sha = loaded.key
+    return _precompute_job(sha, spec, max_rows, model_sha, float(loaded.threshold), budget, path, model_path,
+                           str(default_db_path().parent))
 
 
 def load_or_explain_error(e: Exception) -> str:

@@ -61,3 +61,14 @@ def private_data_dir(tmp_path_factory) -> Path:
         guard.REAL_DATA_DIRS.clear()
         if hits:
             pytest.fail(f"the tests touched the user's real data dir: {hits[:5]}", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_background_precompute():
+    """Session-wide, automatic: ``FRAUDLENS_PRECOMPUTE_S=0`` so the dashboard does not start its
+    background explanation thread (dashboard/state.py ``start_precompute``) in tests that do not
+    ask for it; a test of the thread sets it itself."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FRAUDLENS_PRECOMPUTE_S", "0")
+    yield
+    mp.undo()

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard import state
+from dashboard.components import lead as lead_ui
 from dashboard.components.safe import csv_download, error_text, md
 from engine.cases import view as cv
 from engine.cases import figures as fig
@@ -32,6 +33,7 @@ except Exception as e:  # noqa: BLE001
     st.stop()
 
 ranking, thr, currency = loaded.ranking, loaded.threshold, loaded.source.currency
+WORD = lead_ui.word(loaded)  # "probability" only for a calibrated model, else "score"
 thresholds = loaded.thresholds  # in force: stored for the model, else the checkpoint's (one source)
 if not len(ranking):
     st.title("Case")
@@ -50,7 +52,7 @@ head.title(f"Case {md(cv.mask(entity))}")
 options = entity_ids[:500] if entity in set(entity_ids[:500]) else entity_ids[:500] + [entity]
 ss["case_entity_pick"] = entity
 pick.selectbox(
-    "Entity (ranked by max fraud probability)", options, key="case_entity_pick",
+    f"Entity (ranked by max fraud {WORD})", options, key="case_entity_pick",
     format_func=lambda e: f"{cv.mask(e)} · max {max_p.get(e, float('nan')):.3f}",
     on_change=lambda: state.set_entity(ss["case_entity_pick"]),
 )
@@ -59,10 +61,10 @@ tl = state.get_timeline(loaded, entity)
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)
 m[0].metric("Transactions", f"{len(tl):,}")
-m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud probability ≥ review threshold {thr:.3f}")
+m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud {WORD} ≥ review threshold {thr:.3f}")
 m[2].metric("Known frauds", "—" if "label" not in tl or tl["label"].isna().all() else f"{int(tl['label'].fillna(0).sum()):,}")
-m[3].metric("Max fraud probability", f"{r['max_probability']:.3f}")
-m[4].metric("Review threshold", f"{thr:.3f}", help="probability at or above which a transaction is flagged · "
+m[3].metric(f"Max fraud {WORD}", f"{r['max_probability']:.3f}")
+m[4].metric("Review threshold", f"{thr:.3f}", help=f"{WORD} at or above which a transaction is flagged · "
             + md(thresholds["source"]))
 
 # ------------------------------------------------------------------------------ query selection
@@ -73,7 +75,7 @@ query = ss[state.QUERY]
 
 st.subheader("Timeline")
 y_mode = st.segmented_control("Vertical axis", ["probability", "amount"], default="probability",
-                              format_func={"probability": "Fraud probability", "amount": "Amount"}.get,
+                              format_func={"probability": f"Fraud {WORD}", "amount": "Amount"}.get,
                               key="tl_y", label_visibility="collapsed") or "probability"
 hover = [f.name for f in loaded.source.spec.fields if f.name in tl][:6]
 chart_key = f"tl_{entity}_{y_mode}_{query}"
@@ -82,7 +84,7 @@ st.plotly_chart(
     key=chart_key, on_select=partial(state.on_query_chart_select, chart_key, ids), selection_mode="points",
     config=PLOTLY_CONFIG,
 )
-st.caption("Colour and size: fraud probability · ★ the transaction being explained · ring: known fraud · "
+st.caption(f"Colour and size: fraud {WORD} · ★ the transaction being explained · ring: known fraud · "
            "click a point to explain it.")
 
 c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
@@ -106,7 +108,7 @@ st.dataframe(
         "when": None,
         "timestamp": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
         "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
-        "probability": st.column_config.ProgressColumn("Fraud probability", min_value=0.0, max_value=1.0,
+        "probability": st.column_config.ProgressColumn(f"Fraud {WORD}", min_value=0.0, max_value=1.0,
                                                        format="%.3f"),
         "flagged": st.column_config.CheckboxColumn("Flagged"),
         "label": st.column_config.NumberColumn("Known fraud", format="%d"),
@@ -127,18 +129,25 @@ except Exception as e:  # noqa: BLE001
     st.stop()
 
 qs = cv.query_summary(expls, tl, query, thr)
+q_out = lead_ui.output(loaded, qs.logit)  # calibrated probability, or the sigmoid score (words rule)
+
+# ---- what the analyst reads first: reasons, key evidence, agreement (dashboard/components/lead.py) ----
+lead_ui.render_lead(loaded, query, currency)
+
 m = st.columns(6)
-m[0].metric("Fraud probability", f"{qs.probability:.3f}",
-            delta=f"{qs.probability - thr:+.3f} vs threshold", delta_color="inverse")
-m[1].metric("Score (logit)", f"{qs.logit:+.3f}", help="log-odds of fraud; probability = 1 / (1 + e^−logit)")
-m[2].metric("Decision", cv.BAND_LABELS[cv.decision_band(qs.probability, thr, thresholds["decline"])],
-            help=f"below review: p < {thr:.3f} · review: {thr:.3f} ≤ p < {thresholds['decline']:.3f} · "
-                 f"decline: p ≥ {thresholds['decline']:.3f}")
+m[0].metric(f"Fraud {WORD}", f"{q_out:.3f}",
+            delta=f"{q_out - thr:+.3f} vs threshold", delta_color="inverse")
+m[1].metric("Logit", f"{qs.logit:+.3f}", help="log-odds of fraud; the model's raw output before "
+            + ("calibration" if WORD == "probability" else "the sigmoid (score = 1 / (1 + e^−logit))"))
+m[2].metric("Decision", cv.BAND_LABELS[cv.decision_band(q_out, thr, thresholds["decline"])],
+            help=f"below review: {WORD} < {thr:.3f} · review: {thr:.3f} ≤ {WORD} < {thresholds['decline']:.3f} · "
+                 f"decline: {WORD} ≥ {thresholds['decline']:.3f}")
 m[3].metric("Known label", {None: "unknown", 1: "fraud", 0: "legitimate"}[qs.known_label])
 ig_delta = qs.convergence.get("integrated_gradients")
-m[4].metric("IG convergence delta", "—" if ig_delta is None else f"{ig_delta:+.4f}",
-            help="sum of IG attributions − (f(x) − f(baseline)), in logits; near 0 = complete attribution")
-m[5].metric("Context (transactions)", f"{qs.context_length}",
+m[4].metric("IG gap", "—" if ig_delta is None else f"{ig_delta:+.4f}",
+            help="IG convergence delta: sum of IG attributions − (f(x) − f(baseline)), in logits; near 0 = "
+                 "complete attribution")
+m[5].metric("Context", f"{qs.context_length}",
             help="transactions of the history the model used for this score, the query included")
 
 # ---- history effect (owner: dashboard/components/fields.py): the query alone vs with its history ----
@@ -215,7 +224,7 @@ with tabs[3]:
             "transaction": st.column_config.TextColumn("Transaction"),
             "timestamp": None,
             "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
-            "probability": st.column_config.ProgressColumn("Own fraud probability", min_value=0.0, max_value=1.0,
+            "probability": st.column_config.ProgressColumn(f"Own fraud {WORD}", min_value=0.0, max_value=1.0,
                                                            format="%.3f"),
             "label": st.column_config.NumberColumn("Known fraud", format="%d"),
         },

@@ -1,0 +1,185 @@
+"""Case page: reasons and key evidence at the top, the words rule, the explanation cache
+(dashboard/components/lead.py, dashboard/state.py) through Streamlit's AppTest.
+
+Set-up as tests/dashboard/test_trust.py: a demo-data slice and a tiny untrained model. Every
+number shown is recomputed with the engine (engine.trust.reasons / evidence) from the explanations
+the page stored in the explanation cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from engine.cases import view as cv
+from engine.cases.explain_cache import ExplanationCache
+from engine.cases.store import source_id
+from engine.explain.context import build_context
+from engine.trust.evidence import key_evidence
+from engine.trust.reasons import reason_codes
+from tiny_models import demo_slice, tiny_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "dashboard" / "app.py")
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lead-dash")
+    data = demo_slice(d / "tx.csv", 1500)
+    spec = cv.demo_spec_name()
+    src = cv.load_source(data, spec)
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-lead", "thresholds": {"review": 0.5}})
+    bundle = cv.load_model(d / "model")
+    scores = cv.score_source(bundle, src.frame)
+    pos = scores.groupby("entity_id", sort=False).cumcount()
+    cand = scores[(pos >= 8) & scores["flagged"]].sort_values("probability", ascending=False)
+    assert len(cand), "the tiny model flags nothing with history; change the seed"
+    return {"data": data, "spec": spec, "model": d / "model", "bundle": bundle, "scores": scores, "src": src,
+            "frame": src.frame, "query": str(cand["transaction_id"].iloc[0]),
+            "entity": str(cand["entity_id"].iloc[0])}
+
+
+@pytest.fixture
+def env(world, monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("FRAUDLENS_DATA", str(world["data"]))
+    monkeypatch.setenv("FRAUDLENS_SPEC", world["spec"])
+    monkeypatch.setenv("FRAUDLENS_MODEL", str(world["model"]))
+    monkeypatch.delenv("FRAUDLENS_MAX_ROWS", raising=False)
+    torch.set_num_threads(1)
+    import streamlit as st
+
+    st.cache_data.clear()  # each test's data dir starts empty: no explanation from a memory cache
+    return {**world, "store": tmp_path / "store"}
+
+
+def _case(env) -> AppTest:
+    from dashboard.components.access import SESSION_KEY
+    from engine.serve.access import Identity
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[SESSION_KEY] = Identity("alice", "analyst", "password")
+    at.session_state["entity_id"] = env["entity"]
+    at.session_state["query_id"] = env["query"]
+    at.switch_page("pages/case.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def _walk(node, out):
+    """Every element of the page in document order (AppTest tree, depth first)."""
+    kids = getattr(node, "children", None)
+    out.append(node)
+    if isinstance(kids, dict):
+        for k in sorted(kids):
+            _walk(kids[k], out)
+    return out
+
+
+def _texts(at) -> list[str]:
+    out = []
+    for el in _walk(at.main, []):
+        for attr in ("value", "label", "body"):
+            v = getattr(el, attr, None)
+            if isinstance(v, str):
+                out.append(v)
+    return out
+
+
+def _stored(env):
+    """The explanations the page stored in the explanation cache (the data dir's sqlite)."""
+    cache = ExplanationCache(env["store"] / "explanations.sqlite")
+    sid = source_id(env["src"].file_sha256, env["src"].spec.name)
+    got = cache.get(env["bundle"].sha256, sid, env["query"], {"max_rows": None})
+    assert got is not None, "the page did not store the query's explanations"
+    return got
+
+
+def test_reasons_and_key_evidence_come_first_with_engine_numbers(env):
+    at = _case(env)
+    texts = _texts(at)
+    lead_i = next(i for i, t in enumerate(texts) if t.startswith("#### Why it was flagged"))
+    # above the per-method detail (the Attributions tab) and the trust toggle, without a toggle
+    tab_i = next(i for i, t in enumerate(texts) if t == "Attributions")
+    assert lead_i < tab_i
+    expls = _stored(env)
+    fr = env["frame"]
+    ctx = build_context(env["bundle"], fr[fr.entity_id == env["entity"]].reset_index(drop=True), env["query"])
+    reasons = reason_codes(ctx, expls)
+    for i, r in enumerate(reasons):
+        assert any(t.startswith(f"{i + 1}\\. ") and cv.mask(r.text)[:30] in t.replace("\\", "") for t in texts), r.text
+    ev = key_evidence(ctx, expls["shap"], top_k=8)
+    assert ev.word == ("probability" if env["bundle"].calibrated else "score")
+    if ev.transaction_ids:
+        n = len(ev.transaction_ids)
+        these = "this earlier transaction" if n == 1 else f"these {n} earlier transactions"
+        want = f"Without {these} the {ev.word} would be {ev.output_without:.2f} (now {ev.output_with:.2f})."
+        assert any(want in t.replace("\\", "") for t in texts), [t for t in texts if "Key evidence" in t]
+        tab = next(d.value for d in at.dataframe if "amount" in getattr(d.value, "columns", []) and
+                   "time" in d.value.columns)
+        rows = ctx.rows.set_index(ctx.rows["transaction_id"].astype(str))
+        np.testing.assert_allclose(tab["amount"].to_numpy(float),
+                                   rows.loc[ev.transaction_ids, "amount"].to_numpy(float))
+    else:
+        assert any("no earlier transaction pushed" in t for t in texts)
+
+
+def test_words_rule_follows_calibration(env):
+    at = _case(env)
+    labels = [m.label for m in at.metric]
+    w = "probability" if env["bundle"].calibrated else "score"
+    other = "score" if w == "probability" else "probability"
+    assert f"Fraud {w}" in labels and f"Max fraud {w}" in labels
+    assert f"Fraud {other}" not in labels and f"Max fraud {other}" not in labels
+    # the shown number is the model's output (calibrated or sigmoid), not a hand-made sigmoid
+    q = env["scores"].set_index("transaction_id").loc[env["query"]]
+    shown = float(next(m.value for m in at.metric if m.label == f"Fraud {w}"))
+    assert abs(shown - float(q["probability"])) < 1.5e-3
+
+
+def test_second_open_reads_the_cache(env):
+    """A stored entry is what the page shows: a tampered cached logit shows up as the query's logit."""
+    at = _case(env)
+    expls = _stored(env)
+    logit = next(m.value for m in at.metric if m.label == "Logit")
+    assert float(logit) == pytest.approx(float(next(iter(expls.values())).score_logit), abs=1e-3)
+    # write a changed entry: a new session (memory caches cleared) must read it, not recompute
+    cache = ExplanationCache(env["store"] / "explanations.sqlite")
+    sid = source_id(env["src"].file_sha256, env["src"].spec.name)
+    for e in expls.values():
+        e.score_logit = 7.25
+    cache.put(env["bundle"].sha256, sid, env["query"], {"max_rows": None}, expls)
+    import streamlit as st
+
+    st.cache_data.clear()
+    at2 = _case(env)
+    assert next(m.value for m in at2.metric if m.label == "Logit") == "+7.250"
+
+
+def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
+    from dashboard import state
+
+    monkeypatch.setenv("FRAUDLENS_PRECOMPUTE_S", "0")
+    assert state.precompute_budget_s() == 0.0
+    order = state.flagged_order(env["scores"])
+    p = env["scores"].set_index("transaction_id").loc[order, "probability"].to_numpy()
+    assert len(order) == int(env["scores"]["flagged"].sum()) and np.all(np.diff(p) <= 0)
+    data_dir = env["store"]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    job = state._precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.5,
+                                            5.0, str(env["data"]), str(env["model"]), str(data_dir))
+    job["thread"].join(120)
+    c = job["counts"]
+    assert c is not None and "error" not in c, c
+    assert c["computed"] >= 1 and c["computed"] + c["cached"] + c["failed"] + c["left"] == len(order)
+    cache = ExplanationCache(data_dir / "explanations.sqlite")
+    sid = source_id(env["src"].file_sha256, env["src"].spec.name)
+    assert cache.get(env["bundle"].sha256, sid, order[0], {"max_rows": None}) is not None  # most risky first
+    assert cache.get(env["bundle"].sha256, sid, order[-1], {"max_rows": None}) is None or c["left"] == 0
