@@ -122,7 +122,7 @@ def test_saved_thresholds_are_the_same_on_every_page_in_the_export_and_the_cli(c
     assert m["Review threshold"] == f"{review:.3f}" and m["Decline threshold"] == f"{decline:.3f}"
     assert m["Flagged"] == f"{n_flag_entity:,}"
     assert m["Decision"] == cv.BAND_LABELS[band] and m["Decision band"] == cv.BAND_LABELS[band]
-    fp = next(x for x in at.metric if x.label == "Fraud probability")
+    fp = next(x for x in at.metric if x.label == ("Fraud probability" if cenv["bundle"].calibrated else "Fraud score"))
     assert fp.proto.body == f"{p - review:+.3f} vs threshold" or f"{p - review:+.3f}" in str(fp.proto)
     at.tabs[-1]  # the What-if tab is rendered with the others
     assert m["What-if decision"] == cv.BAND_LABELS[band]  # no edit: the original score's band
