@@ -162,8 +162,9 @@ def agreement_sentence(a: dict | None) -> str:
             "compare the charts below; the Trust checks show which method survives removal tests.")
 
 
-def render_lead(loaded: Any, query: str, currency: str) -> Lead | None:
-    """Reasons, key evidence and agreement of ``query`` at the top of the transaction."""
+def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead | None:
+    """Reasons, key evidence and agreement of ``query`` (``when``: its time · amount label) at
+    the top of the case."""
     try:
         lead = case_lead(loaded, query)
     except Exception as e:  # noqa: BLE001
@@ -171,7 +172,7 @@ def render_lead(loaded: Any, query: str, currency: str) -> Lead | None:
         return None
     w = word(loaded)
     box = st.container(border=True, key="case_lead")
-    box.markdown("#### Why it was flagged")
+    box.markdown("#### Why it was flagged" + (f": {md(cv.mask(query))} · {md(when)}" if when else ""))
     if lead.reasons:
         for i, r in enumerate(lead.reasons):
             wt = "" if not math.isfinite(r.weight) else f" · {logit_reading(loaded, lead.logit, r.weight)}"

@@ -55,6 +55,7 @@ from dashboard.components.sanity import (  # noqa: F401 (re-exported for the pag
     sanity_cases,
     sanity_result,
 )
+from dashboard.components.masking import edits_table, mask_card_fields
 from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
 from engine.cases import figures as fig
@@ -356,7 +357,7 @@ def _rows_table(rows: pd.DataFrame, labels: list[str], currency: str) -> pd.Data
     out = pd.DataFrame({"when": labels, "amount": rows["amount"].to_numpy()})
     for c in cols:
         out[c] = rows[c].astype(str).to_numpy()
-    return cv.mask_frame(out)
+    return mask_card_fields(out)  # merchant ids are not PANs: only card fields are masked
 
 
 # -------------------------------------------------------------------------------------- what-if
@@ -468,11 +469,10 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
     # ---- current edits ------------------------------------------------------------------------
     c1, c2, c3 = st.columns([4, 1, 1], vertical_alignment="bottom")
     if edits:
-        c1.dataframe(pd.DataFrame({
-            "edit": [e["op"] for e in edits],
-            "transaction": [cv.mask(str(e.get("transaction_id") or "new")) for e in edits],
-            "values": [cv.mask(", ".join(f"{k}={v}" for k, v in (e.get("values") or {}).items())) for e in edits],
-        }), key="whatif_edits_table", hide_index=True)
+        c1.dataframe(edits_table(loaded, edits), key="whatif_edits_table", hide_index=True,
+                     column_config={"time": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
+                                    "amount": st.column_config.NumberColumn(f"Amount ({loaded.source.currency})",
+                                                                            format="%.2f")})
     else:
         c1.caption("No edits yet: the scores above are the original ones.")
     c2.button("Undo last", key="whatif_undo", on_click=_undo_last, args=(query,), disabled=not edits,

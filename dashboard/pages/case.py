@@ -47,6 +47,23 @@ if ss.get(state.ENTITY) not in set(entity_ids):
 entity = ss[state.ENTITY]
 max_p = dict(zip(ranking["entity_id"], ranking["max_probability"]))
 
+# Everything slow is computed before anything of the case is drawn: the title of a new case then
+# appears together with its reasons, never above the previous case's (no stale content).
+tl = state.get_timeline(loaded, entity)
+ids = tl["transaction_id"].tolist()
+if ss.get(state.QUERY) not in set(ids):
+    state.set_query(cv.default_query(tl))  # default: the highest-scored transaction
+query = ss[state.QUERY]
+try:
+    expls, expl_error = state.get_explanations(loaded, query), None
+except Exception as e:  # noqa: BLE001 - shown where the explanations go
+    expls, expl_error = None, e
+if expl_error is None:
+    try:
+        lead_ui.case_lead(loaded, query)  # cached: render_lead below only draws
+    except Exception:  # noqa: BLE001 - render_lead says why
+        pass
+
 head, pick = st.columns([3, 2], vertical_alignment="bottom")
 head.title(f"Case {md(cv.mask(entity))}")
 options = entity_ids[:500] if entity in set(entity_ids[:500]) else entity_ids[:500] + [entity]
@@ -57,7 +74,10 @@ pick.selectbox(
     on_change=lambda: state.set_entity(ss["case_entity_pick"]),
 )
 
-tl = state.get_timeline(loaded, entity)
+# ---- what the analyst reads first: reasons, key evidence, agreement (dashboard/components/lead.py) ----
+if expl_error is None:
+    lead_ui.render_lead(loaded, query, currency, when=str(tl.iloc[ids.index(query)]["when"]))
+
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)
 m[0].metric("Transactions", f"{len(tl):,}")
@@ -68,10 +88,6 @@ m[4].metric("Review threshold", f"{thr:.3f}", help=f"{WORD} at or above which a 
             + md(thresholds["source"]))
 
 # ------------------------------------------------------------------------------ query selection
-ids = tl["transaction_id"].tolist()
-if ss.get(state.QUERY) not in set(ids):
-    state.set_query(cv.default_query(tl))  # default: the highest-scored transaction
-query = ss[state.QUERY]
 
 st.subheader("Timeline")
 y_mode = st.segmented_control("Vertical axis", ["probability", "amount"], default="probability",
@@ -119,20 +135,15 @@ st.dataframe(
 qrow = tl.iloc[ids.index(query)]
 st.divider()
 st.subheader(f"Transaction {md(cv.mask(query))} · {md(qrow['when'])}")
-try:
-    expls = state.get_explanations(loaded, query)
-except ImportError as e:
-    st.info(f"Explanations are not available in this installation ({md(e)}).")
+if isinstance(expl_error, ImportError):
+    st.info(f"Explanations are not available in this installation ({md(expl_error)}).")
     st.stop()
-except Exception as e:  # noqa: BLE001
-    st.error(f"Could not explain {md(cv.mask(query))}: {error_text(e)}", icon=":material/error:")
+if expl_error is not None:
+    st.error(f"Could not explain {md(cv.mask(query))}: {error_text(expl_error)}", icon=":material/error:")
     st.stop()
 
 qs = cv.query_summary(expls, tl, query, thr)
 q_out = lead_ui.output(loaded, qs.logit)  # calibrated probability, or the sigmoid score (words rule)
-
-# ---- what the analyst reads first: reasons, key evidence, agreement (dashboard/components/lead.py) ----
-lead_ui.render_lead(loaded, query, currency)
 
 m = st.columns(6)
 m[0].metric(f"Fraud {WORD}", f"{q_out:.3f}",

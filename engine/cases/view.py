@@ -83,6 +83,22 @@ def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transact
     return out
 
 
+#: column-name parts that make a column a card field (its PAN-like values are masked in tables)
+CARD_WORDS = ("card", "pan", "account_number")
+
+
+def is_card_field(name: Any) -> bool:
+    """True when column ``name`` holds card numbers (contains one of :data:`CARD_WORDS`).
+    Merchant ids, MCCs and transaction ids are not card numbers and are shown in full."""
+    n = str(name).lower()
+    return any(w in n for w in CARD_WORDS)
+
+
+def mask_card_fields(df: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``df`` with PAN-like values masked in its card fields only (:func:`is_card_field`)."""
+    return mask_frame(df, skip=tuple(c for c in df.columns if not is_card_field(c)))
+
+
 def mask(text: Any) -> Any:
     """:func:`engine.cases.redact.mask_card_number` (re-exported for the dashboard)."""
     return mask_card_number(text)
@@ -249,7 +265,7 @@ def entity_timeline(frame: pd.DataFrame, scores: pd.DataFrame, entity_id: str, t
     rest = [c for c in rows.columns if c not in _CORE]
     for c in rest:
         out[c] = rows[c].to_numpy()
-    out = mask_frame(out)
+    out = mask_card_fields(out)  # merchant ids are not PANs
     return out.sort_values(["timestamp"], kind="stable").reset_index(drop=True)
 
 
@@ -403,7 +419,7 @@ def context_table(expls: dict[str, "Explanation"], frame: pd.DataFrame, scores: 
     for c in rows.columns:
         if c not in _CORE:
             out[c] = rows[c].to_numpy()
-    return mask_frame(out)
+    return mask_card_fields(out)  # merchant ids are not PANs
 
 
 def attribution_table(expl: "Explanation", labels: list[str] | None = None, top: int | None = None) -> pd.DataFrame:

@@ -183,3 +183,35 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
     sid = source_id(env["src"].file_sha256, env["src"].spec.name)
     assert cache.get(env["bundle"].sha256, sid, order[0], {"max_rows": None}) is not None  # most risky first
     assert cache.get(env["bundle"].sha256, sid, order[-1], {"max_rows": None}) is None or c["left"] == 0
+
+
+def test_only_card_fields_are_masked_and_edits_show_time_and_amount(env):
+    import pandas as pd
+
+    from dashboard.components.masking import edits_table
+
+    df = pd.DataFrame({"merchant": ["3527213246127876953"], "card_number": ["4111111111111111"],
+                       "mcc": ["5300"]})
+    out = cv.mask_card_fields(df)
+    assert out["merchant"].iloc[0] == "3527213246127876953"  # a merchant id is not a PAN
+    assert out["card_number"].iloc[0] == "411111******1111"  # a PAN-like card value is
+    # the case page's tables: the TabFormer merchant ids of the demo data are shown in full
+    tl = cv.entity_timeline(env["frame"], env["scores"], env["entity"], 0.5, "USD")
+    merch = [c for c in tl.columns if "merchant" in c.lower()]
+    assert merch and not tl[merch[0]].astype(str).str.contains(r"\*").any()
+    assert (tl[merch[0]].astype(str).to_numpy() ==
+            env["frame"].loc[env["frame"].entity_id == env["entity"]].sort_values("timestamp", kind="stable")
+            [merch[0]].astype(str).to_numpy()).all()
+
+    class L:  # what edits_table reads of dashboard.state.Loaded
+        source = env["src"]
+
+    fr = env["frame"]
+    row = fr.loc[fr.entity_id == env["entity"]].iloc[2]
+    edits = [{"op": "remove", "transaction_id": str(row["transaction_id"]), "values": {}},
+             {"op": "change", "transaction_id": str(row["transaction_id"]), "values": {"amount": 12.5}}]
+    t = edits_table(L, edits)
+    assert t.columns.tolist() == ["edit", "time", "amount", "transaction", "values"]
+    assert t["time"].iloc[0] == pd.Timestamp(row["timestamp"]).tz_localize("UTC") or \
+        t["time"].iloc[0] == pd.Timestamp(row["timestamp"])
+    assert t["amount"].tolist() == [float(row["amount"]), 12.5]
