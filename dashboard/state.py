@@ -476,9 +476,14 @@ def precompute_budget_s() -> float:
 
 
 def flagged_order(scores: Any) -> list[str]:
-    """Transaction ids of the flagged transactions, most risky (highest probability) first."""
-    f = scores.loc[scores["flagged"].to_numpy(dtype=bool)]
-    return [str(t) for t in f.sort_values("probability", ascending=False, kind="stable")["transaction_id"]]
+    """Transaction ids of the flagged transactions, most risky case first: every entity's
+    highest-scored flagged transaction (the one its case opens on), by descending probability,
+    then every entity's second, and so on."""
+    f = scores.loc[scores["flagged"].to_numpy(dtype=bool), ["entity_id", "transaction_id", "probability"]]
+    f = f.sort_values("probability", ascending=False, kind="stable")
+    f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())
+    return [str(t) for t in f.sort_values(["_nth", "probability"], ascending=[True, False],
+                                          kind="stable")["transaction_id"]]
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

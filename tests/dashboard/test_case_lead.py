@@ -169,8 +169,14 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
     monkeypatch.setenv("FRAUDLENS_PRECOMPUTE_S", "0")
     assert state.precompute_budget_s() == 0.0
     order = state.flagged_order(env["scores"])
-    p = env["scores"].set_index("transaction_id").loc[order, "probability"].to_numpy()
-    assert len(order) == int(env["scores"]["flagged"].sum()) and np.all(np.diff(p) <= 0)
+    s = env["scores"].set_index("transaction_id").loc[order]
+    assert len(order) == int(env["scores"]["flagged"].sum()) and len(set(order)) == len(order)
+    # first each case's top transaction (most risky case first), then the second of each, ...
+    n_ent = s["entity_id"].nunique()
+    tops = s.iloc[:n_ent]
+    assert tops["entity_id"].is_unique and np.all(np.diff(tops["probability"].to_numpy()) <= 0)
+    assert (tops.groupby("entity_id")["probability"].max() ==
+            s.groupby("entity_id")["probability"].max().loc[tops.groupby("entity_id")["probability"].max().index]).all()
     data_dir = env["store"]
     data_dir.mkdir(parents=True, exist_ok=True)
     job = state._precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.5,
