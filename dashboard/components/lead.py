@@ -10,7 +10,7 @@
 * one sentence on whether the attribution methods agree (:mod:`engine.trust.agreement`), stated
   once instead of one box per disagreeing pair.
 
-The words rule (:func:`engine.model.calibration.probability_word`): a number is called a
+The words rule (as ``probability_word`` of the model's calibration module): a number is called a
 "probability" only when the checkpoint carries a calibration map (``bundle.calibrated``), else a
 "score". :func:`word` gives the word for the loaded model; :func:`logit_reading` turns a logit
 attribution into that reading ("+0.80 logit ≈ score 0.50 → 0.69").
@@ -33,7 +33,6 @@ import streamlit as st
 from dashboard import state
 from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
-from engine.model.calibration import probability_word
 
 #: evidence transactions at most (the "without these N transactions" sentence)
 EVIDENCE_K = 8
@@ -44,10 +43,7 @@ AGREE_RHO = 0.5
 def word(loaded: Any) -> str:
     """``"probability"`` when the loaded model is calibrated, else ``"score"`` (words rule)."""
     b = loaded.bundle
-    cal = getattr(b, "calibrated", None)
-    if cal is not None:
-        return "probability" if bool(cal) else "score"
-    return probability_word(getattr(b, "meta", None))
+    return "probability" if bool(getattr(b, "calibrated", False)) else "score"
 
 
 def output(loaded: Any, logit: float) -> float:

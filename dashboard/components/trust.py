@@ -311,9 +311,14 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
         st.plotly_chart(tfig.agreement_heatmap(ag.spearman, bound=ag.bound, height=320),
                         key="trust_agreement", config=PLOTLY_CONFIG)
         texts = disagreement_texts(ag)
-        for t in texts:
-            st.warning(t, icon=":material/compare_arrows:")
-        if not texts:
+        if texts:  # stated once, with what it means (not one box per pair)
+            st.info(f"{len(texts)} method pair{'s' if len(texts) != 1 else ''} disagree on this case: "
+                    + "; ".join(f"**{_title(p.method_a)}** and **{_title(p.method_b)}** (ρ {p.spearman:+.2f})"
+                                for _, p in ag.disagreements.iterrows())
+                    + f", below {ag.bound}. They point at different earlier transactions: read no single "
+                    "ranking on its own; the faithfulness table above says which one removal tests support.",
+                    icon=":material/compare_arrows:")
+        else:
             st.caption(f"Every pair of methods ranks the {ag.n_transactions} earlier transactions alike "
                        f"(Spearman ρ ≥ {ag.bound}) or the correlation is undefined.")
 

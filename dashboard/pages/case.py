@@ -206,20 +206,11 @@ with tabs[1]:
                        f"(delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
 with tabs[2]:
     st.caption(ATTENTION_CAVEAT)
-    a = expls.get("attention")
-    if a is not None:
-        L, H = fig.attention_shape(a)
-        c1, c2 = st.columns(2)
-        layer = c1.selectbox("Layer", list(range(L)), index=L - 1, format_func=lambda i: f"layer {i + 1}",
-                             key="attn_layer")
-        head = c2.selectbox("Head", [None, *range(H)], key="attn_head",
-                            format_func=lambda h: "mean over heads" if h is None else f"head {h + 1}")
-        st.plotly_chart(fig.attention_heatmap(a, layer, head, labels=labels), key="attn_heat",
-                        config=PLOTLY_CONFIG)
+    from dashboard.components.attention import render_attention  # noqa: E402
+
+    render_attention(expls, labels, PLOTLY_CONFIG)  # the query's row as bars; the T × T map optional
     ro = expls.get("attention_rollout")
     if ro is not None:
-        st.plotly_chart(fig.attention_heatmap(ro, labels=labels, title="Attention rollout (all layers)"),
-                        key="attn_rollout", config=PLOTLY_CONFIG)
         st.caption(cv.method_caption(ro))
 with tabs[3]:
     table = cv.context_table(expls, loaded.source.frame, loaded.scores, currency)

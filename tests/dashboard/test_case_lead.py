@@ -221,3 +221,25 @@ def test_only_card_fields_are_masked_and_edits_show_time_and_amount(env):
     assert t["time"].iloc[0] == pd.Timestamp(row["timestamp"]).tz_localize("UTC") or \
         t["time"].iloc[0] == pd.Timestamp(row["timestamp"])
     assert t["amount"].tolist() == [float(row["amount"]), 12.5]
+
+
+def test_attention_is_the_query_row_and_the_full_map_is_optional(env):
+    import base64
+    import json
+
+    from engine.cases import figures as fig
+
+    at = _case(env)
+    charts = {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    assert "attn_row" in charts and "attn_heat" not in charts  # the T x T map only on request
+    y = charts["attn_row"]["data"][0]["y"]
+    if isinstance(y, dict):
+        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=np.dtype(y["dtype"]))
+    expls = _stored(env)
+    a = expls["attention"]
+    L, _ = fig.attention_shape(a)
+    want = np.asarray(fig.attention_matrix(a, L - 1, None), dtype=float)[-1, :-1]
+    np.testing.assert_allclose(np.asarray(y, dtype=float), want, rtol=1e-6, atol=1e-9)
+    assert len(want) == len(a.transaction_ids) - 1
+    at.toggle(key="attn_full").set_value(True).run()
+    assert "attn_heat" in {c.key for c in at.get("plotly_chart")}

@@ -155,7 +155,11 @@ def test_trust_tab_shows_faithfulness_agreement_and_reasons(env):
     z = _arr(_chart(at, "trust_agreement")["data"][0]["z"]).astype(float)
     np.testing.assert_allclose(z, agree.spearman.to_numpy(), rtol=1e-6, atol=1e-9)
     n_dis = len(agree.disagreements)
-    assert sum("disagree on this case" in w.value for w in at.warning) == n_dis
+    # agreement stated once: one box naming every disagreeing pair, none when all agree
+    boxes = [w.value for w in at.info if "disagree on this case" in w.value]
+    assert len(boxes) == (1 if n_dis else 0)
+    if n_dis:
+        assert boxes[0].startswith(f"{n_dis} method pair")
     # reason codes, each with its cited transactions
     md = [m.value for m in at.markdown]
     if reasons:
