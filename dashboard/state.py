@@ -507,6 +507,10 @@ def _precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: s
     job: dict[str, Any] = {"stop": threading.Event(), "n": len(ids), "counts": None}
 
     def run() -> None:
+        try:  # Linux: niceness is per thread; the analyst's own script runs come first
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
         try:
             job["counts"] = precompute(lambda t: cv.explain_query(bundle, source.frame, t), ids, cache,
                                        model_sha=model_sha, source_id=sid, params=cparams, budget_s=budget_s,

@@ -374,9 +374,12 @@ def field_value_texts(row: pd.Series, field_names: list[str], currency: str = ""
                  _gap_text((pd.Timestamp(row["timestamp"]) - pd.Timestamp(prev_timestamp)).total_seconds()))
         elif f in row.index:
             v = str(row[f]) if str(row[f]) != "" else "none"
+        elif f == "amount_vs_history":  # derived from the amount and the entity's earlier ones
+            v = f"{format_amount(float(row['amount']), currency)} vs earlier"
         else:
-            v = "?"
-        out.append(mask_card_number(v if len(v) <= 24 else v[:23] + "…"))
+            v = "—"  # a field the model derives, not a column of the row
+        v = v if len(v) <= 24 else v[:23] + "…"
+        out.append(mask_card_number(v) if is_card_field(f) else v)  # merchant ids are not PANs
     return out
 
 

@@ -243,3 +243,21 @@ def test_attention_is_the_query_row_and_the_full_map_is_optional(env):
     assert len(want) == len(a.transaction_ids) - 1
     at.toggle(key="attn_full").set_value(True).run()
     assert "attn_heat" in {c.key for c in at.get("plotly_chart")}
+
+
+def test_field_references_have_no_question_mark_and_merchants_in_full(env):
+    from engine.cases.fields_view import field_figure, query_fields
+
+    got = query_fields(env["bundle"], env["frame"], env["query"], cells=False)
+    fa = got["field_attribution"]
+    assert "amount_vs_history" in fa["field_names"]
+    assert fa["reference"]["amount_vs_history"] not in ("", "?")
+    row = env["frame"].iloc[0]
+    v = cv.field_value_texts(row, ["amount_vs_history", "merchant", "no_such_field"], "USD")
+    assert v[0].endswith(" vs earlier") and v[2] == "—" and "?" not in v
+    assert v[1] == str(row["merchant"])[:24] or v[1].endswith("…")  # not masked
+    names = list(field_figure(got).data[0].y)
+    assert not any("(typical: ?)" in n for n in names), names
+    merch = [k for k in fa["reference"] if "merchant" in k.lower()]
+    for k in merch:  # a merchant reference is shown as it is, never masked as a card number
+        assert "*" not in fa["reference"][k]
