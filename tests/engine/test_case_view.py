@@ -98,8 +98,10 @@ def test_entity_timeline_is_time_ordered_scored_and_masked(world):
     p = dict(zip(mine["transaction_id"], mine["probability"]))
     assert all(p[t] == v for t, v in zip(tl["transaction_id"], tl["probability"]))
     assert tl["when"].is_unique and tl["when"].iloc[0].endswith(f"{tl['amount'].iloc[0]:,.2f} USD")
-    # merchant ids are 19-digit numbers: card-like, so masked for display
-    assert tl["merchant"].str.contains(r"\*").all()
+    # merchant ids are 19-digit numbers but not PANs: shown in full (only card fields are masked)
+    assert not tl["merchant"].astype(str).str.contains(r"\*").any()
+    assert cv.mask_card_fields(pd.DataFrame({"card_number": ["4111111111111111"]}))["card_number"].iloc[0] == \
+        "411111******1111"
     with pytest.raises(KeyError):
         cv.entity_timeline(src.frame, scores, "no-such-entity", 0.5)
 
@@ -184,7 +186,8 @@ def test_field_value_texts(world):
     d = dict(zip(names, vals))
     assert d["amount"] == f"{row['amount']:,.2f} USD"
     assert d["hour"].endswith("h") and d["weekday"] in {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}
-    assert "*" in d["merchant"]  # masked
+    assert "*" not in d["merchant"]  # a merchant id is not a card number
+    assert cv.field_value_texts(pd.Series({"card": "4111111111111111"}), ["card"]) == ["411111******1111"]
 
 
 def test_model_card_has_provenance_and_masks_paths(world):
