@@ -90,7 +90,7 @@ class ShapConfig:
         top_k: ranks whose order must be resolved to stop (default 5).
         z: standard errors a gap must exceed to count as resolved (default 2).
         tie_tolerance: logit; a pair whose ``z * sd`` is below it counts as a practical tie
-            (default 0.02).
+            (default 0.05, the project's completeness tolerance: ~1.25 probability points at most).
         stop_when_stable: ``False`` = exactly ``min_rounds`` rounds (no stopping rule).
     """
 
@@ -104,7 +104,7 @@ class ShapConfig:
     time_budget_s: float = 5.0
     top_k: int = 5
     z: float = 2.0
-    tie_tolerance: float = 0.02
+    tie_tolerance: float = 0.05
     stop_when_stable: bool = True
 
     def __post_init__(self) -> None:

@@ -191,7 +191,7 @@ def merged_game(game: ValueFn, n_players: int, n_pruned: int) -> ValueFn:
 
 
 def topk_resolved(values: np.ndarray, standard_errors: np.ndarray, k: int, z: float = 2.0,
-                  tie_tolerance: float = 0.02) -> bool:
+                  tie_tolerance: float = 0.05) -> bool:
     """Whether the top-``k`` ranking by ``|value|`` is resolved by the standard errors.
 
     Rank the players by ``|value|``; for each adjacent pair among the first ``k + 1`` (ranks
@@ -274,7 +274,7 @@ def repeated_kernel_shap(
     time_budget_s: float = 5.0,
     top_k: int = 5,
     z: float = 2.0,
-    tie_tolerance: float = 0.02,
+    tie_tolerance: float = 0.05,
     stop_when_stable: bool = True,
 ) -> KernelEstimate:
     """KernelSHAP repeated with independent seeds until the top-``k`` ranking is resolved.

@@ -208,14 +208,24 @@ def to_pdf(report: dict[str, Any], images: dict[str, bytes] | None = None, image
         if not e["is_attribution"]:
             continue
         pdf.set_font(FONT, "B", 9)
-        pdf.multi_cell(W, 5, clean(f"{meth}: delta {_fmt(e['convergence_delta'], '{:+.4f}')} · "
-                                   f"reference {_fmt(e['reference_logit'], '{:+.3f}')} · steps {e['steps']} · "
+        est = e.get("estimator")
+        head = (f"{meth}: estimator {est['name']} ({est['n_evaluations']} coalitions"
+                + (f", {est['rounds']} rounds" if est.get("rounds") else "")
+                + (f", {est['pruned_transactions']} oldest merged" if est.get("pruned_transactions") else "")
+                + (", ranking resolved" if est.get("converged") else ", ranking NOT resolved within the budget")
+                + ")" if est else f"{meth}: delta {_fmt(e['convergence_delta'], '{:+.4f}')}")
+        pdf.multi_cell(W, 5, clean(f"{head} · reference {_fmt(e['reference_logit'], '{:+.3f}')} · steps {e['steps']} · "
                                    f"samples {e['samples']} · seed {e['seed']}"),
                        new_x=XPos.LMARGIN, new_y=YPos.NEXT)
         para(f"Baseline: {e['baseline']}", 7.5)
-        table(["#", "Transaction", "When · amount", "Attribution"],
-              [[r["rank"], r["transaction_id"], r["label"], _fmt(r["value"], "{:+.4f}")] for r in e["top_reasons"]],
-              [8, 50, 80, 30])
+
+        def _value(r: dict) -> str:
+            se = r.get("standard_error")
+            return _fmt(r["value"], "{:+.4f}") + (f" ± {_fmt(se, '{:.4f}')}" if se else "")
+
+        table(["#", "Transaction", "When · amount", "Attribution (± SE)" if est else "Attribution"],
+              [[r["rank"], r["transaction_id"], r["label"], _value(r)] for r in e["top_reasons"]],
+              [8, 50, 74, 36])
         if e["top_fields"]:
             para("Fields: " + ", ".join(f"{f['field']} {_fmt(f['value'], '{:+.3f}')}" for f in e["top_fields"]), 7.5)
     h2("Caveat")
