@@ -242,10 +242,7 @@ def kernel_shap_round(game: ValueFn, n_players: int, nsamples: int, seed: int) -
     """One KernelSHAP estimate ``[P]`` (``shap.KernelExplainer``, background = the empty
     coalition, ``l1_reg=False``, ``nsamples`` coalitions). ``shap`` samples with NumPy's global
     RNG: it is seeded with ``seed`` and restored afterwards."""
-    with warnings.catch_warnings():  # lazy: shap's import is slow and warns about matplotlib
-        warnings.simplefilter("ignore")
-        import shap
-
+    shap = _shap()
     state = np.random.get_state()
     np.random.seed(int(seed) % 2**32)
     try:
@@ -256,6 +253,14 @@ def kernel_shap_round(game: ValueFn, n_players: int, nsamples: int, seed: int) -
     finally:
         np.random.set_state(state)
     return np.asarray(phi, dtype=np.float64).reshape(-1)[:n_players]
+
+
+def _shap():
+    """The ``shap`` module, imported lazily (slow, and it warns about matplotlib)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import shap
+    return shap
 
 
 def round_seed(seed: int, r: int) -> int:
@@ -294,6 +299,7 @@ def repeated_kernel_shap(
         raise ValueError(f"max_rounds: expected >= min_rounds ({min_rounds}), got {max_rounds}")
     if nsamples < 2:
         raise ValueError(f"nsamples: expected >= 2, got {nsamples}")
+    _shap()  # a first import (seconds) must not eat the time budget
     t0 = time.perf_counter()
     est: list[np.ndarray] = []
     converged, reason = False, "fixed rounds"
