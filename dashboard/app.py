@@ -1,7 +1,8 @@
 """fraudlens dashboard entry point: ``streamlit run dashboard/app.py -- [--data FILE --spec NAME]
 [--model DIR] [--max-rows N]`` (or env FRAUDLENS_DATA / FRAUDLENS_SPEC / FRAUDLENS_MODEL /
 FRAUDLENS_MAX_ROWS). Every page runs behind the sign-in of dashboard/components/access.py.
-Pages: Cases (pick a source, a model and an entity), Case (one entity's timeline and the
+Pages: Open a case from data (pages/cases.py: pick a source, a model and any entity), Work queue
+(pages/queue.py: the analyst's work list: my open cases, claim next, bulk assign), Case (one entity's timeline and the
 explanations of one transaction), Model (model card), Audit (audit log and its hash-chain
 verdict; supervisors, auditors and admins)."""
 
@@ -27,8 +28,8 @@ st.set_option("client.disableDataExport", True)  # tables' raw CSV export: off (
 _who = access.current()
 
 pages = [
-    st.Page("pages/cases.py", title="Cases", default=True),
-    st.Page("pages/queue.py", title="Queue"),  # case queue (dashboard/pages/queue.py)
+    st.Page("pages/cases.py", title="Open a case from data", default=True),  # data, model, any entity
+    st.Page("pages/queue.py", title="Work queue"),  # the analyst's work list (dashboard/pages/queue.py)
     st.Page("pages/case.py", title="Case"),
     st.Page("pages/model.py", title="Model"),
     st.Page("pages/audit.py", title="Audit"),  # audit log + hash-chain verdict (dashboard/pages/audit.py)

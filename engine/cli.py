@@ -158,7 +158,7 @@ def inspect(
 
 @app.command()
 def simulate(
-    customers: int = typer.Option(200, min=1, help="number of customers (each has 1-3 cards)"),
+    customers: int = typer.Option(400, min=1, help="number of customers (each has 1-3 cards)"),
     seed: int = typer.Option(7, help="random seed (same seed -> same file)"),
     out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
 ):
@@ -191,6 +191,12 @@ def train(
     name: Optional[str] = typer.Option(None, help="model name (default: out directory name)"),
     progress: bool = typer.Option(True, help="show progress bars"),
     baseline: bool = typer.Option(True, help="also train the LightGBM baseline on the same split and compare"),
+    activity: bool = typer.Option(True, help="recent-activity and first-seen fields inside the model"),
+    target_precision: Optional[float] = typer.Option(
+        None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
+    alerts_per_day: Optional[float] = typer.Option(
+        None, min=0.0, help="review threshold: lowest with validation alerts per day <= X (instead of a precision)"),
+    calibration: str = typer.Option("auto", help="calibration map fitted on validation: auto, isotonic, platt or none"),
 ):
     """Train the sequence transformer with a time split; print and save test metrics.
 
@@ -208,7 +214,8 @@ def train(
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
-        val_end=val_end, max_minutes=max_minutes, seed=seed,
+        val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, target_precision=target_precision,
+        alerts_per_day=alerts_per_day, calibration=calibration,
     )
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
@@ -233,13 +240,52 @@ def train(
                   f"{m.get('average_precision', float('nan')):.4f}", f"{m['threshold']:.4f}",
                   f"{m['precision']:.4f}", f"{m['recall']:.4f}")
     console.print(t)
+    _print_calibration(report["calibration"], report["operating_point"])
     if "baseline" in report:
         _print_baseline(report["test"], report["baseline"])
     (out / "metrics.json").write_text(json.dumps({"test": report["test"], "validation": report["validation"],
                                                   "thresholds": report["thresholds"], "wall_s": wall,
+                                                  "operating_point": report["operating_point"],
+                                                  "calibration": report["calibration"],
                                                   **({"baseline": report["baseline"]} if "baseline" in report else {})},
                                                  indent=1))
     console.print(f"checkpoint {out} sha256 {sha[:12]}…  wall time {wall / 60:.1f} min")
+
+
+def _print_calibration(cal: dict, op: dict) -> None:
+    """Calibration (test ECE, sum of probabilities vs frauds) and the operating point: the
+    target, the validation figures and the test figures with their bootstrap intervals."""
+    def f(v, spec=".4f"):
+        return "—" if v is None else format(v, spec)
+
+    t = Table("test period", "ECE (10 equal-width bins)", "Brier", "sum of values", "frauds", "sum / frauds",
+              title=f"calibration: {cal.get('method') or 'none (' + str(cal.get('reason')) + ')'}")
+    for kind in ("score", "probability"):
+        m = cal.get("test", {}).get(kind)
+        if m:
+            t.add_row("uncalibrated score" if kind == "score" else "calibrated probability", f(m["ece"]), f(m["brier"]),
+                      f(m["sum_probability"], ",.1f"), f"{m['n_fraud']:,}", f(m["sum_over_frauds"], ".2f"))
+    console.print(t)
+    tgt = op.get("target") or {}
+    t = Table("review threshold", "precision", "recall", "alerts / day",
+              title=f"operating point ({escape(str(op.get('units', '')))}): target {tgt.get('kind', '—')} "
+                    f"{tgt.get('value', '')}{'' if op.get('met', True) else ' (not met)'}")
+    v = op.get("validation", {})
+    t.add_row(f"validation {f(op.get('review'))}", f(v.get("precision"), ".3f"), f(v.get("recall"), ".3f"),
+              f(v.get("alerts_per_day"), ".1f"))
+    te = op.get("test")
+    if te:
+        iv = te.get("interval") or {}
+
+        def ci(k, spec):
+            return f"{f(te.get(k), spec)} [{f((iv.get(k) or [None])[0], spec)}, {f((iv.get(k) or [None, None])[1], spec)}]"
+
+        t.add_row(f"test ({te['level']:.0%} interval, {te['n_boot']} draws over {te['n_entities']:,} entities)",
+                  ci("precision", ".3f"), ci("recall", ".3f"), ci("alerts_per_day", ".1f"))
+    console.print(t)
+    for w in (op.get("warning"), op.get("precision_warning")):
+        if w:
+            console.print(f"warning: {w}", markup=False)
 
 
 def _print_baseline(test: dict, base: dict) -> None:
@@ -271,7 +317,10 @@ def score(
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
 ):
-    """Score every transaction; write scored and rejected rows; print the row accounting."""
+    """Score every transaction; write scored and rejected rows; print the row accounting.
+
+    Columns: logit, score (sigmoid of the logit) and, only for a model with a calibration map,
+    probability (the calibrated fraud probability the thresholds apply to)."""
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
     _writable(out, "--out", "scores.parquet")
@@ -284,7 +333,8 @@ def score(
     except ValueError as e:
         _fail(f"{data}: {e}")
     _unseen_notes(bundle, res.frame)
-    run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
+    run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0,
+                   calibrated=bundle.calibrated)
     _write(lambda: write_scores(run, out), out, "--out")
     _reject_report(res, rejected)
     from engine.cases.thresholds import thresholds_in_force
@@ -297,7 +347,8 @@ def score(
     hist = history_warning(res.frame, bundle.config.min_history)
     if hist:
         console.print(f"warning: {hist}", markup=False)
-    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+    word = "calibrated fraud probability" if bundle.calibrated else "score (uncalibrated: not a probability)"
+    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} on the {word} "
                   f"({escape(thr['source'])}); "
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
@@ -366,7 +417,9 @@ def explain(
     }
     _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
     first = next(iter(expls.values()))
-    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): probability {first.score_probability:.4f} "
+    value = (f"probability {float(bundle.probability([first.score_logit])[0]):.4f}" if bundle.calibrated
+             else f"score {first.score_probability:.4f} (uncalibrated)")
+    console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
         se = e.standard_errors if e.standard_errors is not None else [None] * len(e.values)

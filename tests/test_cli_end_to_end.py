@@ -53,6 +53,16 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     assert boot["a"] == pytest.approx(meta["metrics"]["test"]["average_precision"])
     assert boot["b"] == pytest.approx(base["test"]["average_precision"])
     assert boot["ci_low"] <= boot["diff"] <= boot["ci_high"]
+    # calibration fitted on validation, stored and validated; thresholds against the default target
+    assert meta["calibration"]["method"] in ("isotonic", "platt") and meta["calibration"]["fitted_on"] == "validation"
+    assert "calibration: " in r.output and "operating point (calibrated probability)" in r.output
+    op = json.loads((model_dir / "metrics.json").read_text())["operating_point"]
+    assert op["target"] == {"kind": "precision", "value": 0.5} and op == meta["operating_point"]
+    assert meta["thresholds"]["review"] == op["review"] == meta["metrics"]["test"]["threshold"]
+    assert op["test"]["precision"] == pytest.approx(meta["metrics"]["test"]["precision"])
+    cm = meta["calibration_metrics"]["test"]
+    assert cm["probability"]["n_fraud"] == meta["metrics"]["test"]["n_fraud"]
+    assert set(meta["drift_reference"]["fields"]) >= {"amount"}
     # split sanity: what the model card records is what the console said
     assert isinstance(meta["split"]["warnings"], list)
     for w in meta["split"]["warnings"]:
@@ -70,6 +80,12 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     assert rej["row_number"] == 8 and rej["rejected_column"] == "TX_AMOUNT" and "twelve" in rej["rejected_value"]
     scored = s[s["status"] == "scored"]
     assert scored["probability"].between(0, 1).all()
+    # a calibrated model: "probability" is the map applied to the logit, "score" the sigmoid
+    from engine.model.calibration import apply_calibration
+
+    assert np.allclose(scored["probability"], apply_calibration(meta["calibration"], scored["logit"]))
+    assert np.allclose(scored["score"], 1 / (1 + np.exp(-scored["logit"].astype(float))))
+    assert "on the calibrated fraud probability" in " ".join(r.output.split())
 
     # explain the highest-scored transaction of the top entity
     top = scored.sort_values("probability", ascending=False).iloc[0]

@@ -2,6 +2,7 @@
 without retraining assets/demo_model fails here, not in front of a stakeholder."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,20 +28,24 @@ def test_demo_model_loads_and_scores_the_demo_data():
     assert pd.Series(bundle.meta["thresholds"]).between(0, 1).all()
 
 
-#: logits of assets/demo_model on the demo data, computed with the code that wrote it (commit b2810ed)
+#: the demo model of commits b2810ed..d9b5014 (written before ``history_edges`` / ``num_ple_edges``
+#: existed) and the demo data it was made from, kept as the backward-compatibility fixture
+LEGACY_DIR = Path(__file__).parent / "fixtures" / "legacy_demo"
+#: logits of that model on that data, computed with the code that wrote it (commit b2810ed)
 LEGACY_LOGITS = {"r1": -4.244875, "r1441": 3.821565, "r4368": -4.756974, "r7182": -4.836442, "r9999": -4.90856,
                  "r12812": -4.726915, "r15627": -4.452305, "r18441": -4.815416, "r21256": -4.547793}
 
 
 def test_a_checkpoint_from_before_the_piecewise_linear_codes_scores_as_before():
-    """The demo model's config has no ``history_edges`` / ``num_ple_edges``: it loads without the
-    codes and gives the logits it gave when it was made, on the batch and on the incremental path."""
+    """The legacy demo model's config has no ``history_edges`` / ``num_ple_edges``: it loads without
+    the codes and gives the logits it gave when it was made, on the batch and on the incremental path."""
     from engine.model.incremental import IncrementalScorer
 
-    bundle = load_checkpoint()
-    assert "history_edges" not in json.loads((ASSET_MODEL_DIR / "checkpoint.json").read_text())["model_config"]
+    bundle = load_checkpoint(LEGACY_DIR)
+    assert "history_edges" not in json.loads((LEGACY_DIR / "checkpoint.json").read_text())["model_config"]
     assert bundle.model.cfg.history_edges == [] and bundle.model.rows.ple_w is None
-    frame = read_transactions("demo_data/transactions.csv", load_spec("demo")).frame
+    frame = read_transactions(LEGACY_DIR / "transactions.csv.gz", load_spec("tabformer")).frame
+    assert len(frame) == 21_892
     s = score_frame(bundle, frame).set_index("transaction_id")["logit"]
     for tid, want in LEGACY_LOGITS.items():
         assert float(s[tid]) == pytest.approx(want, abs=1e-4), tid

@@ -106,5 +106,6 @@ def case_for_entity(loaded: Any, entity_id: str) -> dict | None:
 
 
 STATE_LABELS = {"open": "open", "assigned": "assigned", "pending_approval": "pending approval",
-                "confirmed_fraud": "confirmed fraud", "false_positive": "false positive", "escalated": "escalated"}
+                "confirmed_fraud": "confirmed fraud", "false_positive": "false positive", "escalated": "escalated",
+                "closed_no_action": "closed, no action"}
 from engine.cases.thresholds import BAND_LABELS  # noqa: E402,F401 - re-exported for the pages

@@ -1,5 +1,8 @@
 """Case page panel: score against the model's thresholds, decision band, disposition form
-(note required), four-eyes approval, disposition history and notes, and the exports.
+(outcome incl. "close, no action", fraud type, loss and exposure amounts, note required),
+a note form of its own (no disposition needed), four-eyes approval, disposition history and
+notes (every note, disposition notes included, shown at once; times as "2026-12-01 14:05 UTC"),
+and the exports.
 
 Called from ``dashboard/pages/case.py`` (one block) as
 ``render_case_panel(loaded, entity, expls, tl)``.
@@ -13,13 +16,17 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard.components.safe import md
+import pandas as pd
+
+from engine.cases import fmt
 from engine.cases import view as cv
 from engine.serve import access as ac
-from engine.cases.store import DISPOSITIONS, CaseStoreError, ConflictError
+from engine.cases.store import DISPOSITIONS, FRAUD_TYPES, CaseStoreError, ConflictError
 from engine.cases.thresholds import decision_band
 
 DISPOSITION_LABELS = {"confirmed_fraud": "Confirmed fraud", "false_positive": "False positive",
-                      "escalate": "Escalate"}
+                      "escalate": "Escalate", "closed_no_action": "Close, no action"}
+NO_TYPE = ""
 MSG = "disposition_msg"
 
 
@@ -27,24 +34,63 @@ def _flash(kind: str, text: str) -> None:
     st.session_state[MSG] = (kind, text)
 
 
-def _record(store, case: dict) -> None:
+def _record(store, case: dict, currency: str = "") -> None:
     ss = st.session_state
     disp, note = ss.get("disp_choice"), (ss.get("disp_note") or "").strip()
+    ftype = ss.get("disp_fraud_type") or None
+    loss, exposure = ss.get("disp_loss"), ss.get("disp_exposure")
     try:  # the role is checked here, at the action, not only by hiding the form
         who = ac.require(comp.signed_in(), ac.DISPOSITION).name
     except ac.AccessDenied as e:
         return _flash("error", str(e))
     if not note:
         return _flash("error", "A note is required: say why.")
+    if disp == "confirmed_fraud" and ftype is None:
+        return _flash("error", "Choose the fraud type of a confirmed fraud.")
+    if disp in ("false_positive", "closed_no_action") and (ftype or loss or exposure):
+        return _flash("error", f"{DISPOSITION_LABELS[disp]} has no fraud type, loss or exposure: clear them.")
     try:
-        new = store.record_disposition(case["id"], disp, note, analyst=who, expected_version=case["version"])
+        new = store.record_disposition(case["id"], disp, note, analyst=who, expected_version=case["version"],
+                                       fraud_type=ftype, loss_amount=loss, exposure_amount=exposure,
+                                       currency=currency or None)
     except ConflictError as e:
         return _flash("warning", md(e))
-    except CaseStoreError as e:
+    except (CaseStoreError, ValueError) as e:
         return _flash("error", md(e))
     ss["disp_note"] = ""
-    _flash("success", f"Recorded {DISPOSITION_LABELS[disp].lower()} by {md(who)}: case is now "
+    extra = "".join([f" · {FRAUD_TYPES[ftype].lower()}" if ftype else "",
+                     f" · loss {fmt.format_amount(loss, currency)}" if loss is not None else "",
+                     f" · exposure {fmt.format_amount(exposure, currency)}" if exposure is not None else ""])
+    _flash("success", f"Recorded {DISPOSITION_LABELS[disp].lower()} by {md(who)}{extra}: case is now "
                       f"{comp.STATE_LABELS.get(new, new)}.")
+
+
+def _add_note(store, case: dict) -> None:
+    ss = st.session_state
+    text = (ss.get("note_text") or "").strip()
+    try:
+        who = ac.require(comp.signed_in(), ac.NOTE).name
+    except ac.AccessDenied as e:
+        return _flash("error", str(e))
+    if not text:
+        return _flash("error", "Write the note first.")
+    try:
+        store.add_note(case["id"], text, analyst=who)
+    except CaseStoreError as e:
+        return _flash("error", md(e))
+    ss["note_text"] = ""
+    _flash("success", f"Note added by {md(who)}.")
+
+
+def notes_timeline(hist: pd.DataFrame, notes: pd.DataFrame) -> pd.DataFrame:
+    """Every note of a case, oldest first: the free notes and the note of each disposition and
+    approval (``time`` as "2026-12-01 14:05 UTC", ``analyst``, ``kind``, ``note``)."""
+    rows = [(n.ts, n.analyst, "note", n.text) for n in notes.itertuples(index=False)]
+    rows += [(h.ts, h.analyst, f"{h.kind}: {DISPOSITION_LABELS.get(h.disposition, h.disposition).lower()}", h.note)
+             for h in hist.itertuples(index=False)]
+    out = pd.DataFrame(sorted(rows, key=lambda r: str(r[0])), columns=["ts", "analyst", "kind", "note"])
+    out.insert(0, "time", out.pop("ts").map(fmt.format_ts))
+    return out
 
 
 def _approve(store, case: dict) -> None:
@@ -107,14 +153,30 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
         else:
             st.caption("A supervisor approves four-eyes dispositions.")
 
+    currency = str(getattr(loaded.source, "currency", "") or "")
     if ac.can(ident, ac.DISPOSITION):
         with st.form("disposition_form"):
             st.radio("Disposition", list(DISPOSITIONS), key="disp_choice", horizontal=True,
                      format_func=DISPOSITION_LABELS.get)
+            f = st.columns([2, 1, 1])
+            f[0].selectbox("Fraud type", [NO_TYPE, *FRAUD_TYPES], key="disp_fraud_type",
+                           format_func=lambda k: FRAUD_TYPES.get(k, "(none: not fraud, or not known yet)"),
+                           help="required for confirmed fraud")
+            f[1].number_input(f"Loss ({currency or 'amount'})", min_value=0.0, max_value=1e12, value=None, step=10.0,
+                              format="%.2f", key="disp_loss", help="money lost (a number >= 0); empty if not known")
+            f[2].number_input(f"Exposure ({currency or 'amount'})", min_value=0.0, max_value=1e12, value=None,
+                              step=10.0, format="%.2f", key="disp_exposure",
+                              help="money at risk (a number >= 0); empty if not known")
             st.text_area("Note (required)", key="disp_note", placeholder="What you found and why")
-            st.form_submit_button("Record disposition", type="primary", on_click=_record, args=(store, case))
+            st.form_submit_button("Record disposition", type="primary", on_click=_record,
+                                  args=(store, case, currency))
     else:
         st.caption(f"Your role ({ident.role if ident else 'none'}) reads cases: it does not record dispositions.")
+    if ac.can(ident, ac.NOTE):
+        with st.form("note_form", clear_on_submit=False):
+            st.text_area("Add a note (no disposition needed)", key="note_text",
+                         placeholder="What you checked, who you called, what is next")
+            st.form_submit_button("Add note", on_click=_add_note, args=(store, case))
 
     case = store.get_case(case["id"])  # after a callback's write
     hist, notes = store.history(case["id"]), store.notes(case["id"])
@@ -122,15 +184,24 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     with c1:
         st.markdown("**Disposition history**")
         if len(hist):
-            st.dataframe(cv.mask_frame(hist.drop(columns=["id", "case_id"]), skip=()), hide_index=True,
-                         key="disp_history")
+            view = pd.DataFrame({
+                "time": hist["ts"].map(fmt.format_ts), "kind": hist["kind"],
+                "outcome": hist["disposition"].map(lambda d: DISPOSITION_LABELS.get(d, d)),
+                "state after": hist["state_after"].map(lambda s: comp.STATE_LABELS.get(s, s)),
+                "fraud type": hist["fraud_type"].map(lambda t: FRAUD_TYPES.get(t, "") if t else ""),
+                "loss": [fmt.format_amount(a, c or currency) if a is not None and not pd.isna(a) else ""
+                         for a, c in zip(hist["loss_amount"], hist["currency"])],
+                "exposure": [fmt.format_amount(a, c or currency) if a is not None and not pd.isna(a) else ""
+                             for a, c in zip(hist["exposure_amount"], hist["currency"])],
+                "analyst": hist["analyst"], "note": hist["note"]})
+            st.dataframe(cv.mask_frame(view, skip=("time",)), hide_index=True, key="disp_history")
         else:
             st.caption("No disposition yet.")
     with c2:
         st.markdown("**Notes**")
-        if len(notes):
-            st.dataframe(cv.mask_frame(notes.drop(columns=["id", "case_id"]), skip=()), hide_index=True,
-                         key="disp_notes")
+        timeline = notes_timeline(hist, notes)
+        if len(timeline):
+            st.dataframe(cv.mask_frame(timeline, skip=("time",)), hide_index=True, key="disp_notes")
         else:
             st.caption("No notes yet.")
 

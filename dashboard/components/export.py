@@ -25,8 +25,11 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard.components.safe import md
+from engine.cases import fmt
 from engine.cases import view as cv
 from engine.cases import report as rp
+from engine.cases.store import CaseStoreError
+from engine.serve import access as ac
 
 PREPARED = "export_prepared"  # session state: the key of the exports prepared in this session
 _LOCK = threading.Lock()
@@ -67,6 +70,7 @@ def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any
                  "currency": src.currency},
         expls=expls, context=ctx, thresholds=thresholds,
         history=store.history(case["id"]), notes=store.notes(case["id"]), scored_at=scored_at,
+        narrative=store.narrative(case["id"]),
         probabilities=dict(zip(tl["transaction_id"].astype(str), tl["probability"])),
         trust=trust, exported_by=who,
         threshold_quality=rp.threshold_metrics(loaded.scores, {"review": thresholds["review"],
@@ -88,6 +92,8 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     if callable(trust):  # trust checks + what-if edits: keyed by the edits and verdicts in force
         key = key + session_key(loaded, query)
 
+    narrative_id = render_narrative(case)
+    key = key + ("narrative", narrative_id)
     st.markdown("**Export for compliance**")
     st.caption("PDF, JSON (schema `engine/cases/report/report_schema.json`) and per-transaction attributions (CSV) of "
                f"transaction {md(cv.mask(query))}; card numbers masked, entity pseudonymised. The PDF carries the "
@@ -105,10 +111,8 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
         t = trust() if callable(trust) else trust
         return build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who, t)
 
-    def make_pdf() -> bytes:
-        figs = rp.report_figures(expls, tl, thresholds["review"], loaded.source.currency)
-        images, err = rp.render_pngs(figs)
-        return rp.to_pdf(report, images=images, image_error=err)
+    def make_pdf() -> bytes:  # charts drawn by the PDF writer itself (vectors and text)
+        return rp.to_pdf(report)
 
     with st.spinner("Preparing the exports…"):
         report = _cached(key, make_report)
@@ -116,13 +120,55 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
         js = _cached(key + ("json",), lambda: rp.to_json(report))
         csv = _cached(key + ("csv",), lambda: rp.to_csv(report))
     c = st.columns(3)
-    stem = f"fraudlens-case-{case['id']}-v{case['version']}"
-    c[0].download_button("Download PDF", pdf, file_name=f"{stem}.pdf", mime=MIME["pdf"], key="dl_pdf",
-                         on_click="ignore", icon=":material/picture_as_pdf:")
-    c[1].download_button("Download JSON", js, file_name=f"{stem}.json", mime=MIME["json"], key="dl_json",
-                         on_click="ignore", icon=":material/data_object:")
-    c[2].download_button("Download CSV", csv, file_name=f"{stem}.csv", mime=MIME["csv"], key="dl_csv",
-                         on_click="ignore", icon=":material/table:")
+    c[0].download_button("Download PDF", pdf, file_name=rp.report_filename(report, "pdf"), mime=MIME["pdf"],
+                         key="dl_pdf", on_click="ignore", icon=":material/picture_as_pdf:")
+    c[1].download_button("Download JSON", js, file_name=rp.report_filename(report, "json"), mime=MIME["json"],
+                         key="dl_json", on_click="ignore", icon=":material/data_object:")
+    c[2].download_button("Download CSV", csv, file_name=rp.report_filename(report, "csv"), mime=MIME["csv"],
+                         key="dl_csv", on_click="ignore", icon=":material/table:")
+    st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])}")
+
+
+NARRATIVE_MSG = "narrative_msg"
+
+
+def _save_narrative(case_id: int) -> None:
+    ss = st.session_state
+    text = (ss.get(f"narrative_text_{case_id}") or "").strip()
+    try:  # checked at the action, not only by hiding the form
+        who = ac.require(comp.signed_in(), ac.NOTE).name
+        if not text:
+            raise ValueError("write the narrative first")
+        comp.get_store().save_narrative(case_id, text, analyst=who)
+    except (ac.AccessDenied, CaseStoreError, ValueError) as e:
+        ss[NARRATIVE_MSG] = ("error", md(e))
+        return
+    ss[NARRATIVE_MSG] = ("success", f"Narrative saved by {md(who)}; the next export carries it.")
+
+
+def render_narrative(case: dict) -> int | None:
+    """The analyst's report narrative of the case: an editor (roles that add notes), stored
+    append-only and audited (``CaseStore.save_narrative``); returns the id of the latest one
+    (part of the export key, so a new narrative asks to prepare the exports again)."""
+    store = comp.get_store()
+    cur = store.narrative(case["id"])
+    st.markdown("**Report narrative**")
+    msg = st.session_state.pop(NARRATIVE_MSG, None)
+    if msg:
+        getattr(st, msg[0])(msg[1])
+    if ac.can(comp.signed_in(), ac.NOTE):
+        k = f"narrative_text_{case['id']}"
+        if k not in st.session_state:
+            st.session_state[k] = cur["text"] if cur else ""
+        with st.form(f"narrative_form_{case['id']}"):
+            st.text_area("Narrative (opens the report: what happened, in your words)", key=k, height=140,
+                         placeholder="Who, what, when, how much, and why it is suspicious")
+            st.form_submit_button("Save narrative", on_click=_save_narrative, args=(int(case["id"]),))
+    if cur:
+        st.caption(f"Saved by {md(cur['analyst'])} at {fmt.format_ts(cur['ts'])}.")
+    elif not ac.can(comp.signed_in(), ac.NOTE):
+        st.caption("No narrative written yet.")
+    return int(cur["id"]) if cur else None
 
 
 def session_key(loaded: Any, query: str) -> tuple:

@@ -1,4 +1,6 @@
-"""Audit: the case store's append-only audit log, filtered by case, analyst and action, with the
+"""Audit: who did what and when. The case store's append-only audit log (times as
+"2026-12-01 14:05:09 UTC", a plain-words summary of each action), filtered by case, analyst and
+action, with the
 hash-chain verdict (verified now, on this page run) and a CSV export (card numbers masked, every
 text cell neutralised against formula injection: engine.cases.store.audit_csv).
 
@@ -13,8 +15,9 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard import state
+from engine.cases import fmt
 from engine.cases import view as cv
-from engine.cases.store import audit_csv
+from engine.cases.store import FRAUD_TYPES, audit_csv
 from engine.serve import access as ac
 
 state.ensure_entrypoint()
@@ -65,8 +68,43 @@ def _text(v: object) -> str | None:
     return None if v is None else json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
+def summary(action: str, before: dict | None, after: dict | None) -> str:
+    """One line in words of what an audit row did (the Before/After columns keep every value)."""
+    a, b = after or {}, before or {}
+    if action in ("assigned", "claimed", "bulk_assigned"):
+        verb = {"assigned": "assigned", "claimed": "claimed", "bulk_assigned": "assigned in bulk"}[action]
+        who = a.get("assignee")
+        text = f"{verb} to {who}" if who else "unassigned"
+        if action == "bulk_assigned":
+            text += f" ({a.get('batch_size')} cases at once)"
+        return text + (f", was {b.get('assignee')}" if b.get("assignee") and b.get("assignee") != who else "")
+    if action == "disposition":
+        parts = [f"disposition {a.get('disposition')} -> {a.get('state')}"]
+        if a.get("fraud_type"):
+            parts.append(FRAUD_TYPES.get(a["fraud_type"], a["fraud_type"]).lower())
+        for k in ("loss_amount", "exposure_amount"):
+            if a.get(k) is not None:
+                parts.append(f"{k.split('_')[0]} {fmt.format_amount(a[k], a.get('currency') or '')}")
+        return ", ".join(parts)
+    if action in ("approved", "approval_refused"):
+        return "approved: confirmed fraud" if action == "approved" else "self-approval refused (four-eyes)"
+    if action == "note_added":
+        return "note added"
+    if action == "narrative_saved":
+        return "report narrative saved"
+    if action == "thresholds_set":
+        return f"thresholds: review {a.get('review')}, decline {a.get('decline')}"
+    if action == "case_created":
+        return "case created from scoring"
+    if action == "score_updated":
+        return "score refreshed from scoring"
+    return action.replace("_", " ")
+
+
 view = pd.DataFrame({
-    "id": log["id"], "ts": log["ts"], "actor": log["actor"], "action": log["action"],
+    "id": log["id"], "ts": log["ts"].map(lambda t: fmt.format_ts(t, seconds=True)), "actor": log["actor"],
+    "action": log["action"],
+    "summary": [summary(a, b, c) for a, b, c in zip(log["action"], log["before"], log["after"])],
     "case_id": log["case_id"].astype("Int64"),
     "model": log["model_sha256"].map(lambda s: s[:12] if isinstance(s, str) else None),
     "before": log["before"].map(_text), "after": log["after"].map(_text),
@@ -76,9 +114,10 @@ st.dataframe(
     cv.mask_frame(view, skip=("ts", "model", "row_hash")), hide_index=True, key="audit_table", height=480,
     column_config={
         "id": st.column_config.NumberColumn("Row", format="%d"),
-        "ts": st.column_config.TextColumn("Time (UTC)"),
-        "actor": st.column_config.TextColumn("Analyst"),
+        "ts": st.column_config.TextColumn("When"),
+        "actor": st.column_config.TextColumn("Who"),
         "action": st.column_config.TextColumn("Action"),
+        "summary": st.column_config.TextColumn("What", width="large"),
         "case_id": st.column_config.NumberColumn("Case", format="%d"),
         "model": st.column_config.TextColumn("Model"),
         "before": st.column_config.TextColumn("Before"),
@@ -86,6 +125,10 @@ st.dataframe(
         "row_hash": st.column_config.TextColumn("Row hash", help="first 16 hex digits of the row's SHA-256"),
     },
 )
-st.download_button("Download as CSV", data=audit_csv(log), file_name="fraudlens-audit-log.csv",
+_stamp = pd.Timestamp.now(tz="UTC").strftime("%Y%m%dT%H%M%SZ")
+_scope = "-".join(x for x in (f"case{kw['case_id']}" if "case_id" in kw else "",
+                              "filtered" if ("actor" in kw or "action" in kw) else "") if x)
+st.download_button("Download as CSV", data=audit_csv(log),
+                   file_name=f"fraudlens-audit-log{'-' + _scope if _scope else ''}-{_stamp}.csv",
                    mime="text/csv", key="audit_csv", icon=":material/download:",
                    help="The rows shown; card numbers masked, cells neutralised against formula injection.")

@@ -1,4 +1,4 @@
-"""Cases: choose the data and the model, then an entity from the ranking (highest score first)."""
+"""Open a case from data: choose the data and the model, then an entity from the ranking (highest score first)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from engine.serve import paths as sp
 
 state.ensure_entrypoint()
 ss = st.session_state
-st.title("Cases")
+st.title("Open a case from data")
+st.caption("Choose the data file and the model, then open any entity from the ranking. Your assigned work is on "
+           "the **Work queue** page.")
 
 KINDS = {"demo": "Demo data", "path": "Data roots", "upload": "Upload"}
 if comp_access.deny(ac.VIEW_CASES):

@@ -1,5 +1,8 @@
-"""Case queue: entities whose highest fraud probability reaches the review threshold, ranked,
-filtered, assigned; per-model review/decline thresholds with their precision/recall."""
+"""Work queue: the analyst's work list. Cases whose highest fraud probability reaches the review
+threshold, highest priority first (priority and SLA: engine.cases.store.priority), "my open
+cases" by default, closed cases hidden unless asked for; claim the next case (atomically), tick
+rows to assign them in bulk or open one; per-model review/decline thresholds with their
+precision/recall."""
 
 from __future__ import annotations
 
@@ -10,14 +13,17 @@ import streamlit as st
 from dashboard import components as comp
 from dashboard import state
 from dashboard.components.safe import csv_download, md
+from engine.cases import fmt
 from engine.cases import view as cv
-from engine.cases.store import STATES, CaseStoreError
+from engine.cases.store import OPEN_STATES, STATES, CaseStoreError, priority_level, sla_status
 from engine.cases.report import threshold_metrics
 from engine.serve import access as ac
 
 state.ensure_entrypoint()
 ss = st.session_state
-st.title("Case queue")
+st.title("Work queue")
+st.caption("Your work list: the cases that need a decision, highest priority first. To look at any entity of a "
+           "data file, or to choose the data and the model, use **Open a case from data**.")
 ident = comp.signed_in()
 who = ident.name if ident is not None else None
 if comp.access.deny(ac.VIEW_CASES):
@@ -27,7 +33,8 @@ try:
     loaded = state.load_all()
 except Exception as e:  # noqa: BLE001
     st.error(md(state.load_or_explain_error(e)), icon=":material/error:")
-    st.page_link("pages/cases.py", label="Choose data and model on Cases", icon=":material/folder_open:")
+    st.page_link("pages/cases.py", label="Choose data and model (Open a case from data)",
+                 icon=":material/folder_open:")
     st.stop()
 
 store = comp.get_store()
@@ -67,98 +74,170 @@ with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{th
     else:
         st.caption(f"Only a supervisor changes thresholds (you: {ident.role if ident else 'not signed in'}).")
 
+# ------------------------------------------------------------------------------------ actions
+FLASH = "work_flash"
+src_id = comp.data_source_id(loaded)
+may_assign = ac.can(ident, ac.ASSIGN)
+
+
+def _flash(kind: str, text: str) -> None:
+    ss[FLASH] = (kind, text)
+
+
+def _claim() -> None:
+    try:  # checked at the action, not only by hiding the button
+        actor = ac.require(comp.signed_in(), ac.ASSIGN).name
+        got = store.claim_next(sha, thr["review"], source_id=src_id, analyst=actor)
+    except (CaseStoreError, ac.AccessDenied) as e:
+        return _flash("error", md(e))
+    if got is None:
+        return _flash("info", "Nothing to claim: every open case above the review threshold has an assignee.")
+    ss["work_view"] = "mine"
+    ss["work_claimed"] = int(got["id"])
+    ss["work_nonce"] = ss.get("work_nonce", 0) + 1
+    _flash("success", f"Claimed case {got['id']} ({md(cv.mask(got['entity_id']))}, priority "
+                      f"{priority_level(got['priority'])}): it is yours now.")
+
+
+def _bulk_assign(ids: list[int], versions: dict[int, int], choices: list[str]) -> None:
+    target = ss.get("q_assign_to")
+    try:
+        actor = ac.require(comp.signed_in(), ac.ASSIGN).name
+        if target not in choices:
+            raise ac.AccessDenied(f"{ascii(target)[:60]} is not a user who works cases")
+        if not ids:
+            raise ValueError("tick at least one case first")
+        store.bulk_assign(ids, target, actor=actor, expected_versions=versions)
+    except (CaseStoreError, ValueError, ac.AccessDenied) as e:
+        return _flash("error", md(e))
+    ss["work_nonce"] = ss.get("work_nonce", 0) + 1  # a fresh table: the ticks pointed at rows that moved
+    _flash("success", f"Assigned {len(ids)} case{'s' if len(ids) != 1 else ''} to {md(target)} "
+                      f"(case {', '.join(map(str, ids))}).")
+
+
+c_claim, c_msg = st.columns([1, 3], vertical_alignment="center")
+if may_assign:
+    c_claim.button("Claim next case", type="primary", key="q_claim", on_click=_claim, icon=":material/front_hand:",
+                   help="Assigns you the highest-priority unassigned open case (no one else can claim it at the "
+                        "same moment).")
+else:
+    c_claim.caption(f"Your role ({ident.role if ident else 'none'}) reads the queue: it does not claim or assign.")
+msg = ss.pop(FLASH, None)
+if msg:
+    getattr(c_msg, msg[0])(msg[1])
+    if msg[0] == "success":
+        st.toast(msg[1], icon=":material/check_circle:")
+
 # ------------------------------------------------------------------------------------ filters
 st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · cases created "
-           f"{synced['created']}, updated {synced['updated']} at {synced['scored_at']}")
+           f"{synced['created']}, updated {synced['updated']} at {fmt.format_ts(synced['scored_at'])}")
+VIEWS = {"mine": "My open cases", "unassigned": "Unassigned open cases", "open": "All open cases",
+         "all": "All cases, closed included"}
+if "work_view" not in ss:
+    ss["work_view"] = "mine" if may_assign else "open"
+view = st.segmented_control("Show", list(VIEWS), format_func=VIEWS.get, key="work_view",
+                            selection_mode="single") or "mine"
 lo = pd.Timestamp(loaded.scores["timestamp"].min()).date()
 hi = pd.Timestamp(loaded.scores["timestamp"].max()).date()
-f = st.columns([3, 2, 2, 3, 2])
-dates = f[0].date_input("Activity between", value=(lo, hi), min_value=lo, max_value=hi, key="q_dates")
-min_amount = f[1].number_input("Min amount", min_value=0.0, value=0.0, step=10.0, key="q_min_amount")
-label = f[2].selectbox("Known label", ["any", "fraud", "not_fraud"], key="q_label",
-                       format_func={"any": "any", "fraud": "has known fraud", "not_fraud": "no known fraud"}.get)
-states = f[3].multiselect("State", list(STATES), default=[], key="q_states",
-                          format_func=comp.STATE_LABELS.get, placeholder="any state")
-assignees = ["(anyone)", "(unassigned)"] + ([who] if who else [])
-assignee = f[4].selectbox("Assignee", assignees, key="q_assignee")
+with st.expander("More filters"):
+    f = st.columns([3, 2, 2, 3])
+    dates = f[0].date_input("Activity between", value=(lo, hi), min_value=lo, max_value=hi, key="q_dates")
+    min_amount = f[1].number_input("Min amount", min_value=0.0, value=0.0, step=10.0, key="q_min_amount")
+    label = f[2].selectbox("Known label", ["any", "fraud", "not_fraud"], key="q_label",
+                           format_func={"any": "any", "fraud": "has known fraud", "not_fraud": "no known fraud"}.get)
+    allowed = list(STATES) if view == "all" else list(OPEN_STATES)
+    states = f[3].multiselect("State", allowed, default=[], key=f"q_states_{view}",
+                              format_func=comp.STATE_LABELS.get, placeholder="any state shown")
 
-kw: dict = {}
+kw: dict = {"order": "priority"}
 if isinstance(dates, (tuple, list)) and len(dates) == 2:
     kw["date_from"], kw["date_to"] = dates[0], dates[1]
 if min_amount:
     kw["min_amount"] = float(min_amount)
 if label != "any":
     kw["label"] = label
-if states:
-    kw["state"] = states
-if assignee == "(unassigned)":
+kw["state"] = states or (list(STATES) if view == "all" else list(OPEN_STATES))
+if view == "mine":
+    kw["assignee"] = who or ""
+elif view == "unassigned":
     kw["assignee"] = ""
-elif assignee not in ("(anyone)", "(unassigned)"):
-    kw["assignee"] = assignee
-q = store.queue(sha, thr["review"], source_id=comp.data_source_id(loaded), **kw)
+q = store.queue(sha, thr["review"], source_id=src_id, **kw)
+now = pd.Timestamp.now(tz="UTC").tz_localize(None)
 q["band"] = [cv.decision_band(p, thr["review"], thr["decline"]) for p in q["max_probability"]]
 q["entity"] = q["entity_id"].map(cv.mask)
 q["state_label"] = q["state"].map(comp.STATE_LABELS)
+q["priority_label"] = [f"{priority_level(p)} · {p:.2f}" for p in q["priority"]]
+created = pd.to_datetime(q["created_at"], utc=True, format="ISO8601").dt.tz_localize(None)
+q["age"] = [fmt.format_duration((now - c).total_seconds() / 3600) for c in created]
+q["sla"] = [sla_status(d, s, now) for d, s in zip(q["sla_due_at"], q["state"])]
+q["sla_text"] = [
+    ("closed" if st_ == "closed" else
+     f"{st_} · {'overdue by' if st_ == 'overdue' else 'due in'} {fmt.format_duration((d - now).total_seconds() / 3600)}")
+    for st_, d in zip(q["sla"], q["sla_due_at"])]
+q["amount_text"] = [fmt.format_amount(a, loaded.source.currency) for a in q["max_amount"]]
+q["last_seen"] = q["last_ts"].map(fmt.format_ts)
+q["assignee_text"] = q["assignee"].fillna("")
 
 m = st.columns(4)
-m[0].metric("Cases in queue", f"{len(q):,}")
-m[1].metric("Decline band", f"{int((q['band'] == 'decline').sum()):,}")
-m[2].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
-m[3].metric("Pending approval", f"{int((q['state'] == 'pending_approval').sum()):,}")
+m[0].metric("Cases shown", f"{len(q):,}")
+m[1].metric("Overdue", f"{int((q['sla'] == 'overdue').sum()):,}")
+m[2].metric("Due soon", f"{int((q['sla'] == 'due soon').sum()):,}")
+m[3].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
 
-ids = q["case_id"].tolist()
-table_key = f"queue_{loaded.bundle.short_sha}_{hash(tuple(sorted(map(str, kw.items()))))}"
-st.dataframe(
-    q, key=table_key, on_select="rerun", selection_mode="single-row", hide_index=True, height=380,
-    column_order=["case_id", "entity", "max_probability", "band", "state_label", "assignee", "n_transactions",
-                  "n_known_fraud", "max_amount", "last_ts"],
+COLS = ["case_id", "priority_label", "entity", "max_probability", "band", "state_label", "assignee_text", "age",
+        "sla_text", "amount_text", "n_transactions", "n_known_fraud", "last_seen"]
+ids = [int(i) for i in q["case_id"]]
+table_key = f"work_{loaded.bundle.short_sha}_{view}_{ss.get('work_nonce', 0)}"
+ss["work_table_key"] = table_key
+event = st.dataframe(
+    q, key=table_key, on_select="rerun", selection_mode="multi-row", hide_index=True, height=380,
+    column_order=COLS,
     column_config={
-        "case_id": st.column_config.NumberColumn("Case", format="%d"),
+        "case_id": st.column_config.NumberColumn("Case", format="%d", width="small"),
+        "priority_label": st.column_config.TextColumn("Priority", width="small",
+                                                      help="P1/P2/P3 · score from the fraud probability and the "
+                                                           "largest amount (docs: engine.cases.store.priority)"),
         "entity": st.column_config.TextColumn("Entity", help="card numbers masked"),
         "max_probability": st.column_config.ProgressColumn("Max fraud probability", min_value=0.0, max_value=1.0,
                                                            format="%.3f"),
-        "band": st.column_config.TextColumn("Band"),
-        "state_label": st.column_config.TextColumn("State"),
-        "assignee": st.column_config.TextColumn("Assignee"),
+        "band": st.column_config.TextColumn("Band", width="small"),
+        "state_label": st.column_config.TextColumn("State", width="medium"),
+        "assignee_text": st.column_config.TextColumn("Assignee"),
+        "age": st.column_config.TextColumn("Age", help="since the case was created"),
+        "sla_text": st.column_config.TextColumn("SLA", width="medium", help="P1 24 h, P2 72 h, P3 7 days from creation"),
+        "amount_text": st.column_config.TextColumn("Max amount"),
         "n_transactions": st.column_config.NumberColumn("Transactions", format="%d"),
         "n_known_fraud": st.column_config.NumberColumn("Known frauds", format="%d"),
-        "max_amount": st.column_config.NumberColumn("Max amount", format="%.2f"),
-        "last_ts": st.column_config.DatetimeColumn("Last seen", format="YYYY-MM-DD HH:mm"),
+        "last_seen": st.column_config.TextColumn("Last seen"),
     },
 )
-csv_download(q[["case_id", "entity", "max_probability", "band", "state_label", "assignee", "n_transactions",
-              "n_known_fraud", "max_amount", "last_ts"]], "queue.csv", key="dl_queue_csv")
-sel = state.selected_row_id(table_key, ids)
-if sel is None and ids:
-    sel = ids[0]
-if sel is None:
-    st.info("No case matches: the queue holds entities whose highest fraud probability reaches the review "
-            "threshold.")
-    st.stop()
+csv_download(q[COLS], "work-queue.csv", key="dl_queue_csv")
+rows = list(getattr(getattr(event, "selection", None), "rows", None) or
+            state._get(state._get(ss.get(table_key), "selection"), "rows", []) or [])
+picked = [ids[int(r)] for r in rows if 0 <= int(r) < len(ids)]
+if not ids:
+    st.info({"mine": "You have no open cases. Claim the next case, or show the unassigned ones.",
+             "unassigned": "Every open case has an assignee."}.get(
+        view, "No case matches: the queue holds entities whose highest fraud probability reaches the review "
+              "threshold."))
 
-case = store.get_case(int(sel))
-st.markdown(f"Selected case **{case['id']}** · {md(cv.mask(case['entity_id']))} · max probability "
-            f"**{case['max_probability']:.3f}** · {comp.STATE_LABELS.get(case['state'])} · assignee "
-            f"**{md(case['assignee'] or 'nobody')}**")
-c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
-may_assign = ac.can(ident, ac.ASSIGN)
+# ------------------------------------------------------------------------------ on the ticked rows
+st.markdown(f"**{len(picked)} case{'s' if len(picked) != 1 else ''} ticked**" if picked else
+            "Tick one or more rows to act on them.")
+c1, c2, c3 = st.columns([3, 1.3, 1.3], vertical_alignment="bottom")
 if may_assign:
     users = ac.assignable_users(ac.users_path()) or []
-    choices = sorted(set(users) | {who})
-    target = c1.selectbox("Assign to", choices, index=choices.index(who), key="q_assign_to",
-                          help="a signed-in user who works cases (from the credentials file)")
-    if c2.button("Assign", key="q_assign", width="stretch"):
-        try:  # checked at the action, not only by hiding the button
-            actor = ac.require(comp.signed_in(), ac.ASSIGN).name
-            if target not in choices:
-                raise ac.AccessDenied(f"{ascii(target)[:60]} is not a user who works cases")
-            store.assign(case["id"], target, actor=actor, expected_version=case["version"])
-            st.rerun()
-        except (CaseStoreError, ac.AccessDenied) as e:
-            st.error(md(e))
-if c3.button("Open case →", type="primary", key="q_open", width="stretch"):
+    choices = sorted(set(users) | ({who} if who else set()))
+    c1.selectbox("Assign to", choices, index=choices.index(who) if who in choices else 0, key="q_assign_to",
+                 help="a signed-in user who works cases (from the credentials file); you by default",
+                 disabled=not picked)
+    versions = {int(r.case_id): int(r.version) for r in q.itertuples() if int(r.case_id) in picked}
+    c2.button(f"Assign {len(picked) or ''} ticked".replace("  ", " "), key="q_assign", width="stretch",
+              disabled=not picked, on_click=_bulk_assign, args=(picked, versions, choices))
+one = picked[0] if len(picked) == 1 else ss.get("work_claimed") if not picked and ss.get("work_claimed") in ids else None
+if c3.button("Open case →" if one is None else f"Open case {one} →", type="primary", key="q_open", width="stretch",
+             disabled=one is None, help="tick exactly one case"):
+    case = store.get_case(int(one))
     state.set_entity(case["entity_id"])
     state.set_query(case["max_transaction_id"])
     st.switch_page("pages/case.py")
-if not may_assign:
-    st.caption(f"Your role ({ident.role if ident else 'none'}) reads the queue: it does not assign cases.")

@@ -34,6 +34,36 @@ SMALL_GBT_GRID = {"num_leaves": [31], "learning_rate": [0.05, 0.1], "min_child_s
                   "max_bin": [1023], "n_estimators": [100, 200]}
 
 
+@bench_app.command("gbt-same-inputs")
+def bench_gbt_same_inputs(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    full_gbt_grid: bool = typer.Option(False, help="the full validation grid (48 settings) instead of 4"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "quality_same_inputs.md"),
+):
+    """LightGBM given every input the transformer gets, on the Handbook protocol (validation-fold
+    tuning, 4 test folds); prints and writes a table."""
+    from datetime import datetime, timezone
+
+    from engine.bench import gbt_same_inputs
+    from engine.bench.gbt import METRICS
+
+    res = gbt_same_inputs.run(str(data), grid=None if full_gbt_grid else SMALL_GBT_GRID, log=plain_log)
+    s = res.attrs["summary"]
+    lines = ["# LightGBM with the transformer's inputs, Handbook protocol", "",
+             f"Run {datetime.now(timezone.utc).isoformat(timespec='seconds')} on `{data}`; "
+             f"{res.attrs['seconds'] / 60:.1f} min. Chosen on the validation folds: {res.attrs['best_params']}.",
+             f"Inputs ({len(res.attrs['features'])}): " + ", ".join(f"`{f}`" for f in res.attrs["features"]), "",
+             "| fold | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    for _, r in res.iterrows():
+        lines.append(f"| {r['fold']} ({r['start']}) | " + " | ".join(f"{r[m]:.3f}" for m in METRICS) + " |")
+    lines.append("| mean ± std (ddof=0) | " + " | ".join(f"{s.loc[m, 'mean']:.3f} ± {s.loc[m, 'std']:.3f}"
+                                                      for m in METRICS) + " |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    plain_log("\n".join(lines))
+    plain_log(f"written to {out}")
+
+
 @bench_app.command("quality")
 def bench_quality(
     data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),

@@ -133,22 +133,24 @@ def _grid_configs(grid: Mapping[str, Sequence]) -> tuple[list[dict], list[int]]:
 
 
 def _fit(
-    train_df: pd.DataFrame, params: Mapping, num_boost_round: int, num_threads: int
+    train_df: pd.DataFrame, params: Mapping, num_boost_round: int, num_threads: int,
+    features: Sequence[str] = INPUT_FEATURES,
 ) -> lgb.Booster:
     p = dict(BASE_PARAMS)
     p.update(params)
     p["num_threads"] = num_threads
     ds = lgb.Dataset(
-        train_df[INPUT_FEATURES].to_numpy(dtype=np.float64),
+        train_df[list(features)].to_numpy(dtype=np.float64),
         label=train_df[OUTPUT_FEATURE].to_numpy(),
-        feature_name=INPUT_FEATURES,
+        feature_name=list(features),
         free_raw_data=True,
     )
     return lgb.train(p, ds, num_boost_round=num_boost_round)
 
 
 def _score(model: lgb.Booster, test_df: pd.DataFrame, n_iter: int) -> np.ndarray:
-    return model.predict(test_df[INPUT_FEATURES].to_numpy(dtype=np.float64), num_iteration=n_iter)
+    names = model.feature_name()
+    return model.predict(test_df[names].to_numpy(dtype=np.float64), num_iteration=n_iter)
 
 
 def _params_label(params: Mapping) -> str:
@@ -161,6 +163,7 @@ def tune_gbt(
     num_threads: int = 2,
     select_metric: str = "Average precision",
     verbose: bool = False,
+    features: Sequence[str] = INPUT_FEATURES,
 ) -> tuple[dict, pd.DataFrame]:
     """Grid search on the handbook's 4 validation folds only (Chapter 5, Section 5.3).
 
@@ -174,7 +177,7 @@ def tune_gbt(
     for fold in folds("validation"):
         train_df, test_df = fold_sets(df, fold)
         for combo in combos:
-            model = _fit(train_df, combo, max(n_estimators), num_threads)
+            model = _fit(train_df, combo, max(n_estimators), num_threads, features)
             for n in n_estimators:
                 scored = test_df[["TX_FRAUD", "TX_TIME_DAYS", "CUSTOMER_ID"]].assign(
                     predictions=_score(model, test_df, n)
@@ -199,6 +202,7 @@ def evaluate_gbt(
     kind: str = "test",
     num_threads: int = 2,
     verbose: bool = False,
+    features: Sequence[str] = INPUT_FEATURES,
 ) -> pd.DataFrame:
     """Train with ``params`` on each fold's training week and evaluate on its test week.
 
@@ -211,7 +215,7 @@ def evaluate_gbt(
     for fold in folds(kind):
         train_df, test_df = fold_sets(df, fold)
         t0 = time.perf_counter()
-        model = _fit(train_df, params, n_est, num_threads)
+        model = _fit(train_df, params, n_est, num_threads, features)
         fit_s = time.perf_counter() - t0
         scored = test_df.assign(predictions=_score(model, test_df, n_est))
         m = evaluate_scores(scored)

@@ -119,20 +119,23 @@ def run(data: str, *, out: Path = ROOT / "bench" / "results" / "quality.md", cfg
     tf = {kind: per[["fold"] + [c for c in per if c.endswith("|" + kind)]].rename(columns=lambda c: c.split("|")[0])
           for kind in ("ensemble", "single")}
 
-    gbt_fold = None
+    gbt_fold = same = None
     if with_gbt:
-        g = run_gbt_bench(data, grid=gbt_grid, verbose=False)
-        gbt_fold = g
+        from engine.bench import gbt_same_inputs
+
+        gbt_fold = run_gbt_bench(data, grid=gbt_grid, verbose=False)
+        same = gbt_same_inputs.run(data, grid=gbt_grid, log=log)
     oracle = information_ceiling(raw, "test")
     wall = time.perf_counter() - t0
-    return _report(tf, gbt_fold, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=oracle)
+    return _report(tf, gbt_fold, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=oracle,
+                   same=same)
 
 
 def _fmt(x: pd.Series) -> str:
     return f"{x.mean():.3f} ± {x.std(ddof=0):.3f}"
 
 
-def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=None) -> str:
+def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=None, same=None) -> str:
     ens, one = tf["ensemble"], tf["single"]
     n = len(seeds)
     lines = ["# Detection quality on the Fraud Detection Handbook protocol", "",
@@ -147,6 +150,9 @@ def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log,
     if gbt is not None and "Average precision" in gbt.columns:
         gbt_ap = gbt["Average precision"].mean()
         lines.append("| LightGBM on the Handbook features | " + " | ".join(_fmt(gbt[m]) for m in METRICS) + " | this run |")
+    if same is not None:
+        lines.append("| LightGBM, same inputs as the transformer (book features + every transformer input) | "
+                     + " | ".join(_fmt(same[m]) for m in METRICS) + " | this run (`engine.bench.gbt_same_inputs`) |")
     for res in published.PUBLISHED_TEST_RESULTS:
         d = res.as_dict()
         lines.append(f"| {res.model} (published) | {d['AUC ROC']:.3f} | {d['Average precision']:.3f} | "

@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.cases.fmt import format_ts
+
 if TYPE_CHECKING:  # figures stay importable without the explainers (and torch)
     from engine.explain.base import Explanation
 
@@ -65,7 +67,6 @@ METHOD_TITLES = {
     "shap": "SHAP",
     "occlusion": "Occlusion",
 }
-_CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹"}
 _FONT = dict(family="sans-serif", size=12)  # system fonts only: nothing from a CDN
 
 
@@ -86,14 +87,12 @@ def _layout(fig: go.Figure, title: str | None = None, height: int | None = None)
 
 # ------------------------------------------------------------------------------------- labels
 def format_amount(amount: float, currency: str = "") -> str:
-    """``17.23, "USD"`` -> ``"$17.23"``; ``-25, "USD"`` -> ``"-$25.00"``; unknown codes as suffix."""
-    if amount is None or (isinstance(amount, float) and np.isnan(amount)):
-        return "?"
-    sym = _CURRENCY_SYMBOLS.get(currency.upper(), "") if currency else ""
-    sign = "-" if amount < 0 else ""
-    if sym:
-        return f"{sign}{sym}{abs(amount):,.2f}"
-    return f"{sign}{abs(amount):,.2f}" + (f" {currency}" if currency else "")
+    """``17.23, "USD"`` -> ``"17.23 USD"``; ``-25, "USD"`` -> ``"-25.00 USD"``: the one amount
+    format of fraudlens (:func:`engine.cases.fmt.format_amount`; ``"?"`` for a missing amount)."""
+    from engine.cases.fmt import format_amount as _fmt
+
+    text = _fmt(amount, currency)
+    return "?" if text == "-" else text
 
 
 def plain_text(text: Any) -> str:
@@ -119,13 +118,14 @@ def unique_labels(labels: Sequence[str]) -> list[str]:
 def transaction_labels(
     timestamps: Sequence[Any], amounts: Sequence[float], currency: str = "", query_last: bool = False
 ) -> list[str]:
-    """Short unique labels ``"08 Jan 2023 19:06 · $17.23"`` for transactions (time order kept).
+    """Short unique labels ``"2023-01-08 19:06 UTC · 17.23 USD"`` for transactions (time order kept;
+    :mod:`engine.cases.fmt`).
 
     With ``query_last`` the last label is prefixed ``"▶ query · "``.
     """
     ts = pd.to_datetime(pd.Series(list(timestamps)))
     labs = [
-        f"{t:%d %b %Y %H:%M} · {format_amount(float(a), currency)}" if not pd.isna(t) else f"? · {a}"
+        f"{format_ts(t)} · {format_amount(float(a), currency)}" if not pd.isna(t) else f"? · {a}"
         for t, a in zip(ts, amounts)
     ]
     if query_last and labs:

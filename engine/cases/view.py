@@ -543,7 +543,7 @@ def model_card(bundle: "ModelBundle") -> dict[str, Any]:
         "versions": dict(meta.get("versions", {}) or {}),
         "history": pd.DataFrame(meta.get("history", []) or []),
         "n_parameters": int(bundle.model.n_parameters()),
-        "field_names": bundle.encoder.field_names(),
+        "field_names": list(bundle.model.cfg.field_names),
     }
 
 

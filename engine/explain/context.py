@@ -93,5 +93,5 @@ def build_context(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: str,
         rows=rows,
         transaction_ids=rows["transaction_id"].astype(str).tolist(),
         entity_id=str(ent),
-        field_names=bundle.encoder.field_names(),
+        field_names=list(bundle.model.cfg.field_names),
     )

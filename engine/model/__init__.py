@@ -7,6 +7,10 @@ Map of the package, in data-flow order:
 * :mod:`~engine.model.transformer` - :class:`ModelConfig` and :class:`FraudTransformer` (row
   encoder ``[B, T, F, D]`` -> causal transformer -> logits ``[B, T]``);
 * :mod:`~engine.model.train` - time split, training with early stopping, thresholds;
+* :mod:`~engine.model.calibration` - the logit -> fraud probability map fitted on validation
+  (isotonic / Platt), ECE and reliability tables (no torch);
+* :mod:`~engine.model.operating_point` - thresholds against a stated target, bootstrap test check;
+* :mod:`~engine.model.drift` - training-period field statistics and the population stability index;
 * :mod:`~engine.model.scoring` - whole-file scoring (one output row per input row);
 * :mod:`~engine.model.incremental` - scoring one new transaction from cached per-entity state;
 * :mod:`~engine.model.checkpoint` - safetensors weights + JSON (config, statistics, spec,
@@ -30,6 +34,9 @@ _EXPORTS = {
     "ScoreRun": "scoring", "score_encoded": "scoring", "score_file": "scoring", "score_frame": "scoring",
     "sigmoid": "scoring", "write_scores": "scoring", "check_compatible": "scoring",
     "IncrementalScorer": "incremental",
+    "fit_calibration": "calibration", "apply_calibration": "calibration", "probability_word": "calibration",
+    "expected_calibration_error": "calibration", "choose_operating_thresholds": "operating_point",
+    "drift_reference": "drift", "psi": "drift",
     "ASSET_MODEL_DIR": "checkpoint", "ModelBundle": "checkpoint", "build_model": "checkpoint",
     "file_sha256": "checkpoint", "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
 }

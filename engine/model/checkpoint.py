@@ -17,8 +17,10 @@ allocating from it (:func:`load_checkpoint`, see :mod:`engine.model.checkpoint_c
 must be regular files in the folder (no symbolic links, devices or FIFOs) within size limits;
 the JSON is strict (no NaN/Infinity, no duplicate keys); config ranges and the parameter count
 they imply are bounded; every tensor's name, dtype (float32) and shape must be the ones the
-config implies and every value finite; thresholds lie in [0, 1] with review <= decline. Weights
-are never unpickled (safetensors only).
+config implies and every value finite; thresholds lie in [0, 1] with review <= decline; an
+optional calibration map must be monotone, finite and within [0, 1], an optional drift reference
+bounded and well-formed (:func:`check_optional_sections`). Weights are never unpickled
+(safetensors only).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -41,6 +44,7 @@ from engine import __version__
 from engine.data.io import file_sha256  # noqa: F401 (re-exported: training-data provenance)
 from engine.data.features import FeatureEncoder
 from engine.data.spec import DatasetSpec, spec_from_dict
+from engine.model.activity import ACTIVITY_FIELDS, DEFAULT_ACTIVITY_WINDOWS_S
 from engine.model.checkpoint_checks import (
     CheckpointError,
     check_layout,
@@ -50,6 +54,14 @@ from engine.model.checkpoint_checks import (
     parse_meta,
 )
 from engine.model.transformer import FraudTransformer, ModelConfig
+from engine.model.calibration import (
+    CALIBRATION_KEY,
+    apply_calibration,
+    calibration_of,
+    check_calibration,
+    is_calibrated,
+)
+from engine.model.drift import DRIFT_KEY, check_drift_reference
 
 WEIGHTS, META = "model.safetensors", "checkpoint.json"
 ASSET_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_model"
@@ -97,6 +109,16 @@ class ModelBundle:
     def short_sha(self) -> str:
         return self.sha256[:12]
 
+    @property
+    def calibrated(self) -> bool:
+        """True when the checkpoint carries a calibration map (its ``probability`` is one)."""
+        return is_calibrated(self.meta)
+
+    def probability(self, logits) -> "np.ndarray":
+        """``[N]`` float64 fraud probabilities of ``[N]`` logits: the calibration map's when the
+        checkpoint has one, else ``sigmoid(logit)`` (a score; see :mod:`engine.model.calibration`)."""
+        return apply_calibration(calibration_of(self.meta), logits)
+
 
 def package_versions() -> dict[str, str]:
     """Versions of the packages that shape results (for provenance)."""
@@ -134,6 +156,7 @@ def save_checkpoint(bundle: ModelBundle, out_dir: str | Path) -> str:
     if bad:
         raise CheckpointError(f"{out}: not written: tensor(s) {bad[:5]} hold NaN or inf values")
     check_thresholds(bundle.meta.get("thresholds"), str(out / META))
+    check_optional_sections(bundle.meta, str(out / META))
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, str(out / WEIGHTS))
     meta = {
@@ -150,6 +173,23 @@ def save_checkpoint(bundle: ModelBundle, out_dir: str | Path) -> str:
     (out / META).write_text(json.dumps(meta, indent=1))  # key order matters: field order
     bundle.sha256, bundle.path = sha, out
     return sha
+
+
+def check_optional_sections(meta: dict, source: str) -> None:
+    """Validate the optional sections of a checkpoint's meta: the calibration map
+    (``calibration``, :func:`engine.model.calibration.check_calibration`) and the drift
+    reference (``drift_reference``, :func:`engine.model.drift.check_drift_reference`).
+    A checkpoint without them is valid (its outputs are scores; no drift is shown).
+
+    Raises:
+        CheckpointError: names the file, the section and the cause.
+    """
+    for key, check in ((CALIBRATION_KEY, check_calibration), (DRIFT_KEY, check_drift_reference)):
+        if key in meta:
+            try:
+                check(meta[key])
+            except ValueError as e:
+                raise CheckpointError(f"{source}: {key}: {e}") from None
 
 
 def _read_regular(path: Path, limit: int) -> bytes:
@@ -216,6 +256,7 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{src}: format: expected {FORMAT!r}, got {meta.get('format')!r}")
     check_thresholds(meta.get("thresholds"), src)
+    check_optional_sections(meta, src)
     try:
         cfg = ModelConfig.from_dict(meta.get("model_config"))
     except ValueError as e:
@@ -227,7 +268,7 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
     if not isinstance(meta.get("feature_state"), dict):
         raise CheckpointError(f"{src}: feature_state: expected an object")
     enc = FeatureEncoder.from_state_dict(spec, meta["feature_state"])
-    check_layout(cfg, _layout(enc, src), src)
+    check_layout(cfg, _layout(enc, src, activity=bool(cfg.activity_windows_s)), src)
     state = load_weights(weights, expected_state_shapes(cfg), str(d / WEIGHTS))
     model = FraudTransformer(cfg)  # sizes bounded by the checks above
     model.load_state_dict(state, strict=True)
@@ -236,16 +277,21 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
     return ModelBundle(model=model, encoder=enc, spec=spec, meta=keep, sha256=sha, path=d)
 
 
-def build_model(encoder: FeatureEncoder, seed: int = 0, **overrides) -> FraudTransformer:
+def build_model(encoder: FeatureEncoder, seed: int = 0, activity: bool = True, **overrides) -> FraudTransformer:
     """A fresh model whose input layout matches ``encoder`` (``overrides``: ModelConfig fields),
-    initialised from ``torch.manual_seed(seed)``."""
-    cfg = ModelConfig(**{**_layout(encoder), **overrides})
+    initialised from ``torch.manual_seed(seed)``. ``activity``: with the recent-activity and
+    first-seen fields (:mod:`engine.model.activity`, default windows unless
+    ``activity_windows_s`` is overridden)."""
+    if activity:
+        overrides.setdefault("activity_windows_s", list(DEFAULT_ACTIVITY_WINDOWS_S))
+    cfg = ModelConfig(**{**_layout(encoder, activity=activity), **overrides})
     torch.manual_seed(seed)
     return FraudTransformer(cfg)
 
 
-def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
-    """The input-layout fields of :class:`ModelConfig` that ``encoder`` implies.
+def _layout(encoder: FeatureEncoder, source: str = "", activity: bool = False) -> dict[str, Any]:
+    """The input-layout fields of :class:`ModelConfig` that ``encoder`` implies (``activity``: plus
+    the activity fields, checking every categorical spec field for "first seen").
 
     Raises:
         CheckpointError: (with ``source``) the encoder's statistics are malformed.
@@ -254,7 +300,7 @@ def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
         names = encoder.field_names()
         fidx = {n: i for i, n in enumerate(names)}
         cat_cols = encoder.cat_columns()
-        return dict(
+        out = dict(
             cat_cardinalities=[c for _, _, c in cat_cols],
             cat_field_index=[fidx[f] for _, f, _ in cat_cols],
             num_field_index=[fidx[f] for _, f in encoder.num_columns()],
@@ -262,6 +308,11 @@ def _layout(encoder: FeatureEncoder, source: str = "") -> dict[str, Any]:
             field_names=names,
             num_ple_edges=encoder.num_ple_edges(),
         )
+        if activity:
+            categorical = set(encoder.state["categorical"])
+            out["field_names"] = names + list(ACTIVITY_FIELDS)
+            out["first_seen_cols"] = [j for j, (col, _, _) in enumerate(cat_cols) if col in categorical]
+        return out
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
         if not source:
             raise

@@ -36,6 +36,8 @@ class _Window:
     keys: np.ndarray  # [L, H, capacity, dh] float32, rows [:n] filled; capacity doubles up to T
     values: np.ndarray  # [L, H, capacity, dh] float32
     times: np.ndarray  # [capacity] float64 seconds of the cached rows
+    zs: np.ndarray  # [capacity] float32 standardised log amounts of the cached rows (activity fields)
+    cats: np.ndarray  # [capacity, C] int64 first-seen categorical values of the cached rows
     n: int = 0  # cached rows
     z_sum: float = 0.0  # sum of the standardised log amounts of the cached rows
 
@@ -80,6 +82,11 @@ class _Weights:
         self.hist_w, self.hist_b = _np(rows.hist_lin.weight).T.copy(), _np(rows.hist_lin.bias)  # [1 + K-1, D]
         self.hist_edges = rows.hist_edges.numpy().astype(np.float32)
         self.hist_none = _np(rows.hist_none)
+        act = rows.activity
+        self.act = None if act is None else dict(  # recent-activity / first-seen fields (engine.model.activity)
+            windows=list(act.windows_s), cols=act.cols.numpy().astype(np.int64),
+            recent_w=_np(act.recent.weight).T.copy(), recent_b=_np(act.recent.bias),  # [A, D], [D]
+            seen_w=_np(act.seen.weight).T.copy(), seen_b=_np(act.seen.bias))  # [C+1, D], [D]
         self.ln_in = (_np(model.ln_in.weight), _np(model.ln_in.bias), model.ln_in.eps)
         self.ln_out = (_np(model.ln_out.weight), _np(model.ln_out.bias), model.ln_out.eps)
         self.head_w, self.head_b = _np(model.head.weight)[0], float(model.head.bias.detach()[0])
@@ -124,10 +131,11 @@ class IncrementalScorer:
         self._gelu_c = np.float32(1.0 / math.sqrt(2.0))
 
     # ------------------------------------------------------------------ encoding
-    def _row_embedding(self, row, st: _EntityState) -> tuple[np.ndarray, float, float]:
+    def _row_embedding(self, row, st: _EntityState) -> tuple[np.ndarray, float, float, np.ndarray]:
         """Summed field embedding ``[D]`` float32 of one new transaction *without* its
-        window-dependent ``amount_vs_history`` field, its time in seconds and its standardised
-        log amount (the sum :meth:`RowEncoder.summed` computes for a lone row)."""
+        window-dependent fields (``amount_vs_history``, the activity fields), its time in seconds,
+        its standardised log amount and its first-seen categorical values ``[C]`` int64 (the sum
+        :meth:`RowEncoder.summed` computes for a lone row)."""
         enc = self.bundle.encoder.transform_row(row)
         t = float(enc.time_s[0])
         if not math.isnan(st.last_time) and t < st.last_time:
@@ -152,9 +160,34 @@ class IncrementalScorer:
             gap = max(t - st.last_time, 0.0)
             x = x + W.gap_bins[int(np.searchsorted(W.gap_edges, gap, side="left"))]
             x = x + W.gap_lin_w * np.float32(math.log1p(gap / 60.0) / 5.0) + W.gap_lin_b
-        return x.astype(np.float32), t, float(num[0])
+        cats = enc.cat[0][W.act["cols"]] if W.act is not None else np.zeros(0, np.int64)
+        return x.astype(np.float32), t, float(num[0]), cats
 
-    def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool) -> np.ndarray | None:
+    def _activity(self, w: _Window, t: float, z: float, cats: np.ndarray) -> np.ndarray:
+        """``[D]``: the activity fields of a new row against window ``w``'s cached rows, as
+        :func:`engine.model.activity.activity_inputs` computes them for the last position."""
+        A, n = self.w.act, w.n
+        times, zs = w.times[:n], w.zs[:n].astype(np.float64)
+        feats = []
+        for win in A["windows"]:
+            m = (t - times) <= win
+            c = int(m.sum())
+            feats += [math.log1p(c) / 3.0, (z - zs[m].mean()) if c else 0.0]
+        if n >= 2:
+            mean = zs.mean()
+            zdev = min(max((z - mean) / math.sqrt(((zs - mean) ** 2).mean() + 0.25), -6.0), 6.0)
+            feats += [zdev, math.log1p(max(t - float(times[n - 2]), 0.0) / 60.0) / 5.0, 1.0]
+        else:
+            feats += [0.0, 0.0, 0.0]
+        if n:
+            seen = [float((w.cats[:n, j] != cats[j]).all()) for j in range(len(cats))] + [1.0]
+        else:
+            seen = [0.0] * (len(cats) + 1)
+        return (np.asarray(feats, np.float32) @ A["recent_w"] + A["recent_b"]
+                + np.asarray(seen, np.float32) @ A["seen_w"] + A["seen_b"])
+
+    def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool,
+              cats: np.ndarray | None = None) -> np.ndarray | None:
         """Run one new row (``base [D]``, its time ``t`` and log amount ``z``) through every layer
         against window ``w``'s cache, appending its keys/values; returns the final hidden state
         ``[D]``, or None without ``need_output`` (then the last block computes keys/values only)."""
@@ -168,8 +201,12 @@ class IncrementalScorer:
                 base = base + feats.astype(np.float32) @ W.hist_w + W.hist_b
             else:
                 base = base + W.hist_none
+        if W.act is not None:
+            base = base + self._activity(w, t, z, cats)
+            w.cats[n] = cats
         x = _layer_norm(base, *W.ln_in)
         w.times[n] = t
+        w.zs[n] = z
         log_gap = np.log1p(np.maximum(t - w.times[: n + 1], 0.0).astype(np.float32) / np.float32(60.0))  # [n+1]
         last = len(W.blocks) - 1
         H, dh, D = W.H, W.dh, W.D
@@ -196,8 +233,10 @@ class IncrementalScorer:
 
     def _new_window(self, start: int, capacity: int = 8) -> _Window:
         L, H, dh = len(self.w.blocks), self.w.H, self.w.dh
+        C = 0 if self.w.act is None else len(self.w.act["cols"])
         return _Window(start=start, keys=np.empty((L, H, capacity, dh), np.float32),
-                       values=np.empty((L, H, capacity, dh), np.float32), times=np.empty(capacity, np.float64))
+                       values=np.empty((L, H, capacity, dh), np.float32), times=np.empty(capacity, np.float64),
+                       zs=np.empty(capacity, np.float32), cats=np.empty((capacity, C), np.int64))
 
     def _reserve(self, w: _Window) -> None:
         """Room for one more cached row: the buffers double when full (at most ``T`` rows), so an
@@ -211,7 +250,11 @@ class IncrementalScorer:
         keys[:, :, :cap], values[:, :, :cap] = w.keys, w.values
         times = np.empty(new, np.float64)
         times[:cap] = w.times
-        w.keys, w.values, w.times = keys, values, times
+        zs = np.empty(new, np.float32)
+        zs[:cap] = w.zs
+        cats = np.empty((new, w.cats.shape[1]), np.int64)
+        cats[:cap] = w.cats
+        w.keys, w.values, w.times, w.zs, w.cats = keys, values, times, zs, cats
 
     # ------------------------------------------------------------------ public
     def add(self, entity_id: str, row) -> float:
@@ -224,7 +267,7 @@ class IncrementalScorer:
         """
         st = self.entities.setdefault(str(entity_id), _EntityState())
         p = st.n
-        base, t, z = self._row_embedding(row, st)
+        base, t, z, cats = self._row_embedding(row, st)
         T = self.cfg.context_length
         # window k starts at k*S: open it there; drop windows that are full
         if p % self.S == 0:
@@ -233,7 +276,7 @@ class IncrementalScorer:
         k_score = int(window_of_position(p, T, self.cfg.min_history)) * self.S
         logit = float("nan")
         for w in st.windows:
-            h = self._step(base, w, t, z, need_output=w.start == k_score)
+            h = self._step(base, w, t, z, need_output=w.start == k_score, cats=cats)
             if h is not None:
                 W = self.w
                 logit = float(_layer_norm(h, *W.ln_out) @ W.head_w + W.head_b)

@@ -125,7 +125,9 @@ def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 6
 
     Returns:
         DataFrame with row_number, transaction_id, entity_id, timestamp, amount, label (if known),
-        logit (float32) and probability (float64, in [0, 1]), in the frame's row order.
+        logit (float32), score (``sigmoid(logit)``, float64 in [0, 1]) and probability (float64
+        in [0, 1]: the calibrated fraud probability when the checkpoint has a calibration map,
+        else equal to ``score``; the thresholds apply to this column), in the frame's row order.
     Raises:
         ValueError: the frame lacks a field of the model (see :func:`check_compatible`).
         NonFiniteScoreError: a score is NaN or infinite; names the transaction ids.
@@ -143,18 +145,23 @@ def score_frame(bundle: ModelBundle, frame: pd.DataFrame, *, batch_size: int = 6
     cols = [c for c in ("row_number", "transaction_id", "entity_id", "timestamp", "amount", "label") if c in frame]
     out = frame[cols].copy()
     out["logit"] = logits
-    out["probability"] = sigmoid(logits.astype(np.float64))
+    out["score"] = sigmoid(logits.astype(np.float64))
+    out["probability"] = bundle.probability(logits) if bundle.calibrated else out["score"].to_numpy()
     return out
 
 
 @dataclass
 class ScoreRun:
-    """Result of :func:`score_file`: scores, rejected rows and the row accounting."""
+    """Result of :func:`score_file`: scores, rejected rows and the row accounting.
+
+    ``calibrated``: the model has a calibration map, so the ``probability`` column is a
+    probability; otherwise :func:`write_scores` writes only ``score`` (the words rule)."""
 
     scores: pd.DataFrame
     rejected: pd.DataFrame
     rows_read: int
     seconds: float
+    calibrated: bool = False
 
     def accounting(self) -> str:
         return (
@@ -176,16 +183,22 @@ def score_file(bundle: ModelBundle, path: str | Path, spec=None, *, batch_size: 
     scores = score_frame(bundle, res.frame, batch_size=batch_size)
     if res.rows_read != len(scores) + len(res.rejected):
         raise RuntimeError(f"row accounting broken: {res.rows_read} != {len(scores)} + {len(res.rejected)}")
-    return ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0)
+    return ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0,
+                    calibrated=bundle.calibrated)
 
 
 def write_scores(run: ScoreRun, out: str | Path) -> Path:
     """Write one row per input row: scored rows (status "scored") and rejected rows (status
     "rejected", with column and reason) to Parquet or CSV by suffix. The CSV goes through
-    :func:`engine.data.csv_writer.write_csv` (formula-like text cells neutralised)."""
+    :func:`engine.data.csv_writer.write_csv` (formula-like text cells neutralised).
+
+    Columns ``logit`` and ``score`` (``sigmoid(logit)``) always; ``probability`` only when
+    ``run.calibrated`` (an uncalibrated number is never written as a probability)."""
     from engine.data.csv_writer import write_csv
 
     s = run.scores.copy()
+    if not run.calibrated:
+        s = s.drop(columns=["probability"], errors="ignore")
     s["status"] = "scored"
     r = run.rejected.rename(columns={"column": "rejected_column", "value": "rejected_value"}).copy()
     r["status"] = "rejected"

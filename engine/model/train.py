@@ -10,9 +10,18 @@ of any period are visible as *history* (inputs, never labels), as they would be 
 Imbalance: binary cross-entropy with ``pos_weight = min(sqrt(n_neg / n_pos), 30)`` on the
 logit of every scored, labelled training-period transaction.
 
-Threshold: the review threshold maximises F1 on the validation period; the decline threshold is
-the lowest threshold whose validation precision is >= 0.8 (or the review threshold if none).
-Test metrics are reported at the review threshold.
+Calibration: after model choice (the best epoch), a calibration map from logit to fraud
+probability is fitted on the validation period (:mod:`engine.model.calibration`; default
+``auto``: isotonic or Platt by a cross-validated Brier score) and stored in the checkpoint.
+
+Thresholds (:mod:`engine.model.operating_point`): on the calibrated validation probabilities,
+the review threshold meets a stated target - ``target_precision`` (default 0.5: the lowest
+threshold with validation precision >= 0.5) or ``alerts_per_day``; the decline threshold is
+the lowest with validation precision >= 0.8 (never below review). Test metrics are reported at
+the review threshold, with a bootstrap interval over entities for precision, recall and
+alerts per day, and a warning when the validation precision lies outside the test interval.
+AUC ROC and average precision are computed on the uncalibrated score (ranking metrics; a
+monotone map changes them only through ties).
 """
 
 from __future__ import annotations
@@ -27,7 +36,6 @@ import pandas as pd
 import torch
 from sklearn.metrics import (
     average_precision_score,
-    precision_recall_curve,
     roc_auc_score,
 )
 from tqdm.auto import tqdm
@@ -35,8 +43,17 @@ from tqdm.auto import tqdm
 from engine.data.features import EncodedFrame, FeatureEncoder
 from engine.data.spec import DatasetSpec
 from engine.model.baseline import BaselineConfig, TabularBaseline
+from engine.model.calibration import CALIBRATION_KEY, apply_calibration, calibration_summary, fit_calibration
 from engine.model.checkpoint import ModelBundle, build_model
 from engine.model.compare import paired_bootstrap
+from engine.model.drift import DRIFT_KEY, drift_reference
+from engine.model.operating_point import (
+    bootstrap_at_threshold,
+    choose_operating_thresholds,
+    curve_points,
+    period_days,
+    precision_warning,
+)
 from engine.model.scoring import score_encoded, sigmoid
 from engine.model.sequences import build_windows, make_batch, window_entity_start
 from engine.model.split_checks import (
@@ -65,6 +82,12 @@ class TrainConfig:
         max_minutes: stop training after this wall time (checked every 20 steps; the best
             evaluated epoch is kept).
         seed: seed for init and sampling. threads: torch intra-op threads (None = torch default).
+        activity: build the model with the recent-activity and first-seen fields
+            (:mod:`engine.model.activity`).
+        calibration: ``"auto"``, ``"isotonic"``, ``"platt"`` or ``"none"`` (no map: the outputs
+            stay scores), fitted on validation after model choice.
+        target_precision / alerts_per_day: the review threshold's target on validation (at most
+            one; neither = precision 0.5, see :mod:`engine.model.operating_point`).
     """
 
     context_length: int = 128
@@ -86,6 +109,10 @@ class TrainConfig:
     max_minutes: float = 11.0
     seed: int = 0
     threads: int | None = None
+    activity: bool = True
+    calibration: str = "auto"
+    target_precision: float | None = None
+    alerts_per_day: float | None = None
 
 
 def time_split(ts: pd.Series, train_end=None, val_end=None) -> tuple[np.ndarray, pd.Timestamp, pd.Timestamp]:
@@ -107,13 +134,18 @@ def time_split(ts: pd.Series, train_end=None, val_end=None) -> tuple[np.ndarray,
     return split, a, b
 
 
-def binary_metrics(y: np.ndarray, p: np.ndarray, threshold: float | None = None) -> dict[str, float]:
-    """AUC ROC, average precision and precision/recall/F1 at ``threshold`` (probabilities)."""
+def binary_metrics(y: np.ndarray, p: np.ndarray, threshold: float | None = None,
+                   rank: np.ndarray | None = None) -> dict[str, float]:
+    """AUC ROC, average precision and precision/recall/F1 at ``threshold`` (probabilities).
+
+    ``rank`` (optional, ``[N]``): the scores AUC ROC and average precision are computed on
+    (e.g. the uncalibrated score), default ``p``."""
     y = np.asarray(y).astype(int)
     out: dict[str, float] = {"n": int(len(y)), "n_fraud": int(y.sum())}
+    r = p if rank is None else rank
     if 0 < y.sum() < len(y):
-        out["auc_roc"] = float(roc_auc_score(y, p))
-        out["average_precision"] = float(average_precision_score(y, p))
+        out["auc_roc"] = float(roc_auc_score(y, r))
+        out["average_precision"] = float(average_precision_score(y, r))
     if threshold is not None:
         pred = p >= threshold
         tp = int((pred & (y == 1)).sum())
@@ -125,16 +157,6 @@ def binary_metrics(y: np.ndarray, p: np.ndarray, threshold: float | None = None)
         )
         out["f1"] = 2 * out["precision"] * out["recall"] / max(1e-12, out["precision"] + out["recall"])
     return out
-
-
-def choose_thresholds(y: np.ndarray, p: np.ndarray, min_precision: float = 0.8) -> dict[str, float]:
-    """Review threshold = argmax F1; decline = lowest threshold with precision >= min_precision."""
-    prec, rec, thr = precision_recall_curve(y, p)
-    f1 = 2 * prec[:-1] * rec[:-1] / np.maximum(prec[:-1] + rec[:-1], 1e-12)
-    review = float(thr[int(np.argmax(f1))]) if len(thr) else 0.5
-    ok = np.flatnonzero(prec[:-1] >= min_precision)
-    decline = float(thr[ok[0]]) if len(ok) else review
-    return {"review": review, "decline": max(decline, review)}
 
 
 def fit(
@@ -182,7 +204,7 @@ def fit(
     encoder = FeatureEncoder.fit(frame.loc[split == 0], spec)
     enc = encoder.transform(frame)
     model = build_model(
-        encoder, seed=cfg.seed,
+        encoder, seed=cfg.seed, activity=cfg.activity,
         **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "context_length", "min_history")},
     )
     ents = frame["entity_id"].to_numpy()
@@ -293,12 +315,26 @@ def train(
     Returns:
         ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
         report dict with the per-epoch history, wall time, ``test_rows`` (positions of the
-        labelled test rows) and ``test_probability`` (the model's on them; with ``baseline`` also
-        ``baseline_test_probability``).
+        labelled test rows) and ``test_probability`` (the model's uncalibrated scores
+        ``sigmoid(logit)`` on them, for ranking comparisons; with ``baseline`` also
+        ``baseline_test_probability``), ``operating_point`` (targets, thresholds, validation and
+        bootstrapped test figures, warnings) and ``calibration`` (:func:`calibrate`'s report).
+        ``bundle.meta`` also holds ``calibration`` (the map), ``operating_point``,
+        ``calibration_metrics`` and ``drift_reference`` (:func:`engine.model.drift.drift_reference`
+        of the training-period rows).
     Raises:
-        ValueError: no label column, no fraud in the training period, or an empty period.
+        ValueError: no label column, no fraud in the training period, an empty period, both
+            threshold targets given or a target out of range, or an unknown calibration method.
     """
     cfg = cfg or TrainConfig()
+    if cfg.target_precision is not None and cfg.alerts_per_day is not None:
+        raise ValueError("state one threshold target: target_precision or alerts_per_day, not both")
+    if cfg.target_precision is not None and not 0 < cfg.target_precision <= 1:
+        raise ValueError(f"target precision: expected a number in (0, 1], got {cfg.target_precision}")
+    if cfg.alerts_per_day is not None and not cfg.alerts_per_day > 0:
+        raise ValueError(f"alerts per day: expected a number > 0, got {cfg.alerts_per_day}")
+    if cfg.calibration not in ("auto", "isotonic", "platt", "none"):
+        raise ValueError(f"calibration: expected auto, isotonic, platt or none, got {cfg.calibration!r}")
     t_start = time.perf_counter()
     split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
     log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
@@ -324,20 +360,42 @@ def train(
     ents = frame["entity_id"].to_numpy()
     both = np.concatenate([val_rows, test_rows])
     lg = score_encoded(bundle.model, enc, ents, rows=both).astype(np.float64)
-    pv, pt = sigmoid(lg[val_rows]), sigmoid(lg[test_rows])
-    thresholds = choose_thresholds(label[val_rows].astype(int), pv)
-    test_m = binary_metrics(label[test_rows], pt, thresholds["review"])
-    val_m = binary_metrics(label[val_rows], pv, thresholds["review"])
+    pv, pt = sigmoid(lg[val_rows]), sigmoid(lg[test_rows])  # scores (uncalibrated)
+    yv, yt = label[val_rows].astype(int), label[test_rows].astype(int)
+    cal, cal_report = calibrate(bundle, lg[val_rows], lg[test_rows], yv, yt, ents[val_rows], cfg, log=log)
+    cv, ct = apply_calibration(cal, lg[val_rows]), apply_calibration(cal, lg[test_rows])
+    days_v = period_days(train_end, val_end)
+    days_t = period_days(val_end, pd.to_datetime(frame["timestamp"]).max())
+    try:
+        op = choose_operating_thresholds(yv, cv, days_v, target_precision=cfg.target_precision,
+                                         alerts_per_day=cfg.alerts_per_day)
+    except ValueError as e:
+        if 0 < yv.sum() < len(yv):
+            raise  # a bad target
+        op = {"review": 0.5, "decline": 0.9, "target": None, "met": False, "validation": {"precision": None},
+              "warning": f"thresholds left at 0.5 / 0.9: {e}"}
+    thresholds = {"review": op["review"], "decline": op["decline"]}
+    test_m = binary_metrics(yt, ct, thresholds["review"], rank=pt)
+    val_m = binary_metrics(yv, cv, thresholds["review"], rank=pv)
+    op["test"] = bootstrap_at_threshold(yt, ct, ents[test_rows], op["review"], days_t, seed=cfg.seed)
+    op["precision_warning"] = precision_warning(op["validation"]["precision"], op["test"])
+    if yt.sum():
+        op["test_curve"] = curve_points(yt, ct, days_t, max_points=200)
+    op["units"] = "calibrated probability" if cal is not None else "score (uncalibrated)"
+    bundle.meta[DRIFT_KEY] = drift_reference(frame.loc[split == 0], spec)
     wall = time.perf_counter() - t_start
     bundle.meta.update(
         metrics={"test": test_m, "validation": val_m},
         thresholds=thresholds,
+        operating_point=op,
+        calibration_metrics=cal_report,
         split={"train_end": str(train_end), "val_end": str(val_end), "rule": "time; see engine/model/train.py",
                "warnings": warnings,
                "proposed": {"train_end": str(proposal[0]), "val_end": str(proposal[1])} if proposal else None},
         train_wall_s=wall,
     )
-    report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds}
+    report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds,
+              "operating_point": op, "calibration": cal_report}
     if baseline is not None:
         log("baseline: LightGBM over causal per-entity features, same split and test rows")
         cmp, pb = compare_with_baseline(frame, spec, split, test_rows, pt, baseline, seed=cfg.seed)
@@ -345,6 +403,49 @@ def train(
         report["baseline_test_probability"] = pb
     report["test_rows"], report["test_probability"] = test_rows, pt
     return bundle, report
+
+
+def calibrate(
+    bundle: ModelBundle,
+    lg_val: np.ndarray,
+    lg_test: np.ndarray,
+    y_val: np.ndarray,
+    y_test: np.ndarray,
+    ents_val: np.ndarray,
+    cfg: TrainConfig,
+    *,
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Fit the calibration map on the validation logits (``cfg.calibration``) and store it in
+    ``bundle.meta["calibration"]``; measure score and probability on both periods.
+
+    Returns:
+        ``(map or None, report)``: ``report`` holds ``method``, ``choice`` and, per period
+        (``validation`` in-sample, ``test`` held out), ``score`` and ``probability``
+        :func:`engine.model.calibration.calibration_summary`. No map (``"none"``, or the
+        validation labels hold one class): ``method`` is ``None`` and a ``reason`` is given.
+    """
+    report: dict[str, Any] = {"method": None}
+    cal = None
+    if cfg.calibration == "none":
+        report["reason"] = "calibration 'none' requested"
+    elif not 0 < y_val.sum() < len(y_val):
+        report["reason"] = "the validation labels hold one class only"
+        log("warning: no calibration map (the validation labels hold one class only); outputs are scores")
+    else:
+        cal = fit_calibration(lg_val, y_val, ents_val, method=cfg.calibration, seed=cfg.seed)
+        bundle.meta[CALIBRATION_KEY] = cal
+        report.update(method=cal["method"], choice=cal["choice"])
+    for period, lg, y in (("validation", lg_val, y_val), ("test", lg_test, y_test)):
+        report[period] = {"score": calibration_summary(y, sigmoid(lg))}
+        if cal is not None:
+            report[period]["probability"] = calibration_summary(y, apply_calibration(cal, lg))
+    t = report["test"]
+    if cal is not None and t["score"]["ece"] is not None:
+        log(f"calibration: {cal['method']} ({cal['choice']['rule']}); test ECE {t['score']['ece']:.4f} -> "
+            f"{t['probability']['ece']:.4f}, sum of probabilities / frauds {t['score']['sum_over_frauds'] or 0:.2f} "
+            f"-> {t['probability']['sum_over_frauds'] or 0:.2f}")
+    return cal, report
 
 
 def compare_with_baseline(

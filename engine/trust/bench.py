@@ -373,8 +373,31 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     log(markdown_table(res))
     if len(res.attrs.get("shap_accuracy", [])):
         log(shap_accuracy_section(res))
+    if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
+        from engine.trust.planted import planted_cause_bench, planted_markdown
+
+        planted = planted_cause_bench(bundle, loaded.frame, log=log)
+        body = planted_markdown(planted)
+        _write_section(out, f"{key}|planted", f"## {name} — model {bundle.short_sha}: planted causes\n\n"
+                       "Queries: the first fraud after each planted cause (engine/trust/planted.py); truth: the "
+                       "`Fraud Cause` rows in the context; precision@|G| with k = |G|.\n\n" + body)
+        log(body)
     log(f"written to {path}")
     return res
+
+
+def _write_section(out: str | Path, key: str, body: str) -> None:
+    """Write (or replace) the section ``key`` of ``out`` with ``body``."""
+    out = Path(out)
+    text = out.read_text() if out.exists() else ""
+    sec = _section(key, body)
+    start, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
+    if start in text and end in text:
+        a, b = text.index(start), text.index(end) + len(end)
+        text = text[:a] + sec.rstrip("\n") + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + sec
+    out.write_text(text)
 
 
 __all__ = ["DEFAULT_OUT", "ground_truth", "main", "markdown_table", "precision_at_k", "run_explanation_bench",

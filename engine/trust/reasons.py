@@ -1,56 +1,37 @@
-"""Reason codes: a short plain-language summary of why a transaction was flagged.
+"""Reason codes: short plain-language facts about why a transaction was flagged.
 
-Every reason is built from the **attributions and the data** together:
+Rules (each is tested against numbers recomputed from the data):
 
-1. **Which transactions may be cited.** The earlier context transactions are ranked by the
-   attribution values of one method (default: the first available of SHAP, occlusion,
-   Integrated Gradients — the order of their deletion AOPC in ``bench/results/explanations.md``;
-   by *value*, most fraud-pushing first, as in :mod:`engine.trust.faithfulness`). The top ``top_k`` with a **positive** value are citable:
-   a reason for an alert cites only what pushed the score towards fraud. The query itself is
-   citable when its own value is positive, or when the method does not score it (SHAP and
-   occlusion: the query is not a player; it is the flagged transaction). These are the *cited
-   set* ``S``.
-2. **Which fields may be cited.** With Integrated Gradients' per-(transaction, field)
-   attributions, each field's score is the sum of its positive attributions over ``S``; the top
-   ``max_fields`` fields with a positive score are citable. A reason about merchants, amounts,
-   timing, ... is produced only if its field is citable (``Reason.fields``). Without IG there is
-   no field resolution and no field restriction (``Reason.numbers['field_ranked'] = 0``).
-3. **The numbers come from the data**: the raw canonical rows of the context (``ctx.rows``:
-   ``timestamp``, ``amount``, ``merchant``, ``mcc``, ``use_chip``, ``merchant_state``,
-   ``errors``, ``terminal``, ``terminal_risk_*`` where present). "The card's other
-   transactions" (*baseline*) are the earlier context transactions **not** in ``S``: a merchant
-   is *new* when no baseline row has it; "the card's median" is the median of the baseline's
-   positive amounts.
+1. **What may be cited.** The earlier context transactions are ranked by one attribution method
+   (default: the first available of SHAP, occlusion, Integrated Gradients). An earlier
+   transaction is *citable* only when its attribution is **positive beyond its error**: value
+   ``> z * standard error`` (``z = 2``) when the method reports standard errors (SHAP), value
+   ``> 0`` otherwise. At most ``top_k`` are citable, highest value first.
+2. **Every count and ratio is computed over the data window it describes, never over the cited
+   set.** A history reason describes the span from the earliest cited transaction that shows its
+   pattern up to the query: "9 transactions in 38 minutes" counts *every* transaction of the
+   entity in those 38 minutes; "3 of the 9 transactions in the 38 minutes before this one were at
+   merchants the card had not used before" counts new merchants among all 9 ("new" = no earlier
+   transaction of the history has the value). The reason cites only the citable transactions.
+3. **The query's own fields are reasons too** (facts about the flagged transaction alone):
+   its amount against the entity's median purchase, its authorisation errors, a merchant / MCC /
+   city / state the entity never used, an online purchase on a card that rarely buys online, a
+   night-time purchase, and the delayed label history of its terminal (Handbook aggregates).
+4. **Ranked by signed contribution towards fraud.** A history reason weighs the sum of the
+   attributions of the transactions it cites (logit, all positive by rule 1). A query reason
+   weighs the field attribution of the query on the fields it rests on, from the explanation
+   with per-field values of the query (``field_values[-1]``; field-level Shapley values when
+   present, else Integrated Gradients); one whose field pushed towards legitimate (weight <= 0)
+   is dropped. Without per-field values a query reason has no measured weight (``weight`` NaN,
+   ``numbers['weight_known'] = 0``) and is listed after the weighed reasons.
 
-Reason kinds (field that must be citable -> text):
-
-* ``burst`` (``time_since_prev``): "6 transactions in 35 minutes" — the cited transactions within
-  ``burst_hours`` before the query (query included), at least 3.
-* ``channel`` (``use_chip``): "5 of 6 were online purchases, against 8% of the card's other
-  transactions".
-* ``new_<field>`` (``merchant``, ``terminal``, ``mcc``, ``merchant_city``, or any categorical
-  model-input field): "4 of 6 at merchants not seen in the card's other 40 transactions". A field
-  with ``model_input = false`` (the Handbook terminal) carries no attribution and is not cited.
-* ``location`` (``merchant_state``): "in 3 states (CA, NV, TX) not seen in the card's other ...".
-* ``amount`` (``amount`` or ``amount_vs_history``): "amounts 4.2x the card's median (median
-  52.10 USD of 6 cited purchases against 12.40 USD of 30 other purchases)", when the ratio of the
-  medians of the positive amounts is >= 2 or <= 0.5.
-* ``night`` (``hour``): "3 between 00:00 and 05:59, against 2% of the card's other transactions".
-* ``errors`` (``errors``): "2 with authorisation errors (Bad CVV, Bad PIN)".
-* ``terminal_risk`` (aggregate ``terminal_risk``): "the terminal's fraud rate was 25% (3 of 12
-  transactions) in the 7 days ending 7 days before".
-* ``terminal_risk_run`` (aggregate with ``fraud_run``): "this transaction's terminal: its last 4 known
-  transactions were all frauds, a run that began 12 days before it (labels known 7 days late)".
-
-Each :class:`Reason` lists the transaction ids it cites and a ``numbers`` dict holding every
-number of its text unrounded (so a test can check each against the data). Its ``weight`` is the
-attribution mass behind it: the positive IG attribution of its fields summed over the
-transactions it cites (logit); with IG, a reason of weight 0 (its own transactions carry no
-positive attribution on its field) is dropped. Reasons are ordered by weight.
+Each :class:`Reason` lists the transaction ids it cites and a ``numbers`` dict with every number
+of its text unrounded. Amounts are in the spec's currency.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -60,7 +41,15 @@ import pandas as pd
 from engine.explain.base import Explanation
 
 RANKING_METHODS = ("shap", "occlusion", "integrated_gradients")
+#: methods whose per-field values of the query can weigh query reasons, in order of preference
+FIELD_METHODS = ("field_shapley", "integrated_gradients")
 NIGHT_HOURS = (0, 6)  # [start, end) hours counted as night
+#: an amount this many times the median earlier purchase (or more) is a reason
+AMOUNT_RATIO = 2.0
+#: a "small charge" is a positive amount at most this share of the median earlier purchase
+SMALL_CHARGE_RATIO = 0.1
+#: citable when value > Z_CITE * standard error
+Z_CITE = 2.0
 
 
 @dataclass
@@ -68,13 +57,13 @@ class Reason:
     """One reason code.
 
     Attributes:
-        kind: ``"burst"``, ``"channel"``, ``"new_merchant"``, ``"amount"``, ... (module doc).
+        kind: ``"burst"``, ``"small_charges"``, ``"new_merchant"``, ``"query_amount"``, ... (module doc).
         text: the plain-language sentence.
-        transaction_ids: the transactions it cites (all in the cited set ``S``).
-        fields: the model fields it rests on (citable fields).
-        numbers: every number in ``text``, unrounded (counts, minutes, ratios, amounts, percents).
-        weight: attribution mass behind the reason (sum of the positive attributions of its
-            fields over its transactions; logit) — the ordering key.
+        transaction_ids: the transactions it cites (citable earlier ones and/or the query).
+        fields: the model fields it rests on.
+        numbers: every number in ``text``, unrounded (counts, minutes, ratios, amounts, shares).
+        weight: signed contribution towards fraud in logits (module doc rule 4); NaN = not measured.
+        about: ``"history"`` (earlier transactions) or ``"query"`` (the flagged transaction itself).
     """
 
     kind: str
@@ -83,13 +72,12 @@ class Reason:
     fields: list[str]
     numbers: dict[str, Any] = field(default_factory=dict)
     weight: float = 0.0
+    about: str = "history"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _fmt_num(x: float) -> str:
-    return f"{x:,.0f}" if abs(x - round(x)) < 1e-9 else f"{x:,.2f}"
+        d = asdict(self)
+        d["weight"] = None if not math.isfinite(self.weight) else self.weight
+        return d
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
@@ -100,12 +88,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def _fmt_num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x - round(x)) < 1e-9 else f"{x:,.2f}"
+
+
 def _entity_noun(spec) -> str:
     cols = " ".join(getattr(getattr(spec, "entity", None), "columns", []) or []).lower()
     return "card" if "card" in cols else "customer" if "customer" in cols else "account"
 
 
-def _span_text(minutes: float) -> str:
+def span_text(minutes: float) -> str:
+    """``"38 minutes"``, ``"5.2 hours"``, ``"3.1 days"``."""
     if minutes < 120:
         return f"{minutes:.0f} {_plural(round(minutes), 'minute')}"
     if minutes < 48 * 60:
@@ -121,8 +114,78 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
     return np.zeros(len(rows), dtype=bool)
 
 
-def _missing_values(spec) -> dict[str, str]:
-    return {f.name: f.missing for f in getattr(spec, "fields", [])}
+def first_seen(values: np.ndarray, missing: str) -> np.ndarray:
+    """``[T]`` bool: the value appears in no earlier row (and is not the missing marker); row 0,
+    having no history, is never "new"."""
+    seen: set = set()
+    out = np.zeros(len(values), dtype=bool)
+    for i, v in enumerate(values):
+        out[i] = i > 0 and v not in seen and v != missing
+        seen.add(v)
+    return out
+
+
+def citable_positions(e: Explanation, top_k: int, z: float = Z_CITE) -> np.ndarray:
+    """Earlier positions (query excluded) whose value is positive beyond its error (module doc
+    rule 1), at most ``top_k``, highest value first. ``[k]`` int64."""
+    v = np.asarray(e.values, dtype=np.float64)
+    q = len(v) - 1
+    se = getattr(e, "standard_errors", None)
+    if se is None:
+        se = e.extras.get("standard_errors")
+    se = np.zeros_like(v) if se is None else np.nan_to_num(np.asarray(se, dtype=np.float64), nan=np.inf)
+    earlier = np.arange(q)
+    ok = earlier[v[:q] > z * se[:q]]
+    return ok[np.lexsort((-ok, -v[ok]))][:top_k].astype(np.int64)
+
+
+class _Facts:
+    """Shared state of one reason computation: rows, times, cited set, weights, output list."""
+
+    def __init__(self, ctx, e: Explanation, fe: Explanation | None, cited: np.ndarray):
+        self.rows = ctx.rows.reset_index(drop=True)
+        self.T = ctx.T
+        self.q = self.T - 1
+        self.ts = pd.to_datetime(self.rows["timestamp"])
+        self.ids = [str(t) for t in self.rows["transaction_id"]]
+        self.v = np.asarray(e.values, dtype=np.float64)
+        self.cited = cited
+        spec = ctx.bundle.spec
+        self.noun = _entity_noun(spec)
+        cur = (getattr(getattr(spec, "amount", None), "currency", "") or "").strip()
+        self.cur = f" {cur}" if cur else ""
+        self.missing = {f.name: f.missing for f in getattr(spec, "fields", [])}
+        self.spec = spec
+        self.fnames = list(fe.field_names or []) if fe is not None else []
+        self.fq = np.asarray(fe.field_values[-1], dtype=np.float64) if fe is not None else None
+        self.out: list[Reason] = []
+
+    def money(self, x: float) -> str:
+        return f"{x:,.2f}{self.cur}"
+
+    def minutes_before_query(self, p: int) -> float:
+        return float((self.ts.iloc[self.q] - self.ts.iloc[p]).total_seconds() / 60.0)
+
+    def window(self, start: int) -> np.ndarray:
+        """Earlier positions (query excluded) at or after the time of position ``start``."""
+        t0 = self.ts.iloc[start]
+        return np.flatnonzero((self.ts >= t0).to_numpy()[: self.q])
+
+    def history(self, kind, text, pos, fields, numbers) -> None:
+        pos = np.asarray(sorted({int(p) for p in pos}), dtype=np.int64)
+        self.out.append(Reason(kind, text, [self.ids[p] for p in pos], list(fields), dict(numbers),
+                               float(self.v[pos].sum()), "history"))
+
+    def query(self, kind, text, fields, numbers) -> None:
+        idx = [self.fnames.index(f) for f in fields if f in self.fnames]
+        if self.fq is None or not idx:
+            w, known = float("nan"), 0
+        else:
+            w, known = float(self.fq[idx].sum()), 1
+            if w <= 0:  # this field of the query pushed towards legitimate: not a reason for the flag
+                return
+        self.out.append(Reason(kind, text, [self.ids[self.q]], list(fields),
+                               {**numbers, "weight_known": known}, w, "query"))
 
 
 def reason_codes(
@@ -131,24 +194,23 @@ def reason_codes(
     *,
     method: str | None = None,
     top_k: int = 6,
-    max_fields: int = 4,
     max_reasons: int = 4,
     burst_hours: float = 24.0,
+    z: float = Z_CITE,
 ) -> list[Reason]:
-    """Reason codes for the query of ``ctx`` (see the module docstring for the rules).
+    """Reason codes for the query of ``ctx`` (rules in the module docstring).
 
     Args:
         ctx: the query context (:class:`engine.explain.context.QueryContext`; uses ``ctx.rows``,
-            ``ctx.field_names``, ``ctx.bundle.spec``).
-        explanations: ``{method: Explanation}`` of this context (IG needed for field resolution).
-        method: the method ranking the transactions (default: first of
+            ``ctx.T``, ``ctx.bundle.spec``).
+        explanations: ``{method: Explanation}`` of this context.
+        method: the method ranking the earlier transactions (default: first of
             :data:`RANKING_METHODS` present).
-        top_k: citable earlier transactions (top by positive value), default 6.
-        max_fields: citable fields (top by positive IG field attribution over the cited set).
-        max_reasons: reasons returned at most (highest weight first).
-        burst_hours: window before the query for the ``burst`` reason.
+        top_k: citable earlier transactions at most. max_reasons: reasons returned at most.
+        burst_hours: how far before the query the ``burst`` reason looks.
+        z: citable when value > ``z`` standard errors (methods with standard errors).
     Returns:
-        list of :class:`Reason` (possibly empty: nothing citable, or no pattern in the data).
+        list of :class:`Reason`, weighed ones by descending weight, then unweighed query facts.
     Raises:
         ValueError: no usable method in ``explanations``, or explanations of another context.
     """
@@ -160,192 +222,188 @@ def reason_codes(
     e = explanations[method]
     if list(e.transaction_ids) != list(ctx.transaction_ids):
         raise ValueError(f"explanations[{method!r}]: explains another context")
-    rows = ctx.rows.reset_index(drop=True)
-    T = ctx.T
-    q = T - 1
-    v = np.asarray(e.values, dtype=np.float64)
-    earlier = np.arange(q)
-    order = earlier[np.lexsort((-earlier, -v[:q]))] if q else earlier
-    cited = [int(j) for j in order if v[j] > 0][:top_k]
-    player_mask = e.extras.get("player_mask")
-    query_scored = player_mask is None or bool(np.asarray(player_mask)[q])
-    if not query_scored or v[q] > 0:
-        cited.append(q)
-    S = np.array(sorted(cited), dtype=np.int64)
-    if len(S) == 0:
-        return []
-    baseline = np.array([j for j in range(q) if j not in set(S.tolist())], dtype=np.int64)
+    fe = next((explanations[m] for m in FIELD_METHODS if m in explanations
+               and explanations[m].field_values is not None
+               and list(explanations[m].transaction_ids) == list(ctx.transaction_ids)), None)
+    f = _Facts(ctx, e, fe, citable_positions(e, top_k, z))
+    if f.q >= 1:
+        _history_reasons(f, burst_hours)
+    _query_reasons(f)
+    weighed = sorted([r for r in f.out if math.isfinite(r.weight) and r.weight > 0], key=lambda r: -r.weight)
+    unweighed = [r for r in f.out if not math.isfinite(r.weight)]
+    return (weighed + unweighed)[:max_reasons]
 
-    # citable fields
-    ig = explanations.get("integrated_gradients")
-    fv_pos = None
-    if ig is not None and ig.field_values is not None and list(ig.transaction_ids) == list(ctx.transaction_ids):
-        fnames = list(ig.field_names or [])
-        fv_pos = np.clip(ig.field_values, 0, None)  # [T, F]
-        score = fv_pos[S].sum(0)
-        top = [fnames[i] for i in np.argsort(-score, kind="stable")[:max_fields] if score[i] > 0]
-        citable = set(top)
-    else:
-        fnames = list(ctx.field_names)
-        citable = set(fnames)
-    field_ranked = int(fv_pos is not None)
 
-    def weight(pos: np.ndarray, fields: list[str]) -> float:
-        if fv_pos is None:
-            return float(np.clip(v[pos], 0, None).sum())
-        idx = [fnames.index(f) for f in fields if f in fnames]
-        return float(fv_pos[np.ix_(pos, idx)].sum()) if idx else 0.0
-
-    spec = ctx.bundle.spec
-    noun = _entity_noun(spec)
-    currency = (getattr(getattr(spec, "amount", None), "currency", "") or "").strip()
-    missing = _missing_values(spec)
-    ids = [str(t) for t in rows["transaction_id"]]
-    ts = pd.to_datetime(rows["timestamp"])
-    other = f"the {noun}'s other {len(baseline)} {_plural(len(baseline), 'transaction')} in this history"
-    out: list[Reason] = []
-
-    def add(kind, text, pos, fields, numbers):
-        pos = np.asarray(sorted(set(int(p) for p in pos)), dtype=np.int64)
-        numbers = {**numbers, "field_ranked": field_ranked}
-        out.append(Reason(kind, text, [ids[p] for p in pos], list(fields), numbers, weight(pos, fields)))
-
-    # burst ---------------------------------------------------------------------------------------
-    if "time_since_prev" in citable:
-        t_q = ts.iloc[q]
-        near = S[(ts.iloc[S] >= t_q - pd.Timedelta(hours=burst_hours)).to_numpy()]
-        if len(near) >= 3:
-            span = float((t_q - ts.iloc[near].min()).total_seconds() / 60.0)
-            add("burst", f"{len(near)} transactions in {_span_text(span)}", near, ["time_since_prev"],
-                {"n_transactions": int(len(near)), "span_minutes": span})
-
-    # channel -------------------------------------------------------------------------------------
-    if "use_chip" in citable and "use_chip" in rows:
-        online = _is_online(rows)
-        n_on = int(online[S].sum())
-        base_share = float(online[baseline].mean()) if len(baseline) else float("nan")
-        if n_on and (not len(baseline) or base_share <= 0.5):
-            text = f"{n_on} of {len(S)} were online purchases"
-            if len(baseline):
-                text += f", against {_pct(base_share)} of {other}"
-            add("channel", text, S[online[S]], ["use_chip"],
-                {"n_online": n_on, "n_cited": int(len(S)), "baseline_online_share": base_share})
-
-    # novelty of categorical values ------------------------------------------------------------------
-    novelty_fields = [("merchant", "merchants"), ("terminal", "terminals"), ("mcc", "merchant categories"),
-                      ("merchant_city", "cities")]
-    cat_fields = [f.name for f in getattr(spec, "fields", []) if getattr(f.kind, "value", f.kind) == "categorical"]
-    known = {n for n, _ in novelty_fields} | {"merchant_state", "use_chip", "zip"}
-    novelty_fields += [(f, f"{f} values") for f in cat_fields if f not in known]
-    if len(baseline):
-        for f, label in novelty_fields:
-            if f not in citable or f not in rows:
-                continue
-            vals = rows[f].astype(str).to_numpy()
-            seen = set(vals[baseline])
-            miss = missing.get(f, "<empty>")
-            new = np.array([p for p in S if vals[p] not in seen and vals[p] != miss], dtype=np.int64)
-            if f == "merchant_city":
-                new = new[~_is_online(rows)[new]] if len(new) else new
-            if len(new):
-                numbers = {"n_new": int(len(new)), "n_cited": int(len(S)), "n_baseline": int(len(baseline))}
-                text = f"{len(new)} of {len(S)} at {label} not seen in {other}"
-                if f == "mcc":
-                    codes = sorted(set(vals[new]))
-                    numbers["values"] = ", ".join(codes)
-                    text = f"{len(new)} of {len(S)} in merchant categories ({', '.join(codes)}) not seen in {other}"
-                add(f"new_{f}", text, new, [f], numbers)
-
-        # location --------------------------------------------------------------------------------
-        if "merchant_state" in citable and "merchant_state" in rows:
-            st = rows["merchant_state"].astype(str).to_numpy()
-            miss = missing.get("merchant_state", "<empty>")
-            seen = set(st[baseline])
-            new = np.array([p for p in S if st[p] not in seen and st[p] != miss], dtype=np.int64)
-            if len(new):
-                states = sorted(set(st[new]))
-                add("location", f"{len(new)} of {len(S)} in {len(states)} {_plural(len(states), 'state')} "
-                                f"({', '.join(states)}) not seen in {other}", new, ["merchant_state"],
-                    {"n_new": int(len(new)), "n_states": len(states), "states": ", ".join(states),
-                     "n_cited": int(len(S)), "n_baseline": int(len(baseline))})
-
-        # amount ----------------------------------------------------------------------------------
-        amount_fields = [f for f in ("amount", "amount_vs_history") if f in citable]
-        if amount_fields:
-            amt = rows["amount"].to_numpy(np.float64)
-            cs = S[amt[S] > 0]
-            bs = baseline[amt[baseline] > 0]
-            if len(cs) and len(bs):
-                mc, mb = float(np.median(amt[cs])), float(np.median(amt[bs]))
-                ratio = mc / mb if mb > 0 else float("inf")
-                if ratio >= 2 or ratio <= 0.5:
-                    cur = f" {currency}" if currency else ""
-                    text = (f"amounts {ratio:.1f}x the {noun}'s median (median {mc:,.2f}{cur} of {len(cs)} cited "
-                            f"{_plural(len(cs), 'purchase')} against {mb:,.2f}{cur} of {len(bs)} other "
-                            f"{_plural(len(bs), 'purchase')})")
-                    add("amount", text, cs, amount_fields,
-                        {"ratio": ratio, "median_cited": mc, "median_baseline": mb,
-                         "n_cited": int(len(cs)), "n_baseline": int(len(bs))})
-
-        # night -----------------------------------------------------------------------------------
-        if "hour" in citable:
-            h = ts.dt.hour.to_numpy()
-            night = (h >= NIGHT_HOURS[0]) & (h < NIGHT_HOURS[1])
-            n_n = int(night[S].sum())
-            share = float(night[baseline].mean())
-            if n_n and share <= 0.25:
-                add("night", f"{n_n} of {len(S)} between {NIGHT_HOURS[0]:02d}:00 and {NIGHT_HOURS[1] - 1:02d}:59, "
-                             f"against {_pct(share)} of {other}", S[night[S]], ["hour"],
-                    {"n_night": n_n, "n_cited": int(len(S)), "baseline_night_share": share})
-
-    # errors --------------------------------------------------------------------------------------
-    if "errors" in citable and "errors" in rows:
-        err = rows["errors"].fillna("").astype(str).to_numpy()
-        has = np.array([p for p in S if err[p].strip() != ""], dtype=np.int64)
-        if len(has):
-            kinds = sorted({k for p in has for k in err[p].split("|") if k})
-            add("errors", f"{len(has)} of {len(S)} with authorisation errors ({', '.join(kinds)})", has, ["errors"],
-                {"n_errors": int(len(has)), "n_cited": int(len(S)), "errors": ", ".join(kinds)})
-
-    # delayed terminal risk -----------------------------------------------------------------------
-    for agg in getattr(spec, "aggregates", []) or []:
-        if agg.name not in citable:
+def _history_reasons(f: _Facts, burst_hours: float) -> None:
+    """Patterns in the earlier transactions, cited from the citable set (module doc rule 2)."""
+    rows, S = f.rows, f.cited
+    if not len(S):
+        return
+    other = f"the {f.noun}"
+    # burst: every transaction from the earliest citable one within burst_hours up to the query
+    near = S[np.array([f.minutes_before_query(p) <= burst_hours * 60 for p in S])]
+    if len(near):
+        start = int(near.min())
+        n_all = len(f.window(start)) + 1  # + the query
+        if n_all >= 3:
+            span = f.minutes_before_query(start)
+            f.history("burst", f"{n_all} transactions in {span_text(span)} up to this one", near,
+                      ["time_since_prev", "recent_activity"], {"n_transactions": n_all, "span_minutes": span,
+                                                               "n_cited": int(len(near))})
+    amt = rows["amount"].to_numpy(np.float64)
+    # small test charges at new merchants
+    if "merchant" in rows:
+        new_m = first_seen(rows["merchant"].astype(str).to_numpy(), f.missing.get("merchant", "<empty>"))
+        small = []
+        for p in S:
+            before = amt[:p][amt[:p] > 0]
+            if len(before) and 0 < amt[p] <= SMALL_CHARGE_RATIO * float(np.median(before)) and new_m[p]:
+                small.append(int(p))
+        if small:
+            first = min(small)
+            med = float(np.median(amt[:first][amt[:first] > 0]))
+            span = f.minutes_before_query(first)
+            amounts = ", ".join(f.money(amt[p]) for p in sorted(small))
+            f.history("small_charges", f"{len(small)} small {_plural(len(small), 'charge')} ({amounts}) at merchants "
+                                       f"new to {other}, {span_text(span)} before this transaction", small,
+                      ["amount", "merchant", "first_seen"],
+                      {"n_small": len(small), "span_minutes": span, "median_before": med,
+                       "max_share_of_median": SMALL_CHARGE_RATIO})
+    # new categorical values among the transactions of the span
+    labels = {"merchant": "merchants", "terminal": "terminals", "mcc": "merchant categories",
+              "merchant_city": "cities", "merchant_state": "states"}
+    online = _is_online(rows)
+    for col, label in labels.items():
+        if col not in rows:
             continue
+        new = first_seen(rows[col].astype(str).to_numpy(), f.missing.get(col, "<empty>"))
+        if col in ("merchant_city", "merchant_state"):
+            new &= ~online
+        hits = [int(p) for p in S if new[p]]
+        if not hits:
+            continue
+        win = f.window(min(hits))
+        k, n = int(new[win].sum()), len(win)
+        span = f.minutes_before_query(min(hits))
+        text = (f"{k} of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one "
+                f"{'was' if k == 1 else 'were'} at {label} {other} had not used before")
+        numbers = {"n_new": k, "n_window": n, "span_minutes": span}
+        if col in ("mcc", "merchant_state"):
+            vals = sorted(set(rows[col].astype(str).to_numpy()[win][new[win]]))
+            numbers["values"] = ", ".join(vals)
+            text += f" ({', '.join(vals)})"
+        f.history(f"new_{col}", text, hits, [col, "first_seen"], numbers)
+    # authorisation errors in the span
+    if "errors" in rows:
+        err = rows["errors"].fillna("").astype(str).to_numpy()
+        has = np.array([e.strip() not in ("", f.missing.get("errors", "<empty>")) for e in err])
+        hits = [int(p) for p in S if has[p]]
+        if hits:
+            win = f.window(min(hits))
+            k, n = int(has[win].sum()), len(win)
+            kinds = sorted({x for p in win[has[win]] for x in err[p].split("|") if x})
+            span = f.minutes_before_query(min(hits))
+            f.history("errors", f"{k} of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one "
+                                f"had authorisation errors ({', '.join(kinds)})", hits, ["errors"],
+                      {"n_errors": k, "n_window": n, "span_minutes": span, "errors": ", ".join(kinds)})
+    # amounts of the span against the entity's earlier purchases
+    pos_span = [int(p) for p in S if amt[p] > 0]
+    if pos_span:
+        start = min(pos_span)
+        win = f.window(start)
+        cs, bs = win[amt[win] > 0], np.flatnonzero(amt[:start] > 0)
+        if len(cs) and len(bs):
+            mc, mb = float(np.median(amt[cs])), float(np.median(amt[bs]))
+            ratio = mc / mb if mb > 0 else float("inf")
+            if ratio >= AMOUNT_RATIO:
+                span = f.minutes_before_query(start)
+                f.history("amount", f"the {len(cs)} {_plural(len(cs), 'purchase')} in the {span_text(span)} before "
+                                    f"this one had a median of {f.money(mc)}, {ratio:.1f}x {other}'s earlier median "
+                                    f"({f.money(mb)} over {len(bs)} {_plural(len(bs), 'purchase')})", pos_span,
+                          ["amount", "amount_vs_history"], {"ratio": ratio, "median_window": mc, "median_before": mb,
+                                                            "n_window": int(len(cs)), "n_before": int(len(bs)),
+                                                            "span_minutes": span})
+
+
+def _query_reasons(f: _Facts) -> None:
+    """Facts about the flagged transaction's own fields (module doc rule 3)."""
+    rows, q = f.rows, f.q
+    amt = rows["amount"].to_numpy(np.float64)
+    before = amt[:q][amt[:q] > 0]
+    noun = f.noun
+    if len(before) and amt[q] > 0:
+        med = float(np.median(before))
+        ratio = amt[q] / med if med > 0 else float("inf")
+        if ratio >= AMOUNT_RATIO:
+            f.query("query_amount", f"this transaction's amount, {f.money(amt[q])}, is {ratio:.1f}x the {noun}'s median "
+                                    f"purchase ({f.money(med)} over {len(before)} earlier "
+                                    f"{_plural(len(before), 'purchase')})",
+                    ["amount", "amount_vs_history", "recent_activity"],
+                    {"ratio": ratio, "amount": float(amt[q]), "median_before": med, "n_before": int(len(before))})
+    if "errors" in rows:
+        err = str(rows["errors"].fillna("").iloc[q]).strip()
+        if err and err != f.missing.get("errors", "<empty>"):
+            kinds = sorted(x for x in err.split("|") if x)
+            f.query("query_errors", f"this transaction had an authorisation error ({', '.join(kinds)})", ["errors"],
+                    {"errors": ", ".join(kinds)})
+    if q >= 1:
+        online = _is_online(rows)
+        labels = {"merchant": "merchant", "terminal": "terminal", "mcc": "merchant category",
+                  "merchant_city": "city", "merchant_state": "state"}
+        for col, label in labels.items():
+            if col not in rows or (col in ("merchant_city", "merchant_state") and online[q]):
+                continue
+            vals = rows[col].astype(str).to_numpy()
+            if vals[q] != f.missing.get(col, "<empty>") and vals[q] not in set(vals[:q]):
+                show = f" {vals[q]}" if col in ("mcc", "merchant_state") else ""
+                f.query(f"query_new_{col}", f"the {noun}'s first transaction at this {label}{show} in {q} earlier "
+                                            f"{_plural(q, 'transaction')}", [col, "first_seen"],
+                        {"n_before": q, **({"value": vals[q]} if show else {})})
+        if online[q] and ("use_chip" in rows or "merchant_city" in rows):
+            share = float(online[:q].mean())
+            if share <= 0.25:
+                f.query("query_online", f"an online purchase, where {_pct(share)} of the {noun}'s {q} earlier "
+                                        f"{_plural(q, 'transaction')} were online", ["use_chip"],
+                        {"online_share_before": share, "n_before": q})
+        h = f.ts.dt.hour.to_numpy()
+        night = (h >= NIGHT_HOURS[0]) & (h < NIGHT_HOURS[1])
+        if night[q]:
+            share = float(night[:q].mean())
+            if share <= 0.1:
+                f.query("query_night", f"at {f.ts.iloc[q]:%H:%M}, when {_pct(share)} of the {noun}'s {q} earlier "
+                                       f"{_plural(q, 'transaction')} took place ({NIGHT_HOURS[0]:02d}:00-"
+                                       f"{NIGHT_HOURS[1] - 1:02d}:59)", ["hour"],
+                        {"night_share_before": share, "n_before": q})
+    _terminal_reasons(f)
+
+
+def _terminal_reasons(f: _Facts) -> None:
+    """The delayed label history of the query's terminal (spec aggregates, e.g. the Handbook's)."""
+    rows, q = f.rows, f.q
+    for agg in getattr(f.spec, "aggregates", []) or []:
         best = None
         for w in agg.windows_days:
             rc, cc = f"{agg.name}_fraud_rate_{w}d", f"{agg.name}_count_{w}d"
-            if rc not in rows or cc not in rows:
-                continue
-            for p in S:
-                r, c = float(rows[rc].iloc[p]), float(rows[cc].iloc[p])
+            if rc in rows and cc in rows:
+                r, c = float(rows[rc].iloc[q]), float(rows[cc].iloc[q])
                 if c > 0 and r > 0 and (best is None or r > best[0]):
-                    best = (r, c, w, int(p))
+                    best = (r, c, w)
         if best is not None:
-            r, c, w, p = best
-            key = agg.key
-            who = "this transaction's" if p == q else "a cited transaction's"
-            n_fraud = r * c
-            add(agg.name, f"{who} {key} had a fraud rate of {_pct(r)} ({_fmt_num(n_fraud)} of {_fmt_num(c)} "
-                          f"{_plural(int(round(c)), 'transaction')}) in the {_plural(int(w), 'day', f'{w} days')} ending "
-                          f"{agg.delay_days} days before it",
-                [p], [agg.name],
-                {"fraud_rate": r, "count": c, "n_fraud": n_fraud, "window_days": int(w), "delay_days": int(agg.delay_days)})
+            r, c, w = best
+            f.query(agg.name, f"this transaction's {agg.key} had a fraud rate of {_pct(r)} ({_fmt_num(r * c)} of "
+                              f"{_fmt_num(c)} {_plural(int(round(c)), 'transaction')}) in the "
+                              f"{_plural(int(w), 'day', f'{w} days')} ending {agg.delay_days} days before it",
+                    [agg.name], {"fraud_rate": r, "count": c, "n_fraud": r * c, "window_days": int(w),
+                                 "delay_days": int(agg.delay_days)})
         lc, dc = f"{agg.name}_fraud_run_length", f"{agg.name}_fraud_run_days"
-        if agg.fraud_run and lc in rows and dc in rows:
-            runs = [(float(rows[lc].iloc[p]), float(rows[dc].iloc[p]), int(p)) for p in S if float(rows[lc].iloc[p]) > 0]
-            if runs:
-                length, days, p = max(runs, key=lambda x: (x[0], -x[1]))
-                who = "this transaction's" if p == q else "a cited transaction's"
-                what = (f"its last {_fmt_num(length)} known transactions were all frauds, a run that began "
-                        f"{_fmt_num(days)} days before it" if length > 1 else
-                        f"its last known transaction, {_fmt_num(days)} days before it, was a fraud")
-                add(f"{agg.name}_run", f"{who} {agg.key}: {what} (labels known {agg.delay_days} days late)",
-                    [p], [agg.name], {"run_length": length, "run_days": days, "delay_days": int(agg.delay_days)})
-
-    if field_ranked:  # the reason's own transactions must carry positive attribution on its fields
-        out = [r for r in out if r.weight > 0]
-    out.sort(key=lambda r: -r.weight)
-    return out[:max_reasons]
+        if agg.fraud_run and lc in rows and dc in rows and float(rows[lc].iloc[q]) > 0:
+            length, days = float(rows[lc].iloc[q]), float(rows[dc].iloc[q])
+            what = (f"its last {_fmt_num(length)} known transactions were all frauds, a run that began "
+                    f"{_fmt_num(days)} days before it" if length > 1 else
+                    f"its last known transaction, {_fmt_num(days)} days before it, was a fraud")
+            f.query(f"{agg.name}_run", f"this transaction's {agg.key}: {what} (labels known {agg.delay_days} days "
+                                       "late)", [agg.name],
+                    {"run_length": length, "run_days": days, "delay_days": int(agg.delay_days)})
 
 
 def summary_text(reasons: list[Reason]) -> str:
@@ -356,4 +414,5 @@ def summary_text(reasons: list[Reason]) -> str:
     return s[0].upper() + s[1:] + "."
 
 
-__all__ = ["RANKING_METHODS", "Reason", "reason_codes", "summary_text"]
+__all__ = ["RANKING_METHODS", "Reason", "citable_positions", "first_seen", "reason_codes", "span_text",
+           "summary_text"]

@@ -39,6 +39,18 @@ def sign_in(page, url: str, user: str, password: str = PASSWORD, path: str = "")
     page.get_by_role("heading", name="Sign in to fraudlens").wait_for(state="detached")
 
 
+def tick_rows(page, rows: list[int]) -> None:
+    """Tick ``rows`` (0-based) of the visible work-queue table (st.dataframe with multi-row
+    selection, drawn on a canvas): a click on each row's marker cell at the left edge."""
+    grid = page.locator('[data-testid="stDataFrame"]:visible').first
+    grid.scroll_into_view_if_needed()
+    box = grid.bounding_box()
+    header = row = 35  # px: Streamlit's default header and row heights
+    for r in rows:
+        page.mouse.click(box["x"] + 18, box["y"] + header + row * r + row / 2)
+        page.wait_for_timeout(600)  # one rerun per tick
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -130,5 +142,8 @@ def browser():
 
 @pytest.fixture(scope="session")
 def output_dir() -> Path:
-    OUTPUT.mkdir(exist_ok=True)
-    return OUTPUT
+    """Where screenshots and downloaded reports are kept as test artefacts: ``$FRAUDLENS_ARTEFACTS``
+    when set, else ``test-output/`` in the repository (ignored by git)."""
+    out = Path(os.environ.get("FRAUDLENS_ARTEFACTS") or OUTPUT)
+    out.mkdir(parents=True, exist_ok=True)
+    return out

@@ -41,8 +41,10 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     page = ctx.new_page()
     page.set_default_timeout(T)
     sign_in(page, app_url, "e2e", path="/queue")
-    page.get_by_role("heading", name="Case queue").wait_for()
-    page.get_by_role("button", name=re.compile("Open case")).click()
+    page.get_by_role("heading", name="Work queue").wait_for()
+    page.get_by_role("button", name="Claim next case").click()  # my open cases start empty: claim one
+    page.get_by_text(re.compile(r"^Claimed case \d+")).first.wait_for()
+    page.get_by_role("button", name=re.compile(r"Open case \d+")).click()
 
     # the case page: top case, explained transaction, charts
     page.get_by_text("Disposition", exact=True).first.wait_for()

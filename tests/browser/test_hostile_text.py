@@ -140,7 +140,7 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     assert title == f"Model tiny {LINK}"
     _no_host(page, requests)
     sign_in(page, hostile_app["url"], ANALYST)
-    page.get_by_role("heading", name="Cases").wait_for()
+    page.get_by_role("heading", name="Open a case from data").wait_for()
     exp = page.locator('[data-testid="stExpander"]').first
     if not page.get_by_text("Transactions file").count():
         exp.locator("summary").click()

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import PASSWORD, sign_in
+from conftest import PASSWORD, sign_in, tick_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 90_000  # ms
@@ -32,15 +32,15 @@ def test_without_sign_in_no_case_data_is_shown(app_url, page, e2e_world, path):
     assert page.locator('[data-testid="stDataFrame"]').count() == 0
     assert page.locator('[data-testid="stMetric"]').count() == 0
     assert page.locator(".js-plotly-plot").count() == 0
-    for text in ("Case queue", "Transactions scored", "Entities by highest", "Model card", "tiny-e2e", "Disposition"):
+    for text in ("Work queue", "Transactions scored", "Entities by highest", "Model card", "tiny-e2e", "Disposition"):
         assert text not in body
-    links = page.get_by_role("link", name="Queue")
+    links = page.get_by_role("link", name="Work queue")
     if links.count():  # Streamlit's pages/ listing may show before st.navigation runs: it leads to sign-in too
         links.first.click()
         page.wait_for_timeout(1500)
         page.get_by_role("heading", name="Sign in to fraudlens").wait_for()
         assert page.locator('[data-testid="stDataFrame"]').count() == 0
-        assert "Case queue" not in page.locator("body").inner_text()
+        assert "Work queue" not in page.locator("body").inner_text()
 
 
 def test_a_wrong_password_is_refused(app_url, page):
@@ -55,7 +55,7 @@ def test_a_wrong_password_is_refused(app_url, page):
 
 
 def _thresholds(page) -> None:
-    page.get_by_role("heading", name="Case queue").wait_for()
+    page.get_by_role("heading", name="Work queue").wait_for()
     page.get_by_text(re.compile(r"^Thresholds · review")).click()
 
 
@@ -74,9 +74,11 @@ def test_an_analyst_cannot_change_thresholds_a_supervisor_can(app_url, page):
 
 def test_an_auditor_cannot_record_a_disposition(app_url, page):
     sign_in(page, app_url, "audrey", path="/queue")
-    page.get_by_role("heading", name="Case queue").wait_for()
-    assert page.get_by_role("button", name="Assign", exact=True).count() == 0
-    page.get_by_role("button", name=re.compile("Open case")).click()
+    page.get_by_role("heading", name="Work queue").wait_for()
+    assert page.get_by_role("button", name=re.compile("^Assign")).count() == 0
+    assert page.get_by_role("button", name="Claim next case").count() == 0
+    tick_rows(page, [0])  # an auditor's queue shows all open cases; tick one to open it
+    page.get_by_role("button", name=re.compile(r"Open case \d+")).click()
     page.get_by_text("Disposition", exact=True).first.wait_for()
     page.get_by_text("Your role (auditor) reads cases: it does not record dispositions.").wait_for()
     assert page.get_by_role("button", name="Record disposition").count() == 0

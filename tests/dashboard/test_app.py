@@ -95,7 +95,7 @@ def test_cases_page_lists_ranked_entities(env):
     at = signed_in()
     at.run()
     _ok(at)
-    assert at.title[0].value == "Cases"
+    assert at.title[0].value == "Open a case from data"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Transactions scored"] == f"{len(env['scores']):,}"
     assert metrics["Entities"] == f"{len(env['ranking']):,}"
@@ -224,7 +224,7 @@ def test_model_page_shows_the_model_card(env):
     assert any(env["bundle"].sha256 in c.value for c in at.caption)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Review threshold"] == "0.500" and metrics["Decline threshold"] == "0.800"
-    assert len(_charts(at)) == 1  # training history
+    assert "history" in {c.key for c in _charts(at)}  # training history (the at-a-glance figures: test_model_page.py)
     assert any("[entity]" in c.value for c in at.code)
 
 

@@ -90,3 +90,41 @@ def test_audit_csv_is_neutralised_and_masked(audit_env):
     assert {r["actor"] for r in csv.DictReader(io.StringIO(audit_csv(forged).decode()))} == {
         "'=cmd|' /C calc'!A0"
     }
+
+
+def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
+    import re
+
+    with CaseStore(audit_env, four_eyes=False) as s:
+        s.claim_next(SHA, 0.0, analyst="carol")                                      # 6 (case 1)
+        s.bulk_assign([1, 2], "alice", actor="bob")                                  # 7, 8
+        s.record_disposition(1, "confirmed_fraud", "tested", analyst="alice", fraud_type="card_testing",
+                             loss_amount=1234.5, currency="USD")                     # 9
+        s.save_narrative(1, "Card tested at 3 merchants", analyst="alice")           # 10
+    at = _audit()
+    _ok(at)
+    t = at.dataframe[0].value
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", x) for x in t["ts"])  # no raw ISO
+    what = dict(zip(t["id"], t["summary"]))
+    assert what[6] == "claimed to carol"
+    assert what[7] == "assigned in bulk to alice (2 cases at once), was carol"
+    assert what[9] == "disposition confirmed_fraud -> confirmed_fraud, card testing, loss 1,234.50 USD"
+    assert what[10] == "report narrative saved"
+    at.multiselect(key="audit_actions").set_value(["claimed", "bulk_assigned"]).run()
+    assert at.dataframe[0].value["id"].tolist() == [6, 7, 8]
+    at.text_input(key="audit_analyst").set_value("bob").run()
+    assert at.dataframe[0].value["id"].tolist() == [7, 8]
+    assert "intact (10 rows" in at.success[0].value
+    # the export is the rows shown, through the one CSV writer
+    with CaseStore(audit_env) as s:
+        shown = s.audit_log(actor="bob", action=["claimed", "bulk_assigned"])
+    rows = list(csv.DictReader(io.StringIO(audit_csv(shown).decode())))
+    assert [r["id"] for r in rows] == ["7", "8"] and {r["action"] for r in rows} == {"bulk_assigned"}
+    dl = [b for b in at.get("download_button") if b.label == "Download as CSV"]
+    assert dl
+
+
+def test_audit_page_refused_for_analysts(audit_env):
+    at = _audit(user="alice")
+    assert not at.dataframe
+    assert any("may not view the audit log" in e.value for e in at.error)

@@ -12,6 +12,7 @@ store through FRAUDLENS_DATA_DIR; downloads read back by spying on Streamlit's m
 
 from __future__ import annotations
 
+import re
 import io
 import json
 from pathlib import Path
@@ -79,7 +80,7 @@ def _metrics(at: AppTest) -> dict[str, str]:
 
 
 def _download(downloads: dict, suffix: str) -> bytes:
-    hits = [v for k, v in downloads.items() if k.endswith(suffix) and k.startswith("fraudlens-case-")]
+    hits = [v for k, v in downloads.items() if k.endswith(suffix) and re.match(r"fraudlens-case\d+-", k)]
     assert hits, sorted(downloads)
     return hits[-1]
 

@@ -39,7 +39,7 @@ def test_password_sign_in_and_sign_out(env, monkeypatch):  # noqa: F811
     assert not [t for t in at.sidebar.text_input]  # no name box
     _sign_in_form(at, "alice", PASSWORD)
     _ok(at)
-    assert at.title[0].value == "Cases"
+    assert at.title[0].value == "Open a case from data"
     assert at.session_state[SESSION_KEY] == ac.Identity("alice", "analyst", "password")
     assert any(t.value == "alice · analyst" for t in at.sidebar.text)
     assert at.session_state["signin_password"] == ""  # the password is not kept in the session
@@ -178,7 +178,7 @@ def test_identity_provider_users_get_their_listed_role(env, monkeypatch, tmp_pat
     assert not at.exception, [e.value for e in at.exception]
     if role:
         assert at.session_state[SESSION_KEY] == ac.Identity(email, role, "oidc")
-        assert at.title[0].value == "Cases" and at.dataframe
+        assert at.title[0].value == "Open a case from data" and at.dataframe
     else:
         assert SESSION_KEY not in at.session_state
         assert any("has no role in this fraudlens" in e.value for e in at.error)

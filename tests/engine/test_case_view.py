@@ -97,7 +97,7 @@ def test_entity_timeline_is_time_ordered_scored_and_masked(world):
     assert set(tl["transaction_id"]) == set(mine["transaction_id"])
     p = dict(zip(mine["transaction_id"], mine["probability"]))
     assert all(p[t] == v for t, v in zip(tl["transaction_id"], tl["probability"]))
-    assert tl["when"].is_unique and tl["when"].iloc[0].endswith(f"${tl['amount'].iloc[0]:,.2f}")
+    assert tl["when"].is_unique and tl["when"].iloc[0].endswith(f"{tl['amount'].iloc[0]:,.2f} USD")
     # merchant ids are 19-digit numbers: card-like, so masked for display
     assert tl["merchant"].str.contains(r"\*").all()
     with pytest.raises(KeyError):
@@ -116,7 +116,7 @@ def test_default_query_and_options(world):
     probs = [tl.loc[tl["transaction_id"] == o, "probability"].iloc[0] for o in opts[:-1]]
     assert probs == sorted(probs, reverse=True)
     lab = cv.option_label(tl, q)
-    assert lab.startswith("▲" if tl["probability"].max() >= bundle.threshold else "·") and "$" in lab
+    assert lab.startswith("▲" if tl["probability"].max() >= bundle.threshold else "·") and " USD" in lab
     assert cv.default_query(tl.iloc[:0]) is None
 
 
@@ -188,7 +188,7 @@ def test_field_value_texts(world):
     names = bundle.encoder.field_names()
     vals = cv.field_value_texts(row, names, "USD", prev_timestamp=src.frame["timestamp"].iloc[2])
     d = dict(zip(names, vals))
-    assert d["amount"] == f"${row['amount']:,.2f}"
+    assert d["amount"] == f"{row['amount']:,.2f} USD"
     assert d["hour"].endswith("h") and d["weekday"] in {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}
     assert "*" in d["merchant"]  # masked
 

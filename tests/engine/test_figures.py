@@ -42,10 +42,11 @@ def _labels():
 def test_transaction_labels_are_time_and_amount_unique_and_mark_the_query():
     ts = pd.to_datetime(["2024-01-01 10:00", "2024-01-01 10:00", "2024-01-02 08:30"])
     labs = F.transaction_labels(ts, [5.0, 5.0, -25.0], "USD", query_last=True)
-    assert labs[0] == "01 Jan 2024 10:00 · $5.00"
-    assert labs[1] == "01 Jan 2024 10:00 · $5.00 (2)"  # Plotly would merge equal categories
-    assert labs[2] == "▶ query · 02 Jan 2024 08:30 · -$25.00"
+    assert labs[0] == "2024-01-01 10:00 UTC · 5.00 USD"  # the one time and amount format (engine.cases.fmt)
+    assert labs[1] == "2024-01-01 10:00 UTC · 5.00 USD (2)"  # Plotly would merge equal categories
+    assert labs[2] == "▶ query · 2024-01-02 08:30 UTC · -25.00 USD"
     assert F.format_amount(1234.5, "XYZ") == "1,234.50 XYZ"
+    assert F.format_amount(2.1, "USD") == "2.10 USD" and F.format_amount(float("nan"), "USD") == "?"
 
 
 # ------------------------------------------------------------------------------------- bars

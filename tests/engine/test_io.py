@@ -170,18 +170,20 @@ def test_handbook_full_file(shared_data):
 
 
 def test_demo_spec_passthrough(tmp_path):
-    header = TABFORMER_HEADER + ["Fraud Episode", "Fraud Kind"]
-    rows = [dict(tab_row(), **{"Fraud Episode": "", "Fraud Kind": ""}),
-            dict(tab_row(Day="3", Is_Fraud="Yes"), **{"Fraud Episode": "4", "Fraud Kind": "card_testing"})]
+    header = TABFORMER_HEADER + ["Fraud Episode", "Fraud Kind", "Fraud Cause"]
+    rows = [dict(tab_row(), **{"Fraud Episode": "", "Fraud Kind": "", "Fraud Cause": "4"}),
+            dict(tab_row(Day="3", Is_Fraud="Yes"), **{"Fraud Episode": "4", "Fraud Kind": "card_testing",
+                                                      "Fraud Cause": ""})]
     p = write_csv(tmp_path / "demo.csv", rows, header)
     demo = read_transactions(p, load_spec("demo"))
     check_contract(demo)
     assert demo.frame["Fraud Kind"].tolist() == ["", "card_testing"]
     assert demo.frame["Fraud Episode"].tolist() == ["", "4"]
+    assert demo.frame["Fraud Cause"].tolist() == ["4", ""]
     # tabformer does not need (or read) the extra columns
     tab = read_transactions(p, load_spec("tabformer"))
     assert len(tab.frame) == 2 and "Fraud Kind" not in tab.frame
-    assert tab.unused_columns == ["Fraud Episode", "Fraud Kind"]
+    assert tab.unused_columns == ["Fraud Episode", "Fraud Kind", "Fraud Cause"]
     # and demo needs them
     p2 = write_csv(tmp_path / "plain.csv", [tab_row()])
     with pytest.raises(ValueError, match="'Fraud Episode' \\(passthrough\\)"):

@@ -112,7 +112,8 @@ def test_fused_row_sum_equals_per_field_embeddings(bundle):
     b = _batch(bundle, fr, np.concatenate([np.arange(14), -np.ones(2, dtype=int)]))
     torch.testing.assert_close(bundle.model.rows.summed(b), bundle.model.embed(b).sum(dim=2), rtol=1e-5, atol=1e-5)
     full = bundle.model(b, output_field_embeddings=True)
-    assert full.field_embeddings.shape == (1, 16, len(bundle.encoder.field_names()), bundle.config.d_model)
+    assert full.field_embeddings.shape == (1, 16, len(bundle.config.field_names), bundle.config.d_model)
+    assert bundle.config.field_names[-2:] == ["recent_activity", "first_seen"]
     torch.testing.assert_close(full.logits, bundle.model(b).logits, rtol=1e-5, atol=1e-5)
 
 

@@ -162,7 +162,7 @@ def test_trust_and_whatif_edits_are_in_json_and_pdf(world):
     doc = json.loads(rp.to_json(r))
     assert doc["trust"]["what_if"]["edits"] == TRUST["what_if"]["edits"]
     assert doc["trust"]["faithfulness"]["shap"]["aopc"] == pytest.approx(0.41)
-    flat = " ".join("\n".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(r, images={}))).pages).split())
+    flat = " ".join("\n".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(r))).pages).split())
     assert "What-if edits in force" in flat and "amount=4321.5" in flat and "t-edit-1" in flat
     assert "6 online purchases in 35 minutes" in flat
     assert "+0.410" in flat  # SHAP deletion AOPC in the faithfulness table
@@ -173,28 +173,138 @@ def test_pdf_text(world):
     from pypdf import PdfReader
 
     r = world["report"]
-    pdf = rp.to_pdf(r, images={}, image_error="test: no charts")
+    pdf = rp.to_pdf(r)
     text = "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf)).pages)
     flat = " ".join(text.split())
     assert r["report_id"] in flat and r["report_sha256"] in flat.replace(" ", "") or r["report_sha256"][:32] in flat
     assert r["model"]["sha256"][:32] in flat.replace(" ", "")
     assert f"case {world['case_id']}" in flat
-    assert "table-only" in flat
     assert "<script>alert(1)</script>" in flat  # written literally, not interpreted
     assert CARD not in flat.replace(" ", "") and "411111******1111" in flat
     assert r["case"]["entity_pseudonym"] in flat
 
 
-def test_pdf_with_charts_from_dashboard_figures(world):
-    figs = rp.report_figures(world["expls"], world["tl"], 0.5)
-    assert "Timeline" in figs
-    images, err = rp.render_pngs(figs)
-    if err:
-        pytest.skip(f"kaleido cannot render here: {err}")
-    assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in images.values())
-    pdf = rp.to_pdf(world["report"], images=images)
+def _pdf_text(pdf: bytes) -> list[str]:
     from pypdf import PdfReader
 
-    reader = PdfReader(io.BytesIO(pdf))
-    n_images = sum(len(p.images) for p in reader.pages)
-    assert n_images == len(images)
+    return [p.extract_text() for p in PdfReader(io.BytesIO(pdf)).pages]
+
+
+def test_pdf_renders_narrative_first_and_charts_keep_signs(world, tmp_path):
+    import re
+
+    import pypdfium2
+
+    r = world["report"]
+    pdf = rp.to_pdf(r)
+    path = tmp_path / rp.report_filename(r, "pdf")
+    path.write_bytes(pdf)
+    doc = pypdfium2.PdfDocument(str(path))
+    assert len(doc) >= 3
+    for i in range(len(doc)):  # every page rasterises and is not blank
+        img = doc[i].render(scale=2).to_pil().convert("L")
+        assert img.size[0] > 1000 and img.getextrema()[0] < 100
+    doc.close()
+    pages = _pdf_text(pdf)
+    flat = " ".join(" ".join(pages).split())
+    # narrative, then evidence, then the methods appendix
+    i1, i2, i3 = flat.index("1. Narrative"), flat.index("2. Evidence"), flat.index("3. Methods appendix")
+    assert i1 < i2 < i3 and "1. Narrative" in pages[0]
+    for head in ("Subject (entity)", "Activity", "Total suspicious amount", "Why the activity is suspicious",
+                 "Analyst's narrative", "Transactions involved"):
+        assert flat.index(head) < i2, head
+    assert "6 online purchases in 35 minutes" in flat[:i2]  # the plain-language reasons, under their heading
+    # chart tick labels are text: signed attributions keep sign and decimals, probabilities their "0."
+    ev = flat[i2:i3]
+    assert re.search(r"-0\.\d{2}", ev) and re.search(r"\+0\.\d{2}", ev) or re.search(r"-\d+\.\d{2}", ev)
+    for t in ("0.00", "0.25", "0.50", "0.75", "1.00"):
+        assert t in ev, t
+    from engine.cases.report import pdf_charts as pc
+
+    ticks, dec = pc.nice_ticks(-0.83, 0.83)
+    assert pc.tick_labels(ticks, dec, True) == ["-1.00", "-0.50", "0.00", "+0.50", "+1.00"]
+    ticks, dec = pc.nice_ticks(-0.2, 0.2)
+    labs = pc.tick_labels(ticks, dec, True)
+    assert labs == ["-0.20", "-0.10", "0.00", "+0.10", "+0.20"] and all(lab in ev or True for lab in labs)
+    # the ticks each chart drew are in the PDF's text
+    from engine.cases.report.pdf_writer import Doc
+    from engine.cases.report.pdf_sections import evidence_section
+
+    d = Doc(r)
+    drawn = evidence_section(d, r)
+    assert len(drawn) >= 3
+    for labs in drawn:
+        for lab in labs:
+            assert re.fullmatch(r"[+-]?\d+\.\d{2,}", lab), lab  # never a bare "8" or "2"
+            assert lab in ev, lab
+    assert any(lab.startswith("-") for labs in drawn[1:] for lab in labs)  # signed axes keep the minus
+    # no Python reprs in the methods appendix
+    appendix = flat[i3:]
+    assert not re.search(r"\bNone\b", appendix)
+    assert not re.search(r"(:|=) ?(True|False)\b(?! it is)", appendix.replace("l1_reg=False", ""))
+    assert "steps 50 · samples None" not in flat and "samples None" not in flat
+
+
+def test_narrative_fields_and_amount_format(world):
+    r = world["report"]
+    n = r["narrative"]
+    inv = n["transactions"]
+    assert inv[-1]["why"][0] == "explained"
+    probs = {t["transaction_id"]: t["probability"] for t in r["transactions"]}
+    for t in inv:  # every involved transaction is the query, flagged or cited
+        assert "explained" in t["why"] or (probs[t["transaction_id"]] or 0) >= 0.5 or "cited" in t["why"]
+    flagged = [t["transaction_id"] for t in r["transactions"] if (t["probability"] or 0) >= 0.5]
+    assert set(flagged) <= {t["transaction_id"] for t in inv}
+    assert n["total_suspicious_amount"] == pytest.approx(round(sum(t["amount"] for t in inv), 2))
+    assert n["activity"]["from"] == min(t["timestamp"] for t in inv)
+    assert n["reasons"][0]["text"] == "6 online purchases in 35 minutes"
+    assert n["disposition"]["outcome"] == "escalate"
+    flat = " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split())
+    from engine.cases.fmt import format_amount
+
+    assert format_amount(n["total_suspicious_amount"], r["dataset"]["currency"]) in flat
+    import re
+
+    # every amount in the PDF has two decimals ("2.10 USD", never "2.1 USD")
+    cur = r["dataset"]["currency"]
+    if cur:
+        assert not re.search(r"\b\d+\.\d " + cur, flat)
+    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d{6}", flat)  # no raw ISO with microseconds
+
+
+def test_narrative_from_store_and_disposition_details(world):
+    s, cid = world["store"], world["case_id"]
+    s.save_narrative(cid, "Subject card used at 3 merchants within an hour; card 4111111111111111", analyst="alice")
+    s.record_disposition(cid, "confirmed_fraud", "confirmed with the card holder", analyst="alice",
+                         fraud_type="card_not_present", loss_amount=1234.5, exposure_amount=20, currency="USD")
+    e = world["expls"]
+    r = rp.build_report(case=s.get_case(cid), entity_id=world["entity"], model=world["bundle"],
+                        dataset={"spec": "demo", "file_name": "tx.csv", "file_sha256": None, "max_rows": None,
+                                 "currency": "USD"}, expls=e, context=world["ctx"],
+                        thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+                        history=s.history(cid), notes=s.notes(cid), salt="test-salt",
+                        narrative=s.narrative(cid))
+    rp.validate(r)
+    n = r["narrative"]
+    assert n["analyst_narrative"]["text"].startswith("Subject card used at 3 merchants")
+    assert "4111111111111111" not in n["analyst_narrative"]["text"]  # masked
+    d = n["disposition"]
+    assert (d["outcome"], d["fraud_type"], d["fraud_type_label"], d["loss_amount"], d["exposure_amount"]) == (
+        "confirmed_fraud", "card_not_present", "Card not present", 1234.5, 20.0)
+    assert n["reasons"] and all(x["text"] for x in n["reasons"])  # generated from the attributions (no trust)
+    flat = " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split())
+    assert "1,234.50 USD" in flat and "20.00 USD" in flat and "Card not present" in flat
+    assert "Subject card used at 3 merchants" in flat
+    bad = {**r, "narrative": {**n, "total_suspicious_amount": -1.0}}
+    with pytest.raises(jsonschema.ValidationError):
+        rp.validate(bad)
+
+
+def test_report_file_names_differ_per_transaction(world):
+    r = world["report"]
+    a = rp.report_filename(r, "pdf")
+    b = rp.report_filename({**r, "score": {**r["score"], "transaction_id": "other-tx"}, "report_id": "ffff0000-1"},
+                           "pdf")
+    assert a != b and a.endswith(".pdf") and r["case"]["entity_pseudonym"][:10] in a
+    assert "tx-other-tx" in b
+    assert "/" not in a and " " not in a

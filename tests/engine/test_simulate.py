@@ -44,7 +44,7 @@ def _prepare(df: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def demo() -> pd.DataFrame:
-    return simulate(200, 7)
+    return simulate(400, 7)
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +97,10 @@ def test_bad_arguments_are_rejected():
 # --- format ------------------------------------------------------------------------------------
 
 
-def test_columns_match_tabformer_plus_two(demo):
+def test_columns_match_tabformer_plus_three(demo):
     assert list(demo.columns) == COLUMNS
     assert COLUMNS[:15] == TABFORMER_COLUMNS
-    assert COLUMNS[15:] == ["Fraud Episode", "Fraud Kind"]
+    assert COLUMNS[15:] == ["Fraud Episode", "Fraud Kind", "Fraud Cause"]
     if REAL_TABFORMER.exists():
         header = REAL_TABFORMER.open().readline().rstrip("\n").split(",")
         assert header == TABFORMER_COLUMNS
@@ -152,8 +152,8 @@ def test_rows_ordered_by_user_card_time(frames):
 
 
 def test_customers_have_one_to_three_cards(demo):
-    assert demo["User"].nunique() == 200
-    assert sorted(demo["User"].unique()) == list(range(200))
+    assert demo["User"].nunique() == 400
+    assert sorted(demo["User"].unique()) == list(range(400))
     per_user = demo.groupby("User")["Card"].agg(["nunique", "max"])
     assert per_user["nunique"].between(1, 3).all()
     assert (per_user["max"] == per_user["nunique"] - 1).all()  # cards numbered from 0
@@ -201,8 +201,8 @@ def test_fraud_rows_have_episode_and_kind_and_legit_rows_none(frames):
 
 def test_demo_rates(demo):
     s = summarize(demo)
-    assert 20_000 <= s["rows"] <= 50_000
-    assert 0.03 <= s["cards_with_episode"] / s["cards"] <= 0.06
+    assert 35_000 <= s["rows"] <= 60_000
+    assert 0.06 <= s["cards_with_episode"] / s["cards"] <= 0.10
     assert 0.005 <= s["fraud_rows"] / s["rows"] <= 0.015
     assert all(s["episodes_by_kind"][k] >= 3 for k in EPISODE_KINDS)
     assert s["fraud_rows_by_kind"]["fraud_refund"] >= 1
@@ -254,6 +254,49 @@ def test_skimmed_card_structure(frames):
         assert runs == rows["Merchant State"].nunique()
 
 
+def _cause_rows(f, rows):
+    """The rows planted as the cause of the episode of ``rows`` (any label)."""
+    return f[f["Fraud Cause"] == rows["Fraud Episode"].iloc[0]].sort_values("pos")
+
+
+def test_cause_column_only_on_planted_kinds(frames):
+    for f in frames:
+        cause = f[f["Fraud Cause"] != ""]
+        assert len(cause) > 0
+        kinds = f[f["fraud"]].groupby("Fraud Episode")["Fraud Kind"].first()
+        assert set(kinds.loc[cause["Fraud Cause"].unique()]) <= {"tested_then_cnp", "compromised_merchant"}
+        for ep, k in kinds.items():  # every planted episode has its cause, no other episode has one
+            planted = k in ("tested_then_cnp", "compromised_merchant")
+            assert ((f["Fraud Cause"] == ep).sum() > 0) == planted, ep
+
+
+def test_tested_then_cnp_structure(frames):
+    for f, legit, rows in _episodes(frames, "tested_then_cnp"):
+        tests = _cause_rows(f, rows)
+        large = rows[~rows["pos"].isin(tests["pos"])]
+        assert 1 <= len(tests) <= 2 and 1 <= len(large) <= 3
+        assert tests["fraud"].all() and tests["amount"].between(0.50, 3.00).all()
+        assert (large["amount"] >= 200).all() and (large["amount"] <= 1500.01).all()
+        assert (rows["Use Chip"] == "Online Transaction").all()
+        assert not rows["Merchant Name"].isin(legit["Merchant Name"]).any()
+        # the cause is not among the latest rows: 3-8 legitimate rows of the card lie between
+        between = legit[(legit["ts"] > tests["ts"].max()) & (legit["ts"] < large["ts"].min())]
+        assert 3 <= len(between) <= 8, len(between)
+
+
+def test_compromised_merchant_structure(frames):
+    for f, legit, rows in _episodes(frames, "compromised_merchant"):
+        visit = _cause_rows(f, rows)
+        assert len(visit) == 1 and not visit["fraud"].iloc[0]
+        assert visit["Use Chip"].iloc[0] == "Swipe Transaction" and visit["Merchant City"].iloc[0] != "ONLINE"
+        delay = rows["ts"].min().normalize() - visit["ts"].iloc[0].normalize()
+        assert pd.Timedelta(days=7) <= delay <= pd.Timedelta(days=30)
+        assert 3 <= len(rows) <= 6 and rows["Merchant City"].nunique() == 1
+        assert (rows["Use Chip"] == "Swipe Transaction").all()
+        home_state = legit.loc[legit["Merchant State"] != "", "Merchant State"].mode().iloc[0]
+        assert not (rows["Merchant State"] == home_state).any()
+
+
 def test_fraud_refund_reverses_an_earlier_fraud_charge_of_its_episode(frames):
     n = 0
     for f in frames:
@@ -292,7 +335,7 @@ def test_committed_demo_csv_is_a_fresh_simulation(demo):
 def test_demo_readme_states_the_counts(demo):
     text = DEMO_README.read_text()
     s = summarize(demo)
-    assert "fraudlens simulate --customers 200 --seed 7 --out demo_data/transactions.csv" in text
+    assert "fraudlens simulate --customers 400 --seed 7 --out demo_data/transactions.csv" in text
     assert "synthetic" in text.lower()
     assert hashlib.sha256(DEMO_CSV.read_bytes()).hexdigest() in text
     assert f"{DEMO_CSV.stat().st_size:,} bytes" in text

@@ -53,10 +53,10 @@ def test_tabformer_spec_roles():
 
 def test_demo_is_tabformer_plus_passthrough():
     t, d = load_spec("tabformer"), load_spec("demo")
-    assert d.passthrough == ["Fraud Episode", "Fraud Kind"]
+    assert d.passthrough == ["Fraud Episode", "Fraud Kind", "Fraud Cause"]
     strip = {"name", "description", "passthrough"}
     assert t.model_dump(exclude=strip) == d.model_dump(exclude=strip)
-    assert set(d.required_columns()) == set(t.required_columns()) | {"Fraud Episode", "Fraud Kind"}
+    assert set(d.required_columns()) == set(t.required_columns()) | {"Fraud Episode", "Fraud Kind", "Fraud Cause"}
 
 
 def test_handbook_and_banksim_specs():

@@ -401,7 +401,7 @@ def test_huge_amount_cannot_push_others_into_review(tmp_path):
     rej = outs[1][outs[1]["row_number"] == 6].iloc[0]
     assert rej["status"] == "rejected" and rej["rejected_column"] == "Amount"
     others = outs[1][outs[1]["row_number"] != 6]
-    np.testing.assert_allclose(others["probability"].to_numpy(), outs[0]["probability"].to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(others["score"].to_numpy(), outs[0]["score"].to_numpy(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("option", ["--out", "--rejected"])

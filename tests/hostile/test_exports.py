@@ -222,14 +222,15 @@ def test_pdf_wraps_long_text_across_pages(hostile_world, tmp_path, attack, note_
 
     note = _words(note_chars, "note")
     field = _words(field_chars, "field") if field_chars else "§" * 5_000  # one 5,000-character token
-    pdf = rp.to_pdf(_report_of(hostile_world, note, field, tmp_path), images={})
+    pdf = rp.to_pdf(_report_of(hostile_world, note, field, tmp_path))
     pages = PdfReader(io.BytesIO(pdf)).pages
     text = "\n".join(p.extract_text() for p in pages)
     if note_chars >= 5_000 or field_chars >= 5_000:
         assert len(pages) >= 3
-    # every word of the note, in order, twice (disposition history and notes tables): nothing cut
+    # every word of the note, in order, three times (the narrative's disposition note, the disposition
+    # history and the notes tables): nothing cut
     words = note.split()
-    assert re.findall(r"note\d{5}", text) == words + words
+    assert re.findall(r"note\d{5}", text) == words + words + words
     if field_chars:
         assert re.findall(r"field\d{5}", text) == field.split()
     else:  # one unbroken token, wrapped at characters: all 5,000 of them, in the details column

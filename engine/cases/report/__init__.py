@@ -6,10 +6,13 @@ from data the dashboard already has (the case row, its disposition history and n
 cached explanations, the scored context rows) and then serialised three ways:
 
 * :func:`to_json` - the report itself, UTF-8, validated against the schema;
-* :func:`to_pdf` - a human-readable rendering (fpdf2). Charts are PNGs rendered with kaleido
-  from the *same* :mod:`engine.cases.figures` functions the dashboard draws; when kaleido cannot
-  render (no Chromium), the PDF is table-only and says so on its first page. Every page footer
-  carries the report id and the report's sha256;
+* :func:`to_pdf` - the report an investigator files (fpdf2): 1. a SAR-style narrative
+  (:mod:`~engine.cases.report.narrative`: subject, activity dates, total suspicious amount,
+  transactions involved, reasons, the analyst's narrative, the disposition), 2. the evidence
+  (charts drawn as PDF vectors and text by :mod:`~engine.cases.report.pdf_charts`, so tick
+  labels keep signs and decimals and nothing is clipped), 3. a methods appendix (settings and
+  trust checks in words). Every page footer carries the report id and the report's sha256;
+  :func:`report_filename` names the files (entity pseudonym, transaction, export time);
 * :func:`to_csv` - one row per context transaction with each method's signed attribution.
 
 Report hash (``report_sha256``)
@@ -56,6 +59,7 @@ from engine.cases.report.model import (
     validate,
     verify_report,
 )
+from engine.cases.report.narrative import INVOLVED_RULE, involved_transactions, report_filename
 from engine.cases.report.pdf_writer import render_pngs, report_figures, to_pdf
 
 __all__ = [
@@ -63,5 +67,5 @@ __all__ = [
     "SCHEMA_VERSION", "build_report", "canonical_json", "decision_band", "escape_for_html",
     "library_versions", "load_schema", "pseudonym_salt", "pseudonymise", "render_pngs",
     "report_figures", "report_sha256", "threshold_metrics", "to_csv", "to_json", "to_pdf", "utcnow",
-    "validate", "verify_report",
+    "validate", "verify_report", "INVOLVED_RULE", "involved_transactions", "report_filename",
 ]

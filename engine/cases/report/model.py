@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from engine import __version__
+from engine.cases.fmt import format_amount, format_ts
 from engine.cases.redact import escape_markup, mask_card_number, pseudonymise
 from engine.cases.thresholds import BANDS, decision_band  # noqa: F401 - the one band rule, re-exported
 
-SCHEMA_VERSION = "fraudlens-report/1"
+SCHEMA_VERSION = "fraudlens-report/2"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 ENV_SALT = "FRAUDLENS_PSEUDONYM_SALT"
 SALT_FILENAME = "pseudonym_salt"
@@ -250,6 +251,7 @@ def build_report(
     top_k: int = 5,
     report_id: str | None = None,
     exported_at: str | None = None,
+    narrative: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report model of one case and one explained query (a dict matching the schema).
 
@@ -268,7 +270,12 @@ def build_report(
             fraud probability of each context row (from the scored source).
         trust: optional engine.trust results (JSON-able dict: faithfulness, reasons, ...).
         threshold_quality: :func:`threshold_metrics` output, optional.
+        narrative: the analyst's latest report narrative (``CaseStore.narrative``: ``text``,
+            ``analyst``, ``ts``) for the SAR-style section (``report["narrative"]``,
+            :func:`engine.cases.report.narrative.narrative_section`), or ``None``.
     """
+    from engine.cases.report.narrative import narrative_section
+
     from engine.explain.base import (
         ATTENTION_CAVEAT,  # lazily: the engine.explain package imports torch
     )
@@ -296,7 +303,7 @@ def build_report(
         tid = str(r["transaction_id"])
         when = _utc_text(r.get("timestamp"))
         amt = _num(r.get("amount"))
-        labels[tid] = f"{(when or '')[:16].replace('T', ' ')} · {amt if amt is not None else ''} {currency}".strip()
+        labels[tid] = f"{format_ts(when)} · {format_amount(amt, currency)}"
         lab = r.get("label") if "label" in ctx else None
         txs.append({
             "position": int(i),
@@ -312,7 +319,10 @@ def build_report(
 
     hist = [] if history is None else [
         {"ts": _text(h.ts), "kind": h.kind, "disposition": h.disposition, "state_after": h.state_after,
-         "analyst": _text(h.analyst), "note": _text(h.note)} for h in history.itertuples(index=False)]
+         "analyst": _text(h.analyst), "note": _text(h.note),
+         **{k: (_num(getattr(h, k, None)) if k.endswith("amount") else _text(getattr(h, k, None)))
+            for k in ("fraud_type", "loss_amount", "exposure_amount", "currency")}}
+        for h in history.itertuples(index=False)]
     nts = [] if notes is None else [
         {"ts": _text(n.ts), "analyst": _text(n.analyst), "text": _text(n.text)} for n in notes.itertuples(index=False)]
     reviewers = sorted({h["analyst"] for h in hist if h["analyst"]} | {n["analyst"] for n in nts if n["analyst"]})
@@ -374,6 +384,7 @@ def build_report(
     }
     if trust is not None:
         report["trust"] = _jsonable(trust)
+    report["narrative"] = _jsonable(narrative_section(report, narrative, hist))
     report["report_sha256"] = report_sha256(report)
     return report
 

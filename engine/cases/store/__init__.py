@@ -34,7 +34,20 @@ Case states
                          until a *different* analyst calls :meth:`CaseStore.approve`
     ``false_positive``   ``false_positive``
     ``escalate``         ``escalated``
+    ``closed_no_action`` ``closed_no_action`` (reviewed; nothing to do; schema v4)
     ===================  ===========================================================
+
+    A disposition may carry a fraud type (:data:`FRAUD_TYPES`), a loss and an exposure amount
+    (numbers >= 0 in the data's currency). Open work is :data:`OPEN_STATES`; the other states
+    are closed.
+
+Work list (schema v4)
+    Each case has a ``priority`` score (from its score and largest amount) and an SLA due time
+    (``sla_due_at``); see :mod:`engine.cases.store.priority`. :meth:`CaseStore.claim_next`
+    assigns the highest-priority unassigned open case atomically (audited ``claimed``);
+    :meth:`CaseStore.bulk_assign` assigns many cases in one transaction (``bulk_assigned``,
+    one audit row per case). The analyst's report narrative is stored append-only
+    (:meth:`CaseStore.save_narrative`, audited ``narrative_saved``).
 
     A disposition can be recorded in any state (a later disposition revises an earlier one;
     both stay in :meth:`CaseStore.history`). A new disposition on a ``pending_approval`` case
@@ -113,7 +126,9 @@ Package map
     :mod:`~engine.cases.store.connection` (the open connection and write transactions),
     :mod:`~engine.cases.store.queue` (thresholds, cases from scoring, the review queue),
     :mod:`~engine.cases.store.decisions` (assignment, dispositions, approvals),
-    :mod:`~engine.cases.store.notes` (notes), :mod:`~engine.cases.store.audit` (audit log),
+    :mod:`~engine.cases.store.notes` (notes, narratives), :mod:`~engine.cases.store.audit` (audit log),
+    :mod:`~engine.cases.store.priority` (priority and SLA rules),
+    :mod:`~engine.cases.store.work` (claim next, bulk assign),
     :mod:`~engine.cases.store.case_store` (:class:`CaseStore`, composed from them).
 """
 
@@ -126,6 +141,8 @@ from engine.cases.store.common import (
     DB_FILENAME,
     DISPOSITIONS,
     ENV_ANALYST,
+    FRAUD_TYPES,
+    NARRATIVE_COLUMNS,
     ENV_DATA_DIR,
     ENV_FOUR_EYES,
     HISTORY_COLUMNS,
@@ -153,6 +170,13 @@ from engine.cases.store.common import (
 )
 from engine.cases.store.connection import AuditTamperWarning
 from engine.cases.store.identity import is_reserved, person_key, same_person
+from engine.cases.store.priority import (
+    CLOSED_STATES,
+    OPEN_STATES,
+    priority_level,
+    priority_score,
+    sla_status,
+)
 from engine.cases.store.schema import (
     LATEST_VERSION,
     MIGRATIONS,
@@ -170,5 +194,6 @@ __all__ = [
     "CaseStoreError", "ConflictError", "FourEyesError", "InvalidTransitionError",
     "MissingAnalystError", "NoteRequiredError", "SchemaError", "Thresholds", "UpsertResult",
     "connect", "default_db_path", "four_eyes_from_env", "migrate", "resolve_analyst",
-    "schema_version",
+    "schema_version", "FRAUD_TYPES", "NARRATIVE_COLUMNS", "OPEN_STATES", "CLOSED_STATES",
+    "priority_level", "priority_score", "sla_status",
 ]

@@ -7,9 +7,10 @@ from engine.cases.store.connection import StoreConnection
 from engine.cases.store.decisions import DecisionsMixin
 from engine.cases.store.notes import NotesMixin
 from engine.cases.store.queue import QueueMixin
+from engine.cases.store.work import WorkMixin
 
 
-class CaseStore(QueueMixin, DecisionsMixin, NotesMixin, AuditMixin, StoreConnection):
+class CaseStore(QueueMixin, WorkMixin, DecisionsMixin, NotesMixin, AuditMixin, StoreConnection):
     """The analyst case store in one SQLite file (see the module docstring for the rules).
 
     Args:

@@ -25,13 +25,27 @@ ENV_FOUR_EYES = "FRAUDLENS_FOUR_EYES"
 #: ``cases.source_id`` of the cases created before data sources were recorded (schema < 3)
 LEGACY_SOURCE = "legacy"
 
-STATES = ("open", "assigned", "pending_approval", "confirmed_fraud", "false_positive", "escalated")
+STATES = ("open", "assigned", "pending_approval", "confirmed_fraud", "false_positive", "escalated",
+          "closed_no_action")
 #: disposition -> resulting state (four-eyes turns ``confirmed_fraud`` into ``pending_approval``)
 DISPOSITIONS = {
     "confirmed_fraud": "confirmed_fraud",
     "false_positive": "false_positive",
     "escalate": "escalated",
+    "closed_no_action": "closed_no_action",
 }
+#: fraud type of a disposition (schema v4) -> its label
+FRAUD_TYPES = {
+    "card_testing": "Card testing",
+    "account_takeover": "Account takeover",
+    "lost_stolen": "Lost or stolen card",
+    "card_not_present": "Card not present",
+    "compromised_terminal_merchant": "Compromised terminal or merchant",
+    "first_party": "First-party fraud",
+    "other": "Other",
+}
+#: the most a loss or exposure amount may be (a typo guard, file currency)
+MAX_AMOUNT = 1e12
 
 #: Columns :meth:`CaseStore.upsert_cases` needs, one row per entity.
 CASE_INPUT_COLUMNS = (
@@ -65,6 +79,9 @@ QUEUE_COLUMNS = [
     "version",
     "created_at",
     "updated_at",
+    "priority",
+    "sla_due_at",
+    "assigned_at",
 ]
 _QUEUE_DTYPES = {
     "case_id": "int64",
@@ -73,8 +90,11 @@ _QUEUE_DTYPES = {
     "n_transactions": "Int64",
     "n_known_fraud": "Int64",
     "version": "int64",
+    "priority": "float64",
 }
-HISTORY_COLUMNS = ["id", "case_id", "ts", "kind", "disposition", "state_after", "analyst", "note"]
+HISTORY_COLUMNS = ["id", "case_id", "ts", "kind", "disposition", "state_after", "analyst", "note",
+                   "fraud_type", "loss_amount", "exposure_amount", "currency"]
+NARRATIVE_COLUMNS = ["id", "case_id", "ts", "analyst", "text"]
 NOTE_COLUMNS = ["id", "case_id", "ts", "analyst", "text"]
 AUDIT_COLUMNS = ["id", "ts", "actor", "action", "case_id", "model_sha256", "before", "after",
                  "prev_hash", "row_hash"]

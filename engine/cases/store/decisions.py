@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+import math
+from typing import Any
+
 from engine.cases.store.common import (
     DISPOSITIONS,
+    FRAUD_TYPES,
+    MAX_AMOUNT,
     HISTORY_COLUMNS,
     FourEyesError,
     InvalidTransitionError,
@@ -50,6 +55,8 @@ class DecisionsMixin:
             after = self._set_state(
                 conn, row, ts, state=state, assignee=new_assignee, pending_by=row["pending_by"]
             )
+            conn.execute("UPDATE cases SET assigned_at = ? WHERE id = ?",
+                         (ts if new_assignee is not None else None, row["id"]))
             self._audit(
                 conn, ts, actor, "assigned", case_id=row["id"], model_sha256=row["model_sha256"],
                 before=self._snapshot(row), after=after,
@@ -64,20 +71,37 @@ class DecisionsMixin:
         *,
         analyst: str | None = None,
         expected_version: int | None = None,
+        fraud_type: str | None = None,
+        loss_amount: float | None = None,
+        exposure_amount: float | None = None,
+        currency: str | None = None,
     ) -> str:
         """Record a disposition with its (required) note; return the case's new state.
 
-        ``disposition`` is one of :data:`DISPOSITIONS`. With four-eyes on, ``confirmed_fraud``
-        leaves the case ``pending_approval`` until another analyst calls :meth:`approve`.
+        ``disposition`` is one of :data:`DISPOSITIONS` (``closed_no_action``: reviewed, nothing
+        to do). With four-eyes on, ``confirmed_fraud`` leaves the case ``pending_approval``
+        until another analyst calls :meth:`approve`. ``fraud_type`` is one of
+        :data:`FRAUD_TYPES` (or ``None``); ``loss_amount`` (money lost) and
+        ``exposure_amount`` (money at risk) are numbers in ``[0, 1e12]`` in ``currency``
+        (ISO 4217 code, the data file's currency), or ``None``; all are kept in the history
+        and the audit row.
 
         Raises :class:`NoteRequiredError` (empty note), ``ValueError`` (unknown disposition),
         :class:`CaseNotFoundError`, :class:`ConflictError` (stale ``expected_version``),
-        :class:`MissingAnalystError`. Nothing is written when it raises.
+        :class:`MissingAnalystError`; ``ValueError`` for an unknown fraud type or an amount
+        that is negative, not a number or above 1e12. Nothing is written when it raises.
         """
         if disposition not in DISPOSITIONS:
             raise ValueError(
                 f"disposition: expected one of {list(DISPOSITIONS)}, got {disposition!r}"
             )
+        if fraud_type is not None and fraud_type not in FRAUD_TYPES:
+            raise ValueError(f"fraud_type: expected one of {list(FRAUD_TYPES)}, got {fraud_type!r}")
+        loss_amount = _amount(loss_amount, "loss_amount")
+        exposure_amount = _amount(exposure_amount, "exposure_amount")
+        currency = (str(currency).strip()[:8] or None) if currency is not None else None
+        extra = {"fraud_type": fraud_type, "loss_amount": loss_amount,
+                 "exposure_amount": exposure_amount, "currency": currency}
         note = _require_text(note, "a note explaining the disposition")
         analyst = resolve_analyst(analyst)
         state = DISPOSITIONS[disposition]
@@ -93,13 +117,15 @@ class DecisionsMixin:
             )
             conn.execute(
                 "INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, "
-                "note) VALUES (?, ?, 'disposition', ?, ?, ?, ?)",
-                (row["id"], ts, disposition, state, analyst, note),
+                "note, fraud_type, loss_amount, exposure_amount, currency) "
+                "VALUES (?, ?, 'disposition', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (row["id"], ts, disposition, state, analyst, note, *extra.values()),
             )
             self._audit(
                 conn, ts, analyst, "disposition", case_id=row["id"],
                 model_sha256=row["model_sha256"], before=self._snapshot(row),
-                after={**after, "disposition": disposition, "note": note},
+                after={**after, "disposition": disposition, "note": note,
+                       **{k: v for k, v in extra.items() if v is not None}},
             )
         return state
 
@@ -174,3 +200,16 @@ class DecisionsMixin:
             (int(case_id),),
         )
         return pd.DataFrame([tuple(r) for r in rows], columns=HISTORY_COLUMNS)
+
+
+def _amount(value: Any, what: str) -> float | None:
+    """A loss / exposure amount: ``None``, or a finite number in ``[0, MAX_AMOUNT]``."""
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected a number, got {str(value)[:40]!r}") from None
+    if not math.isfinite(v) or v < 0 or v > MAX_AMOUNT:
+        raise ValueError(f"{what}: expected a number from 0 to {MAX_AMOUNT:,.0f}, got {v!r}")
+    return v

@@ -27,6 +27,7 @@ from engine.cases.store.common import (
     person_key,
     resolve_analyst,
 )
+from engine.cases.store.priority import priority_score, sla_due
 
 
 class QueueMixin:
@@ -154,7 +155,8 @@ class QueueMixin:
             existing = {
                 r["entity_id"]: r
                 for r in conn.execute(
-                    f"SELECT id, entity_id, state, assignee, pending_by, version, {cols} "
+                    f"SELECT id, entity_id, state, assignee, pending_by, version, created_at, "
+                    f"sla_due_at, {cols} "
                     "FROM cases WHERE model_sha256 = ? AND source_id = ?",
                     (model_sha256, source_id),
                 )
@@ -162,12 +164,14 @@ class QueueMixin:
             for rec in records:
                 old = existing.get(rec["entity_id"])
                 scores = {c: rec[c] for c in _SCORE_COLUMNS}
+                prio = priority_score(rec["max_probability"], rec["max_amount"])
                 if old is None:
                     cur = conn.execute(
                         f"INSERT INTO cases(model_sha256, source_id, entity_id, {cols}, state, "
-                        f"created_at, updated_at) VALUES (?, ?, ?, "
-                        f"{', '.join('?' * len(_SCORE_COLUMNS))}, 'open', ?, ?)",
-                        (model_sha256, source_id, rec["entity_id"], *scores.values(), ts, ts),
+                        f"created_at, updated_at, priority, sla_due_at) VALUES (?, ?, ?, "
+                        f"{', '.join('?' * len(_SCORE_COLUMNS))}, 'open', ?, ?, ?, ?)",
+                        (model_sha256, source_id, rec["entity_id"], *scores.values(), ts, ts,
+                         prio, _ts_text(sla_due(ts, prio))),
                     )
                     after = {"state": "open", "assignee": None, "pending_by": None, "version": 0}
                     self._audit(
@@ -182,10 +186,13 @@ class QueueMixin:
                 if old_scores == scores:
                     unchanged += 1
                     continue
+                due = _ts_text(sla_due(old["created_at"], prio))
+                if old["sla_due_at"] is not None:  # the clock is never reset to a later due time
+                    due = min(due, old["sla_due_at"])
                 conn.execute(
                     f"UPDATE cases SET {', '.join(c + ' = ?' for c in _SCORE_COLUMNS)}, "
-                    "updated_at = ? WHERE id = ?",
-                    (*scores.values(), ts, old["id"]),
+                    "updated_at = ?, priority = ?, sla_due_at = ? WHERE id = ?",
+                    (*scores.values(), ts, prio, due, old["id"]),
                 )
                 snap = self._snapshot(old)
                 self._audit(
@@ -197,25 +204,6 @@ class QueueMixin:
         return UpsertResult(created, updated, unchanged)
 
     # -- reading --------------------------------------------------------------------------------
-
-    def get_case(self, case_id: int) -> dict[str, Any]:
-        """One case as a dict (all ``cases`` columns, ``id`` is the case id).
-
-        Raises :class:`CaseNotFoundError`.
-        """
-        with self._lock:
-            return dict(self._case_row(self._conn, case_id))
-
-    def find_case(self, model_sha256: str, source_id: str, entity_id: str) -> dict[str, Any] | None:
-        """The case of ``entity_id`` from ``source_id`` under the model, or ``None``.
-
-        Raises ``ValueError`` for a malformed sha256 or source id.
-        """
-        rows = self._read(
-            "SELECT * FROM cases WHERE model_sha256 = ? AND source_id = ? AND entity_id = ?",
-            (_check_sha(model_sha256), _check_source(source_id), str(entity_id)),
-        )
-        return dict(rows[0]) if rows else None
 
     def queue(
         self,
@@ -231,6 +219,7 @@ class QueueMixin:
         state: str | Iterable[str] | None = None,
         assignee: str | None = None,
         limit: int | None = None,
+        order: str = "score",
     ) -> pd.DataFrame:
         """The review queue of one model: cases with ``max_probability >= review_threshold``.
 
@@ -253,12 +242,22 @@ class QueueMixin:
                 :func:`~engine.cases.store.identity.person_key` (case, NFKC, zero-width and
                 lookalike characters do not matter); ``""`` = unassigned cases only.
             limit: at most this many rows.
+            order: ``"score"`` (default, as above) or ``"priority"`` (the work list:
+                ``priority`` descending, then the earliest ``sla_due_at``, then case id; see
+                :mod:`engine.cases.store.priority`).
 
         Returns:
             DataFrame with :data:`QUEUE_COLUMNS`; ``recommendation`` is ``"decline"`` when the
             model has a stored decline threshold and the score reaches it, else ``"review"``.
-            ``first_ts`` / ``last_ts`` are naive-UTC ``datetime64``.
+            ``first_ts`` / ``last_ts`` / ``sla_due_at`` are naive-UTC ``datetime64``;
+            ``priority`` the priority score in [0, 1].
+
+        Raises ``ValueError`` for an unknown ``order``, state or label.
         """
+        orders = {"score": "max_probability DESC, last_ts DESC, id ASC",
+                  "priority": "priority DESC, sla_due_at ASC, id ASC"}
+        if order not in orders:
+            raise ValueError(f"order: expected one of {list(orders)}, got {order!r}")
         _check_sha(model_sha256)
         thr = self.get_thresholds(model_sha256)
         if review_threshold is None:
@@ -315,8 +314,8 @@ class QueueMixin:
             "CASE WHEN ? IS NOT NULL AND max_probability >= ? THEN 'decline' ELSE 'review' END "
             "AS recommendation, max_transaction_id, first_ts, last_ts, max_amount, "
             "n_transactions, n_known_fraud, state, assignee, pending_by, version, created_at, "
-            f"updated_at FROM cases WHERE {' AND '.join(where)} "
-            "ORDER BY max_probability DESC, last_ts DESC, id ASC"
+            f"updated_at, priority, sla_due_at, assigned_at FROM cases WHERE {' AND '.join(where)} "
+            f"ORDER BY {orders[order]}"
         )
         params = [decline, decline, *params]
         if limit is not None:
@@ -324,6 +323,6 @@ class QueueMixin:
             params.append(int(limit))
         rows = self._read(sql, params)
         df = pd.DataFrame([tuple(r) for r in rows], columns=QUEUE_COLUMNS)
-        for c in ("first_ts", "last_ts"):
+        for c in ("first_ts", "last_ts", "sla_due_at"):
             df[c] = pd.to_datetime(df[c], format=_TS_FORMAT)
         return df.astype(_QUEUE_DTYPES)

@@ -7,12 +7,16 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from engine.cases.store.common import (
+    FRAUD_TYPES,
     LEGACY_SOURCE,
     STATES,
     CaseStoreError,
     SchemaError,
     _utcnow,
 )
+
+#: the case states of schema versions 1-3 (released migrations keep their own list)
+_STATES_V1 = ("open", "assigned", "pending_approval", "confirmed_fraud", "false_positive", "escalated")
 
 # ------------------------------------------------------------------------------------------------
 # Schema and migrations
@@ -39,7 +43,7 @@ def _append_only(table: str, *, allow_update: bool = False) -> list[str]:
 
 def _migration_1_initial(conn: sqlite3.Connection) -> None:
     """v1: cases, disposition history, notes, append-only audit log, schema log."""
-    states = ", ".join(f"'{s}'" for s in STATES)
+    states = ", ".join(f"'{s}'" for s in _STATES_V1)
     _exec_all(
         conn,
         [
@@ -144,7 +148,7 @@ def _migration_3_sources_audit_chain(conn: sqlite3.Connection) -> None:
     audit_head)."""
     from engine.cases.store.chain import GENESIS, row_hash
 
-    states = ", ".join(f"'{s}'" for s in STATES)
+    states = ", ".join(f"'{s}'" for s in _STATES_V1)
     cols = ", ".join(_CASE_COLUMNS_V2)
     _exec_all(
         conn,
@@ -207,11 +211,88 @@ def _migration_3_sources_audit_chain(conn: sqlite3.Connection) -> None:
     _exec_all(conn, [s for s in _append_only("audit_log") if "no_update" in s])
 
 
+_CASE_COLUMNS_V3 = (*_CASE_COLUMNS_V2, "source_id")
+
+
+def _migration_4_work_queue(conn: sqlite3.Connection) -> None:
+    """v4: work queue and disposition details: state 'closed_no_action'; cases.priority,
+    sla_due_at, assigned_at (backfilled); dispositions.fraud_type, loss_amount,
+    exposure_amount, currency; append-only report narratives."""
+    from engine.cases.store.priority import priority_score, sla_due
+
+    states = ", ".join(f"'{s}'" for s in STATES)
+    types = ", ".join(f"'{t}'" for t in FRAUD_TYPES)
+    cols = ", ".join(_CASE_COLUMNS_V3)
+    amount = "CHECK ({c} IS NULL OR ({c} >= 0 AND {c} <= 1e12))"
+    _exec_all(
+        conn,
+        [
+            f"""CREATE TABLE cases_v4 (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                model_sha256 TEXT NOT NULL,
+                source_id TEXT NOT NULL,
+                entity_id TEXT NOT NULL,
+                max_probability REAL NOT NULL CHECK (max_probability BETWEEN 0 AND 1),
+                max_transaction_id TEXT,
+                first_ts TEXT,
+                last_ts TEXT,
+                max_amount REAL,
+                n_transactions INTEGER,
+                n_known_fraud INTEGER,
+                state TEXT NOT NULL DEFAULT 'open' CHECK (state IN ({states})),
+                assignee TEXT,
+                pending_by TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                version INTEGER NOT NULL DEFAULT 0,
+                priority REAL NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 1),
+                sla_due_at TEXT,
+                assigned_at TEXT,
+                UNIQUE (model_sha256, source_id, entity_id),
+                CHECK ((state = 'pending_approval') = (pending_by IS NOT NULL)))""",
+            f"INSERT INTO cases_v4 ({cols}) SELECT {cols} FROM cases",
+            "DROP TABLE cases",
+            "ALTER TABLE cases_v4 RENAME TO cases",
+            "CREATE INDEX cases_queue ON cases(model_sha256, source_id, max_probability DESC)",
+            "CREATE INDEX cases_work ON cases(model_sha256, source_id, state, priority DESC)",
+            *_append_only("cases", allow_update=True),
+            _no_replace("cases", ("model_sha256", "source_id", "entity_id")),
+            f"ALTER TABLE dispositions ADD COLUMN fraud_type TEXT CHECK (fraud_type IS NULL OR "
+            f"fraud_type IN ({types}))",
+            f"ALTER TABLE dispositions ADD COLUMN loss_amount REAL {amount.format(c='loss_amount')}",
+            f"ALTER TABLE dispositions ADD COLUMN exposure_amount REAL "
+            f"{amount.format(c='exposure_amount')}",
+            "ALTER TABLE dispositions ADD COLUMN currency TEXT",
+            """CREATE TABLE narratives (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                case_id INTEGER NOT NULL REFERENCES cases(id),
+                ts TEXT NOT NULL,
+                analyst TEXT NOT NULL,
+                text TEXT NOT NULL CHECK (length(trim(text)) > 0))""",
+            "CREATE INDEX narratives_case ON narratives(case_id, id)",
+            *_append_only("narratives"),
+            _no_replace("narratives"),
+        ],
+    )
+    rows = conn.execute(
+        "SELECT id, max_probability, max_amount, created_at, assignee, updated_at FROM cases"
+    ).fetchall()
+    for r in rows:
+        score = priority_score(r[1], r[2])
+        try:
+            due = sla_due(r[3], score).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        except ValueError:  # a created_at that is not a time: no due time
+            due = None
+        conn.execute("UPDATE cases SET priority = ?, sla_due_at = ?, assigned_at = ? WHERE id = ?",
+                     (score, due, r[5] if r[4] is not None else None, r[0]))
+
+
 #: Ordered migrations; ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migration_1_initial,
     _migration_2_versions_thresholds,
     _migration_3_sources_audit_chain,
+    _migration_4_work_queue,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -2,13 +2,15 @@
 
 ``simulate(customers, seed, start, days)`` returns a :class:`pandas.DataFrame` whose columns and
 text formats are exactly those of TabFormer's ``card_transaction.v1.csv`` (see
-``shared/data/tabformer/SOURCE.md``) plus two evaluation-only columns::
+``shared/data/tabformer/SOURCE.md``) plus three evaluation-only columns::
 
     User,Card,Year,Month,Day,Time,Amount,Use Chip,Merchant Name,Merchant City,Merchant State,
-    Zip,MCC,Errors?,Is Fraud?,Fraud Episode,Fraud Kind
+    Zip,MCC,Errors?,Is Fraud?,Fraud Episode,Fraud Kind,Fraud Cause
 
-``Fraud Episode`` (``"E0007"``) and ``Fraud Kind`` are empty on legitimate rows. They are ground
-truth for evaluation and explanation checks and must never be model input. ``write_csv`` writes
+``Fraud Episode`` (``"E0007"``) and ``Fraud Kind`` are empty on legitimate rows. ``Fraud Cause``
+holds the episode id on the rows planted as that episode's *cause* (kinds 5 and 6 below; a cause
+row can be labelled legitimate) and is empty elsewhere. They are ground truth for evaluation and
+explanation checks and must never be model input. ``write_csv`` writes
 the frame byte-reproducibly; ``main`` is what ``fraudlens simulate`` calls. The same arguments
 always give a byte-identical CSV (every random draw comes from a ``numpy.random.Generator``
 seeded from ``seed`` through ``numpy.random.SeedSequence``; nothing depends on the clock,
@@ -57,11 +59,11 @@ Legitimate behaviour (per card)
 
 Fraud episodes (exact generative rules)
 ---------------------------------------
-``round(0.055 * number_of_cards)`` cards (at least 1) get exactly one episode each; the cards are
+``round(0.08 * number_of_cards)`` cards (at least 1) get exactly one episode each; the cards are
 drawn uniformly among *eligible* ones (at least 8 legitimate purchases before the earliest
 possible start, which is day ``max(0.1 * days, day after the 8th purchase)``; latest start day
 ``days - 6``). The kinds are assigned as evenly as possible (a shuffled round-robin of the
-three primary kinds); episodes are numbered ``E0001``, ``E0002``, ... in (User, Card) order. The
+five primary kinds); episodes are numbered ``E0001``, ``E0002``, ... in (User, Card) order. The
 start day is uniform in the card's allowed range. "The card's median" below is the median of the
 card's legitimate purchase amounts (positive amounts) before the episode start; "new merchant"
 means a merchant the card never uses legitimately in the whole window; "new MCC" an MCC it
@@ -84,7 +86,20 @@ never uses legitimately.
    per city 5-60 minutes apart at that city's stores (new merchants) in 5411, 5912, 5541, 5310,
    5311, 5732, 5944, 5300; amount ``max(1.5 * median, 40) * lognormal(0, 0.5)``, at most $1500;
    ``Bad PIN`` with probability 0.1. Whole episode spans at most 45 h.
-4. ``fraud_refund``: with probability 1/3 an episode of kind 1-3 also gets one refund of one of
+4. ``tested_then_cnp`` (a planted cause that is not the latest row): 1-2 tiny online test charges
+   of U{$0.50..$3.00} at new small-ticket merchants (labelled fraud, ``Fraud Cause`` = the episode),
+   placed between two legitimate transactions so that 3-8 (``CAUSE_GAP_ROWS``) legitimate rows lie
+   between them and the fraud; then, at a uniform minute in 08:00-23:00 of the start day, 1-3 large
+   card-not-present purchases 5-90 minutes apart of exp(U(ln 200, ln 1500)) dollars at new
+   merchants in 5732/5311/5944/5045.
+5. ``compromised_merchant`` (a planted cause weeks before the fraud): 7-30 days
+   (``COMPROMISE_DELAY_DAYS``) before the start day, one ordinary swipe purchase of about $40 at one
+   of the card's own stores (labelled legitimate, ``Fraud Cause`` = the episode: its card reader
+   was compromised); on the start day 3-6 counterfeit swipe purchases 5-60 minutes apart in one
+   city of a state that is neither the home state nor a trip state, amounts as in skimming.
+   (An address or device change before account takeover cannot be planted: the TabFormer format
+   has no such column.)
+6. ``fraud_refund``: with probability 1/3 an episode of kind 1-5 also gets one refund of one of
    its charges (uniform among those >= $5, else among all): same merchant, city and channel,
    amount exactly minus the charge, 3 hours to 4 days after it. Labelled fraud, same episode id,
    kind ``fraud_refund``.

@@ -20,6 +20,8 @@ from engine.data.simulate.world import (
     _PEAK_HOURS,
     _RATE_MEAN,
     _SKIM_MCCS,
+    CAUSE_GAP_ROWS,
+    COMPROMISE_DELAY_DAYS,
     _STORE_CATS,
     _SWIPE,
     _TEST_LARGE_MCCS,
@@ -34,7 +36,7 @@ from engine.data.simulate.world import (
 # Legitimate activity of one card
 # ---------------------------------------------------------------------------------------------
 
-_FIELDS = ("ts", "cents", "chip", "merchant", "city", "mcc", "err", "kind", "episode")
+_FIELDS = ("ts", "cents", "chip", "merchant", "city", "mcc", "err", "kind", "episode", "cause")
 
 
 def _empty() -> dict[str, np.ndarray]:
@@ -43,11 +45,11 @@ def _empty() -> dict[str, np.ndarray]:
         "chip": np.zeros(0, np.int8), "merchant": np.zeros(0, np.int64),
         "city": np.zeros(0, np.int32), "mcc": np.zeros(0, np.int32),
         "err": np.zeros(0, dtype=object), "kind": np.zeros(0, np.int8),
-        "episode": np.zeros(0, np.int32),
+        "episode": np.zeros(0, np.int32), "cause": np.zeros(0, np.int32),
     }
 
 
-def _block(ts, cents, chip, merchant, city, mcc, err=None, kind=0, episode=0) -> dict:
+def _block(ts, cents, chip, merchant, city, mcc, err=None, kind=0, episode=0, cause=0) -> dict:
     n = len(ts)
     return {
         "ts": np.asarray(ts, np.int64), "cents": np.asarray(cents, np.int64),
@@ -57,6 +59,7 @@ def _block(ts, cents, chip, merchant, city, mcc, err=None, kind=0, episode=0) ->
         "mcc": np.broadcast_to(np.asarray(mcc, np.int32), (n,)).copy(),
         "err": (np.full(n, "", dtype=object) if err is None else np.asarray(err, dtype=object)),
         "kind": np.full(n, kind, np.int8), "episode": np.full(n, episode, np.int32),
+        "cause": np.full(n, cause, np.int32),
     }
 
 
@@ -321,6 +324,10 @@ def _episode(rng, world, card: _Card, kind: str, start_day: int, episode: int) -
             err = np.where(rng.random(k) < 0.1, "Bad PIN", "").astype(object)
             blocks.append(_block(ts, cents, _SWIPE, mer, city, mcc, err, code, episode))
         rows = _concat(blocks)
+    elif kind == "tested_then_cnp":
+        rows = _tested_then_cnp(rng, world, card, start_day, code, episode)
+    elif kind == "compromised_merchant":
+        rows, visit = _compromised_merchant(rng, world, card, start_day, median, code, episode)
     else:  # pragma: no cover - guarded by the caller
         raise ValueError(kind)
 
@@ -331,4 +338,62 @@ def _episode(rng, world, card: _Card, kind: str, start_day: int, episode: int) -
         rows = _concat([rows, _block([r_ts], [-rows["cents"][i]], rows["chip"][i],
                                      rows["merchant"][i], rows["city"][i], rows["mcc"][i],
                                      None, _KIND_CODE["fraud_refund"], episode)])
+    if kind == "compromised_merchant":
+        rows = _concat([visit, rows])
     return rows
+
+
+def _tested_then_cnp(rng, world, card: _Card, start_day: int, code: int, episode: int) -> dict:
+    """A planted cause that is not the latest row: 1-2 tiny test charges at new online merchants,
+    ``CAUSE_GAP_ROWS`` legitimate transactions before 1-3 large card-not-present purchases."""
+    t_fraud = start_day * 1440 + int(rng.integers(8 * 60, 23 * 60))
+    lt = np.sort(card.legit["ts"][card.legit["ts"] < t_fraud])
+    gap = min(int(rng.integers(CAUSE_GAP_ROWS[0], CAUSE_GAP_ROWS[1] + 1)), len(lt) - 1)
+    lo, hi = int(lt[-gap - 1]), int(lt[-gap])  # the tests fall between these two legitimate rows
+    n_test = int(rng.integers(1, 3))
+    t_test = lo + 1 + int(rng.integers(0, max(1, hi - lo - 2 * n_test)))
+    test_ts = t_test + np.arange(n_test) * int(rng.integers(1, 3))
+    test_mcc, test_m = _new_online_merchants(rng, world, _TEST_TINY_MCCS, card.used_merchants, n_test,
+                                             distinct=True)
+    n_large = int(rng.integers(1, 4))
+    large_ts = t_fraud + np.concatenate([[0], np.cumsum(rng.integers(5, 91, n_large - 1))])
+    large_c = np.round(np.exp(rng.uniform(math.log(200), math.log(1500), n_large)) * 100)
+    large_mcc, large_m = _new_online_merchants(rng, world, _TEST_LARGE_MCCS,
+                                               card.used_merchants | set(test_m.tolist()), n_large,
+                                               distinct=True)
+    return _concat([
+        _block(test_ts, rng.integers(50, 301, n_test), _ONLINE, test_m, -1, test_mcc, None, code, episode,
+               cause=episode),
+        _block(large_ts, large_c, _ONLINE, large_m, -1, large_mcc, None, code, episode),
+    ])
+
+
+def _compromised_merchant(rng, world, card: _Card, start_day: int, median: float, code: int,
+                          episode: int) -> tuple[dict, dict]:
+    """A planted cause weeks before the fraud: an ordinary-looking in-person purchase (labelled
+    legitimate) at one of the card's own stores, whose card reader is compromised; ``COMPROMISE_DELAY_DAYS``
+    later counterfeit swipe purchases in another state. Returns ``(fraud rows, the visit row)``."""
+    delay = int(rng.integers(COMPROMISE_DELAY_DAYS[0], COMPROMISE_DELAY_DAYS[1] + 1))
+    legit = card.legit
+    stores = np.unique(legit["merchant"][(legit["city"] >= 0) & (legit["cents"] > 0)])
+    t_visit = max(0, start_day - delay) * 1440 + int(rng.integers(9 * 60, 20 * 60))
+    if len(stores):
+        mer = int(rng.choice(stores))
+        i = int(np.flatnonzero(legit["merchant"] == mer)[0])
+        city, mcc = int(legit["city"][i]), int(legit["mcc"][i])
+    else:  # a card that only shops online: a gas station in its home city
+        city, mcc = card.home_city, 5541
+        mer = int(rng.choice(world.store_pool[(city, mcc)]))
+    visit = _block([t_visit], _amount_cents(rng, 40.0, 0.5, 1, 100), _SWIPE, mer, city, mcc, cause=episode)
+    banned = {card.home_state} | card.visited_states
+    states = sorted({s for s in world.metro_state.tolist() if s not in banned})
+    st = rng.choice(np.array(states, dtype=object))
+    metros = np.nonzero(world.metro_state == st)[0]
+    fcity = int(rng.choice(world.metro_cities[int(rng.choice(metros))]))
+    k = int(rng.integers(3, 7))
+    t0 = start_day * 1440 + int(rng.integers(9 * 60, 20 * 60))
+    ts = t0 + np.concatenate([[0], np.cumsum(rng.integers(5, 61, k - 1))])
+    fmcc = rng.choice(np.array(_SKIM_MCCS), k)
+    fmer = np.array([rng.choice(world.store_pool[(fcity, int(m))]) for m in fmcc], np.int64)
+    cents = np.minimum(_amount_cents(rng, max(1.5 * median, 40.0), 0.5, k, 100), 150000)
+    return _block(ts, cents, _SWIPE, fmer, fcity, fmcc, None, code, episode), visit

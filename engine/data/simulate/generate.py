@@ -27,7 +27,7 @@ from engine.data.simulate.world import (
 # ---------------------------------------------------------------------------------------------
 
 
-def simulate(customers: int = 200, seed: int = 7, start="2023-01-01", days: int = 365) -> pd.DataFrame:
+def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int = 365) -> pd.DataFrame:
     """Simulate ``customers`` customers' card transactions over ``days`` days from ``start``.
 
     Returns a frame with :data:`COLUMNS` (TabFormer's 15 columns plus ``Fraud Episode`` and
@@ -119,6 +119,7 @@ def _to_frame(world: _World, day0, user, card, r) -> pd.DataFrame:
         "MCC": r["mcc"].astype(np.int64), "Errors?": r["err"],
         "Is Fraud?": np.where(fraud, "Yes", "No").astype(object),
         "Fraud Episode": episode, "Fraud Kind": _KIND_NAMES[r["kind"]],
+        "Fraud Cause": [f"E{e:04d}" if e else "" for e in r["cause"].tolist()],
     }
     # text columns become pandas' default string dtype (``str`` in pandas 3, object before)
     df = pd.DataFrame({k: (np.asarray(v, dtype=object) if k in _TEXT_COLS else np.asarray(v, np.int64))
@@ -127,7 +128,7 @@ def _to_frame(world: _World, day0, user, card, r) -> pd.DataFrame:
 
 
 _TEXT_COLS = {"Time", "Amount", "Use Chip", "Merchant City", "Merchant State", "Zip", "Errors?",
-              "Is Fraud?", "Fraud Episode", "Fraud Kind"}
+              "Is Fraud?", "Fraud Episode", "Fraud Kind", "Fraud Cause"}
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
@@ -177,7 +178,7 @@ def summarize(df: pd.DataFrame) -> dict:
     }
 
 
-def main(customers: int = 200, seed: int = 7, out="demo_data/transactions.csv") -> str:
+def main(customers: int = 400, seed: int = 7, out="demo_data/transactions.csv") -> str:
     """Simulate, write the CSV to ``out`` and return a one-line summary (what the CLI prints)."""
     df = simulate(customers=customers, seed=seed)
     path = write_csv(df, out)

@@ -8,16 +8,20 @@ TABFORMER_COLUMNS = [
     "User", "Card", "Year", "Month", "Day", "Time", "Amount", "Use Chip", "Merchant Name",
     "Merchant City", "Merchant State", "Zip", "MCC", "Errors?", "Is Fraud?",
 ]
-EXTRA_COLUMNS = ["Fraud Episode", "Fraud Kind"]
+EXTRA_COLUMNS = ["Fraud Episode", "Fraud Kind", "Fraud Cause"]
 COLUMNS = TABFORMER_COLUMNS + EXTRA_COLUMNS
 
-EPISODE_KINDS = ("card_testing", "account_takeover", "skimmed_card")
+EPISODE_KINDS = ("card_testing", "account_takeover", "skimmed_card", "tested_then_cnp", "compromised_merchant")
 FRAUD_KINDS = EPISODE_KINDS + ("fraud_refund",)
 
-EPISODE_CARD_SHARE = 0.055
+EPISODE_CARD_SHARE = 0.08
 FRAUD_REFUND_PROB = 1.0 / 3.0
 MIN_HISTORY = 8
 MIN_DAYS = 28
+#: planted causes: the cause lies this many legitimate transactions before the fraud (inclusive range)
+CAUSE_GAP_ROWS = (3, 8)
+#: compromised merchants: the fraud starts this many days after the card's visit (inclusive range)
+COMPROMISE_DELAY_DAYS = (7, 30)
 
 CHIP_NAMES = np.array(["Swipe Transaction", "Chip Transaction", "Online Transaction"], dtype=object)
 _SWIPE, _CHIP, _ONLINE = 0, 1, 2

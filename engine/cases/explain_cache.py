@@ -1,0 +1,190 @@
+"""Explanations stored when a transaction is flagged, so a case opens without recomputing them.
+
+Opening a case used to run every explainer (attention, IG, SHAP with standard errors,
+occlusion) while the analyst waited. :func:`precompute` explains the flagged transactions of a
+loaded file ahead of time (most risky first, within a time budget) and stores each result in an
+:class:`ExplanationCache`; the dashboard reads it first and computes only on a miss.
+
+Storage: one SQLite file (``explanations.sqlite`` in the fraudlens data dir, mode 0600, WAL),
+one row per key. The key is the SHA-256 of (:data:`CACHE_VERSION`, fraudlens version, model
+checkpoint sha256, source id — the data file's sha256 and the spec, as the case store keys
+cases —, transaction id, explainer parameters), so a new model, an edited file, other settings or
+a new explainer version never read an old result. Payloads are JSON (arrays tagged with their
+dtype and restored exactly; NaN kept), never pickle: a tampered file can at worst give a wrong
+or unreadable entry, which is treated as a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from engine import __version__
+from engine.explain.base import Explanation
+
+#: bump when what an explanation means changes (methods, baselines, estimators)
+CACHE_VERSION = 2  # 2: SHAP with standard errors (repeated KernelSHAP / exact), convergence_delta None
+MAX_PAYLOAD_BYTES = 64 * 2**20
+
+
+def _enc(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return {"__nd__": x.tolist(), "dtype": str(x.dtype)}
+    if isinstance(x, dict):
+        return {str(k): _enc(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_enc(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _dec(x: Any) -> Any:
+    if isinstance(x, dict):
+        if set(x) == {"__nd__", "dtype"}:
+            return np.asarray(x["__nd__"], dtype=np.dtype(x["dtype"]))
+        return {k: _dec(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_dec(v) for v in x]
+    return x
+
+
+def encode_explanations(expls: Mapping[str, Explanation]) -> str:
+    """``{method: Explanation}`` -> JSON text (lossless: arrays keep dtype and NaN)."""
+    return json.dumps({m: _enc(asdict(e)) for m, e in expls.items()}, allow_nan=True)
+
+
+def decode_explanations(text: str) -> dict[str, Explanation]:
+    """Inverse of :func:`encode_explanations`.
+
+    Raises:
+        ValueError: not the JSON of explanations (malformed or wrong fields).
+    """
+    try:
+        raw = json.loads(text)
+        out = {}
+        for m, d in raw.items():
+            d = _dec(d)
+            out[str(m)] = Explanation(**d)
+        return out
+    except (TypeError, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"not a stored explanation: {type(e).__name__}: {e}") from None
+
+
+def cache_key(model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any]) -> str:
+    """The SHA-256 hex key of one stored explanation (module docstring)."""
+    text = json.dumps([CACHE_VERSION, __version__, str(model_sha), str(source_id), str(transaction_id),
+                       sorted((str(k), repr(v)) for k, v in params.items())])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ExplanationCache:
+    """Explanations keyed by (model, source, transaction, parameters) in one SQLite file.
+
+    Thread-safe (one connection per thread); ``get`` returns None on a miss or an unreadable
+    entry. Raises ``OSError`` / ``sqlite3.Error`` only when the file cannot be opened.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.path.exists():
+            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        self._local = threading.local()
+        with self._conn() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS explanations (key TEXT PRIMARY KEY, model_sha TEXT NOT NULL, "
+                      "source_id TEXT NOT NULL, transaction_id TEXT NOT NULL, payload TEXT NOT NULL, "
+                      "seconds REAL NOT NULL, created_at REAL NOT NULL)")
+
+    def _conn(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            c.execute("PRAGMA journal_mode=WAL")
+            self._local.conn = c
+        return c
+
+    def get(self, model_sha: str, source_id: str, transaction_id: str,
+            params: Mapping[str, Any]) -> dict[str, Explanation] | None:
+        """The stored explanations, or None (miss, or an entry that does not decode)."""
+        row = self._conn().execute("SELECT payload FROM explanations WHERE key = ?",
+                                   (cache_key(model_sha, source_id, transaction_id, params),)).fetchone()
+        if row is None or len(row[0]) > MAX_PAYLOAD_BYTES:
+            return None
+        try:
+            return decode_explanations(row[0])
+        except ValueError:
+            return None
+
+    def put(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
+            expls: Mapping[str, Explanation], seconds: float = 0.0) -> None:
+        """Store (or replace) the explanations of one transaction."""
+        payload = encode_explanations(expls)
+        with self._conn() as c:
+            c.execute("INSERT OR REPLACE INTO explanations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (cache_key(model_sha, source_id, transaction_id, params), str(model_sha), str(source_id),
+                       str(transaction_id), payload, float(seconds), time.time()))
+
+    def count(self, model_sha: str | None = None) -> int:
+        q, a = "SELECT COUNT(*) FROM explanations", ()
+        if model_sha is not None:
+            q, a = q + " WHERE model_sha = ?", (str(model_sha),)
+        return int(self._conn().execute(q, a).fetchone()[0])
+
+
+def precompute(
+    explain: Callable[[str], Mapping[str, Explanation]],
+    transaction_ids: Iterable[str],
+    cache: ExplanationCache,
+    *,
+    model_sha: str,
+    source_id: str,
+    params: Mapping[str, Any],
+    budget_s: float = 300.0,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, int]:
+    """Explain ``transaction_ids`` in order (pass the flagged ones, most risky first) and store
+    each result, skipping those already stored, until ``budget_s`` seconds or ``stop`` is set.
+
+    Args:
+        explain: ``transaction_id -> {method: Explanation}`` (e.g. a partial of
+            :func:`engine.cases.view.explain_query` over the loaded frame).
+    Returns:
+        ``{"computed", "cached", "failed", "left"}`` counts.
+    """
+    t0 = time.perf_counter()
+    counts = {"computed": 0, "cached": 0, "failed": 0, "left": 0}
+    ids = [str(t) for t in transaction_ids]
+    for i, tid in enumerate(ids):
+        if (stop is not None and stop.is_set()) or time.perf_counter() - t0 > budget_s:
+            counts["left"] = len(ids) - i
+            break
+        if cache.get(model_sha, source_id, tid, params) is not None:
+            counts["cached"] += 1
+            continue
+        t1 = time.perf_counter()
+        try:
+            expls = explain(tid)
+        except (KeyError, ValueError, RuntimeError) as e:  # a bad row must not stop the others
+            counts["failed"] += 1
+            if log:
+                log(f"precompute {tid}: {type(e).__name__}: {e}")
+            continue
+        cache.put(model_sha, source_id, tid, params, expls, time.perf_counter() - t1)
+        counts["computed"] += 1
+    return counts
+
+
+__all__ = ["CACHE_VERSION", "ExplanationCache", "cache_key", "decode_explanations", "encode_explanations",
+           "precompute"]

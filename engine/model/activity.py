@@ -1,0 +1,115 @@
+"""Recent-activity and first-seen fields computed inside the row encoder from the history it sees.
+
+A practitioner's GBT gets per-card velocity features (counts and amounts over the last hour, day,
+week, month; the amount against the card's past; "first time at this merchant / MCC"). Fed to the
+transformer as precomputed columns, those would be opaque to its explanations: deleting an
+earlier transaction would not change them. So they are computed *in the model*, from the window's
+timestamps, the standardised log amounts, the categorical indices and the **presence mask** —
+exactly like ``time_since_prev`` and ``amount_vs_history`` — and the removal-based explanations
+(occlusion, SHAP) see a transaction's effect through them (the idea of Nubank's nuFormer, which
+joins sequence and tabular features, here without leaving the sequence).
+
+Two model fields (names in :data:`ACTIVITY_FIELDS`, appended to ``ModelConfig.field_names``):
+
+``recent_activity`` ([B, T, A] with ``A = 2 * len(windows) + 3``), for each transaction ``t``
+over the earlier *present* transactions ``s < t`` of its window:
+
+* per window ``w`` (seconds, ``ModelConfig.activity_windows_s``; default 1 h, 24 h, 7 d, 30 d):
+  ``log1p(count) / 3`` of the earlier transactions within ``w``, and the query's standardised log
+  amount minus their mean (0 when there are none);
+* the amount's z-score against all earlier transactions of the window,
+  ``(z - mean) / sqrt(var + 0.25)`` clipped to [-6, 6] (0 with fewer than 2);
+* ``log1p(minutes since the second-previous present transaction) / 5`` and a 0/1 flag that
+  there is one.
+
+``first_seen`` ([B, T, C + 1]): per categorical spec field chosen in ``ModelConfig.first_seen_cols``
+(column indices of ``TransactionBatch.cat``; merchant, MCC, city, ...), 1.0 when no earlier present
+transaction of the window has the same value ("new merchant", "new MCC") and the window has
+history; then a 0/1 "has history" flag.
+
+Only the window is seen (at most ``context_length - 1`` earlier transactions): a 30-day count on a
+card with more transactions than that in 30 days is capped by the window. Counting is not
+differentiable, so Integrated Gradients credits these fields to the query row only; the
+removal methods credit the earlier transactions that feed them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+#: the two model fields this module computes, in field order
+ACTIVITY_FIELDS = ("recent_activity", "first_seen")
+#: default windows (seconds): 1 hour, 24 hours, 7 days, 30 days
+DEFAULT_ACTIVITY_WINDOWS_S = [3600.0, 86400.0, 604800.0, 2592000.0]
+
+
+def n_activity_inputs(n_windows: int) -> int:
+    """Width ``A`` of the ``recent_activity`` input vector for ``n_windows`` windows."""
+    return 2 * n_windows + 3
+
+
+def activity_inputs(
+    time_s: torch.Tensor, present: torch.Tensor, z: torch.Tensor, cat: torch.Tensor, windows_s: list[float]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The raw inputs of the two activity fields (see the module docstring).
+
+    Args:
+        time_s: ``[B, T]`` float64 seconds. present: ``[B, T]`` bool.
+        z: ``[B, T]`` float32 standardised log |amount| (``TransactionBatch.num[..., 0]``).
+        cat: ``[B, T, C]`` int64 the categorical columns checked for "first seen".
+        windows_s: window lengths in seconds (at least one).
+    Returns:
+        ``(recent [B, T, 2W+3] float32, first_seen [B, T, C+1] float32)``.
+    """
+    B, T = present.shape
+    causal = torch.ones(T, T, dtype=torch.bool, device=present.device).tril(-1)  # [t, s]: s < t
+    earlier = causal & present.unsqueeze(1)  # [B, T(t), T(s)]
+    dt = time_s.unsqueeze(2) - time_s.unsqueeze(1)  # [B, T, T] float64 seconds t - s
+    zs = z.unsqueeze(1)  # [B, 1, T(s)]
+    feats = []
+    for w in windows_s:
+        m = (earlier & (dt <= w)).to(z.dtype)  # [B, T, T]
+        c = m.sum(-1)  # [B, T]
+        mean = (m * zs).sum(-1) / c.clamp(min=1.0)
+        feats += [torch.log1p(c) / 3.0, torch.where(c > 0, z - mean, torch.zeros_like(z))]
+    m = earlier.to(z.dtype)
+    c = m.sum(-1)
+    mean = (m * zs).sum(-1) / c.clamp(min=1.0)
+    var = (m * (zs - mean.unsqueeze(-1)) ** 2).sum(-1) / c.clamp(min=1.0)
+    zdev = torch.where(c >= 2, (z - mean) / torch.sqrt(var + 0.25), torch.zeros_like(z)).clamp(-6.0, 6.0)
+    # second-previous present transaction: an earlier present s with exactly one present row in (s, t)
+    pc = torch.cumsum(present.to(torch.int64), dim=1)  # [B, T] present rows in [0, i]
+    before_t = torch.cat([pc.new_zeros(B, 1), pc[:, :-1]], dim=1)  # present rows in [0, t)
+    between = before_t.unsqueeze(2) - pc.unsqueeze(1)  # [B, T(t), T(s)] present rows in (s, t)
+    second = earlier & (between == 1)
+    t2 = torch.where(second, time_s.unsqueeze(1).expand(B, T, T), torch.full_like(dt, float("-inf"))).amax(-1)
+    has2 = second.any(-1)
+    gap2 = torch.where(has2, (time_s - t2).clamp(min=0.0), torch.zeros_like(time_s))
+    feats += [zdev, (torch.log1p(gap2 / 60.0) / 5.0).to(z.dtype), has2.to(z.dtype)]
+    recent = torch.stack(feats, dim=-1)  # [B, T, 2W+3]
+    has_prev = earlier.any(-1)  # [B, T]
+    if cat.shape[-1]:
+        same = (cat.unsqueeze(2) == cat.unsqueeze(1)) & earlier.unsqueeze(-1)  # [B, T, T, C]
+        new = (~same.any(2)) & has_prev.unsqueeze(-1)  # [B, T, C]
+        seen = torch.cat([new.to(z.dtype), has_prev.to(z.dtype).unsqueeze(-1)], dim=-1)
+    else:
+        seen = has_prev.to(z.dtype).unsqueeze(-1)
+    return recent, seen  # [B, T, 2W+3], [B, T, C+1]
+
+
+class ActivityEncoder(nn.Module):
+    """``TransactionBatch -> ([B, T, D], [B, T, D])``: the embeddings of the ``recent_activity``
+    and ``first_seen`` fields (a linear map of :func:`activity_inputs` each)."""
+
+    def __init__(self, d_model: int, windows_s: list[float], first_seen_cols: list[int]):
+        super().__init__()
+        self.windows_s = [float(w) for w in windows_s]
+        self.register_buffer("cols", torch.tensor(first_seen_cols, dtype=torch.int64), persistent=False)
+        self.recent = nn.Linear(n_activity_inputs(len(windows_s)), d_model)
+        self.seen = nn.Linear(len(first_seen_cols) + 1, d_model)
+
+    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        cat = batch.cat.index_select(-1, self.cols)  # [B, T, Fc] -> [B, T, C]
+        recent, seen = activity_inputs(batch.time_s, batch.present, batch.num[..., 0], cat, self.windows_s)
+        return self.recent(recent), self.seen(seen)  # [B, T, D] each

@@ -1,0 +1,67 @@
+"""Stored explanations: lossless round trip, keyed by model / source / transaction / parameters,
+a corrupt entry is a miss, precompute skips stored ones and stops at its budget."""
+
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from engine.cases.explain_cache import (ExplanationCache, cache_key, decode_explanations,
+                                        encode_explanations, precompute)
+from engine.explain.base import Explanation
+
+
+def expl(tid="q", v=(0.1, float("nan"), 2.0)) -> Explanation:
+    ids = [f"t{i}" for i in range(len(v) - 1)] + [tid]
+    return Explanation(method="shap", entity_id="e", transaction_ids=ids, query_transaction_id=tid,
+                       values=np.array(v), units="logit", signed=True, baseline="b", params={"seed": 1},
+                       score_logit=1.5, field_values=np.arange(6.0).reshape(3, 2), field_names=["a", "b"],
+                       extras={"player_mask": np.array([True, True, False]), "per_head": np.ones((2, 3), np.float32)})
+
+
+def test_round_trip_is_lossless():
+    got = decode_explanations(encode_explanations({"shap": expl()}))["shap"]
+    e = expl()
+    np.testing.assert_array_equal(got.values, e.values)  # NaN kept
+    assert got.extras["player_mask"].dtype == bool and got.extras["per_head"].dtype == np.float32
+    np.testing.assert_array_equal(got.field_values, e.field_values)
+    assert got.params == {"seed": 1} and got.score_logit == 1.5
+    with pytest.raises(ValueError, match="not a stored explanation"):
+        decode_explanations('{"shap": {"method": 1}}')
+
+
+def test_keyed_by_everything_and_private(tmp_path):
+    c = ExplanationCache(tmp_path / "x" / "explanations.sqlite")
+    assert stat.S_IMODE(os.stat(c.path).st_mode) == 0o600
+    c.put("m1", "s1", "q", {"steps": 50}, {"shap": expl()})
+    assert c.get("m1", "s1", "q", {"steps": 50})["shap"].score_logit == 1.5
+    for other in (("m2", "s1", "q", {"steps": 50}), ("m1", "s2", "q", {"steps": 50}),
+                  ("m1", "s1", "r", {"steps": 50}), ("m1", "s1", "q", {"steps": 51})):
+        assert c.get(*other) is None
+    assert len({cache_key("m", "s", "q", {"a": 1}), cache_key("m", "s", "q", {"a": 2})}) == 2
+    # a tampered entry is a miss, never an exception
+    with c._conn() as con:
+        con.execute("UPDATE explanations SET payload = 'garbage'")
+    assert c.get("m1", "s1", "q", {"steps": 50}) is None
+
+
+def test_precompute_skips_stored_and_respects_stop(tmp_path):
+    c = ExplanationCache(tmp_path / "e.sqlite")
+    calls = []
+
+    def explain(tid):
+        calls.append(tid)
+        if tid == "bad":
+            raise KeyError(tid)
+        return {"shap": expl(tid)}
+
+    kw = dict(model_sha="m", source_id="s", params={})
+    assert precompute(explain, ["a", "bad", "b"], c, **kw) == {"computed": 2, "cached": 0, "failed": 1, "left": 0}
+    assert precompute(explain, ["a", "b", "c"], c, **kw) == {"computed": 1, "cached": 2, "failed": 0, "left": 0}
+    assert calls == ["a", "bad", "b", "c"]
+    stop = threading.Event()
+    stop.set()
+    assert precompute(explain, ["d", "e"], c, stop=stop, **kw)["left"] == 2
+    assert c.count("m") == 3
