@@ -87,14 +87,14 @@ def shap_accuracy(ctx: QueryContext, expl: Explanation, *, reference_samples: in
     est = expl.values[:-1]
     se = expl.standard_errors[:-1] if expl.standard_errors is not None else np.zeros(P)
     single = kernel_shap_round(game, P, default_nsamples(P), round_seed(seed, 0)) if P > p_exact else ref
-    tol = 2 * np.sqrt(se**2 + ref_se**2)
+    tol = 2 * np.sqrt(se**2 + ref_se**2) + 1e-6  # + float32 model noise (exact vs exact differ by ~1e-7)
     ex = expl.extras
     row: dict[str, Any] = {
         "case": ctx.query_transaction_id, "P": P, "estimator": ex.get("estimator"), "n_players": ex.get("n_players"),
         "pruned": (ex.get("pruned") or {}).get("n_transactions", 0), "rounds": ex.get("rounds"),
         "converged": ex.get("converged"), "n_evaluations": ex.get("n_evaluations"), "reference": ref_kind,
         "ref_mean_se": float(ref_se.mean()), "median_abs_value": float(np.median(np.abs(ref))),
-        **compare(est, ref), "coverage_2se": float(np.mean(np.abs(est - ref) <= tol + 1e-9)),
+        **compare(est, ref), "coverage_2se": float(np.mean(np.abs(est - ref) <= tol)),
         "mean_se": float(se.mean()), "seconds": float(expl.elapsed_s), "reference_seconds": ref_s,
     }
     row.update({f"single_{k}": v for k, v in compare(single, ref).items()})
