@@ -73,16 +73,16 @@ def _load_model(model: Path | None):
         _fail(f"checkpoint refused: {e}")
 
 
-def _read(data: Path, spec, max_rows: int | None = None):
+def _read(data: Path, spec, max_rows: int | None = None, reader=None):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
-    without one accepted row, is an error (exit 2)."""
+    without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions."""
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
     try:
         spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
-        res = read_transactions(data, spec, max_rows=max_rows)
+        res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     for n in res.notes:
@@ -197,6 +197,8 @@ def train(
     alerts_per_day: Optional[float] = typer.Option(
         None, min=0.0, help="review threshold: lowest with validation alerts per day <= X (instead of a precision)"),
     calibration: str = typer.Option("auto", help="calibration map fitted on validation: auto, isotonic, platt or none"),
+    workers: int = typer.Option(1, min=1, help="data-parallel workers; >= 2: Ray Train (DDP, gloo, CPU; fraudlens[ray])"),
+    address: Optional[str] = typer.Option(None, help="--workers >= 2: Ray address (auto, host:6379); default: a local Ray"),
 ):
     """Train the sequence transformer with a time split; print and save test metrics.
 
@@ -205,8 +207,13 @@ def train(
     entities of the difference."""
     from engine.model.baseline import BaselineConfig
     from engine.model.checkpoint import file_sha256, save_checkpoint
+    from engine.distributed.ray_train import ray_fitter
     from engine.model.train import TrainConfig, train as train_fn
 
+    try:
+        fitter = ray_fitter(workers, address) if workers > 1 else None
+    except RuntimeError as e:  # Ray is not installed
+        _fail(str(e))
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
     _require_accepted(res, data)
@@ -219,8 +226,8 @@ def train(
     )
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
-                                  baseline=BaselineConfig(seed=seed) if baseline else None)
-    except ValueError as e:
+                                  baseline=BaselineConfig(seed=seed) if baseline else None, fitter=fitter)
+    except (ValueError, RuntimeError if fitter else ValueError) as e:  # Ray: unreachable, or a worker failed
         _fail(str(e))
     bundle.meta.update(
         name=name or out.name,
@@ -311,11 +318,14 @@ def _print_baseline(test: dict, base: dict) -> None:
 
 @app.command()
 def score(
-    data: Path = typer.Option(..., exists=True, help="file to score"),
+    data: Path = typer.Option(..., help="file to score (--engine ray: a Parquet file, a folder of them, or a glob)"),
     spec: Optional[str] = typer.Option(None, help="spec name or path (default: the model's spec)"),
-    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet or .csv (one row per input row)"),
+    out: Path = typer.Option(Path("scores.parquet"), help="output .parquet/.csv; --engine ray: a new folder of parts"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
+    engine: str = typer.Option("local", help="local (one process) or ray (entity partitions on a Ray actor pool)"),
+    workers: int = typer.Option(2, min=1, help="--engine ray: scoring actors, one CPU each (and a local Ray's CPUs)"),
+    address: Optional[str] = typer.Option(None, help="--engine ray: Ray address (auto, host:6379); default: a local Ray"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting.
 
@@ -323,24 +333,35 @@ def score(
     probability (the calibrated fraud probability the thresholds apply to)."""
     from engine.model.scoring import score_frame, ScoreRun, write_scores
 
-    _writable(out, "--out", "scores.parquet")
+    if engine not in ("local", "ray"):
+        _fail(f"--engine: expected local or ray, got {engine!r}")
+    if engine == "local" and not data.exists():
+        _fail(f"--data {data}: no such file")
+    _writable(out if engine == "local" else None, "--out", "scores.parquet")  # ray: a folder, checked there
     _writable(rejected, "--rejected", "rejected.csv")
     bundle = _load_model(model)
     t0 = time.perf_counter()
-    sp, res = _read(data, spec or bundle.spec)
-    try:
-        scores = score_frame(bundle, res.frame)
-    except ValueError as e:
-        _fail(f"{data}: {e}")
+    if engine == "ray":
+        from engine.distributed.ray_score import score_command
+
+        res, run = score_command(bundle, data, spec, out, workers, address, read=_read, fail=_fail, log=console.print)
+        prob = run.probability
+    else:
+        sp, res = _read(data, spec or bundle.spec)
+        try:
+            scores = score_frame(bundle, res.frame)
+        except ValueError as e:
+            _fail(f"{data}: {e}")
+        run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0,
+                       calibrated=bundle.calibrated)
+        _write(lambda: write_scores(run, out), out, "--out")
+        prob = scores["probability"].to_numpy()
     _unseen_notes(bundle, res.frame)
-    run = ScoreRun(scores=scores, rejected=res.rejected, rows_read=res.rows_read, seconds=time.perf_counter() - t0,
-                   calibrated=bundle.calibrated)
-    _write(lambda: write_scores(run, out), out, "--out")
     _reject_report(res, rejected)
     from engine.cases.thresholds import thresholds_in_force
 
     thr = thresholds_in_force(bundle)  # the case store's for this model (if any), else the checkpoint's
-    flagged = int((scores["probability"] >= thr["review"]).sum())
+    flagged = int((prob >= thr["review"]).sum())
     console.print(run.accounting())
     from engine.model.split_checks import history_warning
 
@@ -436,6 +457,9 @@ def explain(
 from engine.bench.commands import bench_app  # noqa: E402 (the ``fraudlens bench ...`` group)
 
 app.add_typer(bench_app, name="bench")
+from engine.serve.commands import serve as _serve  # noqa: E402 (``fraudlens serve``: the scoring service)
+
+app.command("serve")(_serve)
 
 
 def _secrets_have_auth() -> bool:

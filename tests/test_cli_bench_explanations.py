@@ -31,7 +31,8 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
         torch.set_num_threads(n)
     assert res.exit_code == 0, res.output
     text = out.read_text()
-    lines = text.splitlines()
+    main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
+    lines = main.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("| method | cases"))
     end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))
     table = [line for line in lines[first:end] if line.startswith("| ")]
@@ -40,6 +41,12 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     names = [r.split("|")[1].strip().removesuffix(" (does not beat most recent first)") for r in rows]
     assert names == [*METHODS, "baseline: most recent first (no model)", "baseline: largest absolute amount first (no model)"]
     assert all(r.split("|")[2].strip() == "2" for r in rows)  # two cases each
+    ftable = [line for line in fields.splitlines() if line.startswith("| ")]
+    assert ftable[0].startswith("| method | cases | fields counted | sign agreement")
+    fnames = [r.split("|")[1].strip() for r in ftable[1:]]
+    assert fnames[0].startswith("IG from the typical query") and fnames[-1] == "exact field Shapley values"
+    assert len(fnames) == 4 and all(r.split("|")[2].strip() == "2" for r in ftable[1:])
+    assert "History effect over the same 2 flagged cases" in fields
     assert "written to" in res.output
     # the SHAP estimator's error against its reference: one row per case + the mean
     sec = lines[lines.index("### SHAP error against the exact / high-sample reference"):]

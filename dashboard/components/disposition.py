@@ -110,7 +110,8 @@ def _approve(store, case: dict) -> None:
     _flash("success", f"Approved by {md(who)}: confirmed fraud.")
 
 
-def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dict | None = None) -> None:
+def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dict | None = None,
+                      fields: Any = None) -> None:
     """The disposition panel of one case (entity) and the exports of the explained query."""
     ident = comp.signed_in()
     who = ident.name if ident is not None else None
@@ -207,4 +208,4 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
 
     from dashboard.components.export import render_exports
 
-    render_exports(loaded, case, entity, expls, tl, thr, synced.get("scored_at"), who, trust=trust)
+    render_exports(loaded, case, entity, expls, tl, thr, synced.get("scored_at"), who, trust=trust, fields=fields)

@@ -58,8 +58,10 @@ def report_key(loaded: Any, case: dict, query: str, thresholds: dict) -> tuple:
 
 
 def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
-                      scored_at: str | None, who: str | None, trust: dict | None = None) -> dict:
-    """The report model (engine.cases.report.build_report) from what the case page holds."""
+                      scored_at: str | None, who: str | None, trust: dict | None = None,
+                      fields: dict | None = None) -> dict:
+    """The report model (engine.cases.report.build_report) from what the case page holds
+    (``fields``: history effect and per-field attributions, engine.cases.fields_view)."""
     store = comp.get_store()
     src = loaded.source
     ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, src.frame)
@@ -72,14 +74,14 @@ def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any
         history=store.history(case["id"]), notes=store.notes(case["id"]), scored_at=scored_at,
         narrative=store.narrative(case["id"]),
         probabilities=dict(zip(tl["transaction_id"].astype(str), tl["probability"])),
-        trust=trust, exported_by=who,
+        trust=trust, exported_by=who, fields=fields,
         threshold_quality=rp.threshold_metrics(loaded.scores, {"review": thresholds["review"],
                                                                "decline": thresholds["decline"]}, loaded.bundle.meta),
     )
 
 
 def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
-                   scored_at: str | None, who: str | None, trust: dict | None = None) -> None:
+                   scored_at: str | None, who: str | None, trust: dict | None = None, fields: Any = None) -> None:
     """Three download buttons (PDF, JSON, CSV) for the explained query of this case."""
     expl = next((v for v in expls.values() if hasattr(v, "query_transaction_id")), None)
     if expl is None:
@@ -109,7 +111,8 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     # built here, in the script run: the trust payload reads this session's state
     def make_report() -> dict:
         t = trust() if callable(trust) else trust
-        return build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who, t)
+        fl = fields() if callable(fields) else fields
+        return build_case_report(loaded, case, entity, expls, tl, thresholds, scored_at, who, t, fl)
 
     def make_pdf() -> bytes:  # charts drawn by the PDF writer itself (vectors and text)
         return rp.to_pdf(report)

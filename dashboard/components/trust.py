@@ -323,8 +323,11 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
             st.caption(f"Every pair of methods ranks the {ag.n_transactions} earlier transactions alike "
                        f"(Spearman ρ ≥ {ag.bound}) or the correlation is undefined.")
 
-    # ---- reasons -------------------------------------------------------------------------------
+    # ---- reasons, and the smallest change that clears the flag (dashboard/components/counterfactual.py) ----
     render_reasons(res, currency, key=f"trust_reason_{query}")
+    from dashboard.components.counterfactual import render_counterfactual
+
+    render_counterfactual(loaded, query, res)
 
 
 def render_reasons(res: dict[str, Any], currency: str, key: str) -> None:

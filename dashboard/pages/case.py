@@ -141,6 +141,12 @@ m[4].metric("IG convergence delta", "—" if ig_delta is None else f"{ig_delta:+
 m[5].metric("Context (transactions)", f"{qs.context_length}",
             help="transactions of the history the model used for this score, the query included")
 
+# ---- history effect (owner: dashboard/components/fields.py): the query alone vs with its history ----
+from dashboard.components import fields as fields_ui  # noqa: E402
+
+fields_ui.render_history_effect(loaded, query)
+# ---- end history effect ----
+
 ctx = cv.context_rows(expls, loaded.source.frame)
 labels = cv.context_labels(ctx, currency)
 
@@ -151,6 +157,8 @@ with tabs[0]:
     if qs.context_length <= 1:
         st.info("This is the first transaction of the entity's history: there are no earlier transactions to "
                 "attribute the score to. See Fields for its own fields.")
+    else:
+        fields_ui.render_history_note(loaded, query)  # own fields already flag it: say so before the bars
     for method in ("integrated_gradients", "shap", "occlusion"):
         if method not in expls or qs.context_length <= 1:
             continue
@@ -162,26 +170,20 @@ with tabs[0]:
         with p.popover("How to read"):
             st.markdown(cv.method_details(e))
 with tabs[1]:
+    fields_ui.render_fields(loaded, query)  # validated per-field values of the query + cell-level values
     e = expls.get("integrated_gradients")
-    if e is not None and e.field_values is not None:
-        st.caption("Integrated gradients per field, in logits (log-odds): red pushed towards fraud, blue towards "
-                   "legitimate.")
-        c1, c2 = st.columns([3, 2], gap="medium")
-        with c1:
+    if e is not None and e.field_values is not None and qs.context_length > 1:
+        with st.expander("Integrated gradients over every transaction and field (typical-timeline baseline)"):
             full = st.toggle("Colour scale from the query row too", value=False, key="fields_scale_all",
                              help="Off: colours are scaled to the earlier transactions so their pattern shows; "
                                   "the query row (boxed) may saturate. Hover for exact values.")
             st.plotly_chart(fig.field_heatmap(e, labels=labels, scale="all" if full else "history"),
                             key="fields_ig", config=PLOTLY_CONFIG)
-        with c2:
-            prev = ctx["timestamp"].iloc[-2] if len(ctx) > 1 else None
-            vals = cv.field_value_texts(ctx.iloc[-1], list(e.field_names or []), currency, prev)
-            st.plotly_chart(fig.field_bars(e, values=vals), key="fields_query", config=PLOTLY_CONFIG)
-            st.caption(f"Sum over all fields and transactions: {e.values.sum():+.3f} logit "
-                       f"(score {qs.logit:+.3f} − reference {e.reference_logit if e.reference_logit is not None else float('nan'):+.3f}"
-                       f", delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
-    else:
-        st.info("No per-field attributions for this query.")
+            st.caption(f"Reference: the same timeline with every transaction's content typical (timing kept, so "
+                       f"hour, weekday and time since previous get 0). Sum {e.values.sum():+.3f} logit = score "
+                       f"{qs.logit:+.3f} − reference "
+                       f"{e.reference_logit if e.reference_logit is not None else float('nan'):+.3f} "
+                       f"(delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
 with tabs[2]:
     st.caption(ATTENTION_CAVEAT)
     a = expls.get("attention")
@@ -228,10 +230,17 @@ from dashboard.components import trust as trust_ui  # noqa: E402
 trust_ui.render_case_trust(loaded, query, expls)
 # ---- end trust checks + what-if ----
 
+# ---- Links between cases (owner: dashboard/components/links.py) ----
+from dashboard.components.links import render_case_links  # noqa: E402
+
+render_case_links(loaded, entity, query)
+# ---- end links between cases ----
+
 # ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
 from dashboard.components.disposition import render_case_panel  # noqa: E402
 
 # the export carries the trust checks and the what-if edits in force (built in the script run when the
 # analyst prepares the exports, cached)
-render_case_panel(loaded, entity, expls, tl, trust=lambda: trust_ui.export_payload(loaded, query))
+render_case_panel(loaded, entity, expls, tl, trust=lambda: trust_ui.export_payload(loaded, query),
+                  fields=lambda: fields_ui.export_payload(loaded, query))
 # ---- end disposition and exports ----

@@ -18,6 +18,7 @@ from engine.cases import view as cv
 from engine.cases.store import OPEN_STATES, STATES, CaseStoreError, priority_level, sla_status
 from engine.cases.report import threshold_metrics
 from engine.serve import access as ac
+from engine.serve.casework import service_source_id
 
 state.ensure_entrypoint()
 ss = st.session_state
@@ -76,7 +77,11 @@ with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{th
 
 # ------------------------------------------------------------------------------------ actions
 FLASH = "work_flash"
-src_id = comp.data_source_id(loaded)
+# cases of this file, or the ones `fraudlens serve` opened for this model (no file behind them)
+source = st.radio("Cases from", ["file", "service"], horizontal=True, key="q_source",
+                  format_func={"file": "this file", "service": "the scoring service (fraudlens serve, this model)"}.get)
+from_service = source == "service"
+src_id = service_source_id(loaded.bundle) if from_service else comp.data_source_id(loaded)
 may_assign = ac.can(ident, ac.ASSIGN)
 
 
@@ -141,7 +146,8 @@ lo = pd.Timestamp(loaded.scores["timestamp"].min()).date()
 hi = pd.Timestamp(loaded.scores["timestamp"].max()).date()
 with st.expander("More filters"):
     f = st.columns([3, 2, 2, 3])
-    dates = f[0].date_input("Activity between", value=(lo, hi), min_value=lo, max_value=hi, key="q_dates")
+    dates = None if from_service else f[0].date_input("Activity between", value=(lo, hi), min_value=lo,
+                                                      max_value=hi, key="q_dates")
     min_amount = f[1].number_input("Min amount", min_value=0.0, value=0.0, step=10.0, key="q_min_amount")
     label = f[2].selectbox("Known label", ["any", "fraud", "not_fraud"], key="q_label",
                            format_func={"any": "any", "fraud": "has known fraud", "not_fraud": "no known fraud"}.get)
@@ -187,7 +193,7 @@ m[3].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
 COLS = ["case_id", "priority_label", "entity", "max_probability", "band", "state_label", "assignee_text", "age",
         "sla_text", "amount_text", "n_transactions", "n_known_fraud", "last_seen"]
 ids = [int(i) for i in q["case_id"]]
-table_key = f"work_{loaded.bundle.short_sha}_{view}_{ss.get('work_nonce', 0)}"
+table_key = f"work_{source}_{loaded.bundle.short_sha}_{view}_{ss.get('work_nonce', 0)}"
 ss["work_table_key"] = table_key
 event = st.dataframe(
     q, key=table_key, on_select="rerun", selection_mode="multi-row", hide_index=True, height=380,
@@ -235,8 +241,11 @@ if may_assign:
     c2.button(f"Assign {len(picked) or ''} ticked".replace("  ", " "), key="q_assign", width="stretch",
               disabled=not picked, on_click=_bulk_assign, args=(picked, versions, choices))
 one = picked[0] if len(picked) == 1 else ss.get("work_claimed") if not picked and ss.get("work_claimed") in ids else None
-if c3.button("Open case →" if one is None else f"Open case {one} →", type="primary", key="q_open", width="stretch",
-             disabled=one is None, help="tick exactly one case"):
+if from_service:
+    c3.caption("A service case's history is in the service's history store: its explanation is at "
+               "GET /v1/explanations/<transaction id> (the case page opens file cases).")
+elif c3.button("Open case →" if one is None else f"Open case {one} →", type="primary", key="q_open", width="stretch",
+               disabled=one is None, help="tick exactly one case"):
     case = store.get_case(int(one))
     state.set_entity(case["entity_id"])
     state.set_query(case["max_transaction_id"])

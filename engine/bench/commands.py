@@ -139,15 +139,80 @@ def bench_explanations(
         20_000, min=0, help="coalitions of the high-sample SHAP reference the SHAP error is measured against "
                             "(cases with more players than exact enumeration handles); 0 = no SHAP error section"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
+    fields: bool = typer.Option(True, "--fields/--no-fields",
+                                help="also bench the query's per-field attributions against field ablation "
+                                     "and the history effect (same cases)"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
-    ground truth, completeness and time per method over flagged test-period cases, and the SHAP
-    estimator's error against exact or high-sample reference values."""
+    ground truth, completeness and time per method over flagged test-period cases, the SHAP
+    estimator's error against exact or high-sample reference values; with --fields (default) IG /
+    field Shapley versus field ablation and the query alone versus with history."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
-        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed,
-                          shap_reference_samples=shap_reference_samples or None, log=console.print)
+        explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
+                          fields=fields, shap_reference_samples=shap_reference_samples or None)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
+
+
+@bench_app.command("serve")
+def bench_serve(
+    model: Optional[Path] = typer.Option(None, help="TabFormer checkpoint (default: the demo model)"),
+    tabformer: Path = typer.Option(ROOT.parent / "shared" / "data" / "tabformer" / "User0_credit_card_transactions.csv",
+                                   exists=True, help="TabFormer file (the spec's raw columns)"),
+    handbook_model: Optional[Path] = typer.Option(None, help="Handbook checkpoint; without it the Handbook runs are skipped"),
+    handbook: Path = typer.Option(HANDBOOK, help="the Handbook transactions file"),
+    handbook_rows: int = typer.Option(30_000, min=100, help="first N Handbook transactions (time order) replayed"),
+    clients: str = typer.Option("1,8,32", help="comma-separated concurrent clients"),
+    rate: float = typer.Option(1000.0, min=1.0, help="paced runs: transactions per second in all"),
+    seconds: float = typer.Option(5.0, min=1.0, max=60.0, help="time limit per run"),
+    sync: str = typer.Option("full,normal", help="comma-separated history commit modes (fraudlens serve --sync)"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "serve.md"),
+):
+    """Load test of `fraudlens serve` on loopback: throughput, p50/p99/p99.9 and errors at 1/8/32 clients, paced
+    and unpaced, and a kill -9 mid-run (acknowledged transactions lost). Bounded in count and time."""
+    from engine.bench import serve_load
+
+    cl = tuple(int(c) for c in clients.split(",") if c.strip())
+    try:
+        serve_load.run(model, handbook_model, tabformer, handbook if handbook_model else None, out, clients=cl,
+                       rate=rate, seconds=seconds, handbook_rows=handbook_rows,
+                       syncs=tuple(x.strip() for x in sync.split(",") if x.strip()), log=plain_log)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        _fail(str(e))
+    plain_log(f"written to {out}")
+
+
+@bench_app.command("links")
+def bench_links(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook transactions file"),
+    cf_cases: int = typer.Option(20, min=0, help="flagged demo transactions for the counterfactual table (0: none)"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "links.md"),
+):
+    """Common point of compromise on the Handbook (precision@k of the ranked terminals against the
+    compromised ones, per window) and counterfactuals with the demo model."""
+    from engine.bench import links
+
+    links.run(data, out, cf_cases=cf_cases, log=plain_log)
+
+
+@bench_app.command("ray")
+def bench_ray(
+    data: Path = typer.Option(HANDBOOK, exists=True, help="transactions file (default: the Handbook file)"),
+    spec: str = typer.Option("handbook", help="spec name or TOML file"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint (default: default configuration, untrained)"),
+    rows: int = typer.Option(200_000, min=1, help="score the first N records of the file"),
+    train: bool = typer.Option(True, help="also compare Ray Train (2 workers) with one process on those records"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "ray.md"),
+):
+    """Ray batch scoring at 1 and 2 workers vs one process (throughput, score agreement) and Ray
+    Train vs one process (metrics); needs fraudlens[ray]."""
+    from engine.bench import ray_scaling
+
+    try:
+        text = ray_scaling.run(str(data), spec, model, rows, out, train=train, log=plain_log)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        _fail(str(e))
+    plain_log(text)

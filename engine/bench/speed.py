@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -209,7 +208,7 @@ def run(data: str, spec_name: str = "handbook", model_dir: Path | None = None, t
          "<= 15 min", ok(train_wall is not None and train_wall <= 900) if train_wall else ""),
     ]
     info = machine_info()
-    md = [f"# fraudlens speed benchmark", "",
+    md = ["# fraudlens speed benchmark", "",
           f"Run {datetime.now(timezone.utc).isoformat(timespec='seconds')} on `{data}` ({len(frame):,} transactions), "
           f"model: {'checkpoint ' + str(model_dir) if model_dir else 'default configuration, untrained weights'}.", "",
           "| measurement | result | target | met |", "|---|---|---|---|"]

@@ -308,6 +308,9 @@ def explain_query(bundle: "ModelBundle", frame: pd.DataFrame, transaction_id: st
     hit = np.flatnonzero(frame["transaction_id"].astype(str).to_numpy() == tid)
     if not len(hit):
         raise KeyError(f"transaction_id {tid!r} not found")
+    from engine.explain.reference import attach_reference
+
+    attach_reference(bundle, frame)  # IG's typical transaction: from the checkpoint or this data, not one entity
     ent = frame["entity_id"].iloc[int(hit[0])]
     sub = frame.loc[frame["entity_id"].to_numpy() == ent].reset_index(drop=True)
     sig = inspect.signature(fn)

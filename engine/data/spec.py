@@ -276,6 +276,20 @@ class DatasetSpec(_Strict):
     passthrough: list[str] = []
     ignored: list[str] = []
     aggregates: list[DelayedAggregateSpec] = []
+    #: categorical field names that are *points* an entity visits (merchant, terminal): where links
+    #: between cases are looked for (:mod:`engine.cases.links`, common point of compromise); the
+    #: first is the default point
+    link_points: list[str] = []
+
+    @model_validator(mode="after")
+    def _link_points_ok(self) -> "DatasetSpec":
+        cats = {f.name for f in self.fields if f.kind is FieldKind.CATEGORICAL}
+        for p in self.link_points:
+            if p not in cats:
+                raise ValueError(f"link_points: {p!r} is not a categorical field name ({sorted(cats)})")
+        if len(set(self.link_points)) != len(self.link_points):
+            raise ValueError(f"link_points: duplicate names in {self.link_points}")
+        return self
 
     @model_validator(mode="after")
     def _aggregates_ok(self) -> "DatasetSpec":

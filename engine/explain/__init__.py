@@ -105,11 +105,16 @@ def explain_all(
 
 def explain_transaction(bundle, frame: pd.DataFrame, transaction_id: str, **kw) -> dict[str, Explanation]:
     """Build the context of ``transaction_id`` in a canonical frame and run :func:`explain_all`
-    (``kw`` as there).
+    (``kw`` as there). Without a reference already attached to ``bundle``
+    (:func:`engine.explain.reference.attach_reference`), the typical transaction of Integrated
+    Gradients comes from the checkpoint or from ``frame``'s rows.
 
     Raises:
         KeyError: the transaction id is not in the frame.
     """
     from engine.explain.context import build_context
+    from engine.explain.reference import attach_reference
 
+    if getattr(bundle, "_field_reference", None) is None:  # IG's typical transaction, from this frame's rows
+        attach_reference(bundle, frame)
     return explain_all(build_context(bundle, frame, transaction_id), **kw)

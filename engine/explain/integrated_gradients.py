@@ -4,15 +4,31 @@ Sundararajan, Taly & Yan (2017), "Axiomatic Attribution for Deep Networks", arXi
 computed with Captum's :class:`captum.attr.IntegratedGradients`.
 
 * **Input** ``x``: the per-field input embeddings ``[1, T, F, D]`` float32 of the context
-  (``FraudTransformer.embed``), i.e. what the transformer sees after the row encoder.
+  (``FraudTransformer.embed``), i.e. what the transformer sees after the row encoder and *before*
+  its first LayerNorm (the path interpolates field embeddings, never normalised activations).
 * **Target**: the query's logit (last position) of
   ``FraudTransformer.forward_from_embeddings(x, batch)``.
-* **Baseline** ``x'``: the zero embedding — every field of every context transaction (query
-  included) set to the zero vector ``[D]`` (this also zeroes the learned per-field bias; the
-  embeddings' sum is then 0 and the first LayerNorm outputs its bias). The presence mask and the
-  timestamps are unchanged, so the time-decay attention bias and causal mask are the same as
-  for ``x``; only the *content* of the transactions is taken away. ``f(x')`` is reported as
-  ``reference_logit``.
+* **Baseline** ``x'`` (``IGConfig.baseline`` and ``IGConfig.scope``), built from the typical
+  transaction of :mod:`engine.data.field_reference` (:mod:`engine.explain.reference`):
+
+  - ``baseline="reference", scope="context"`` (default): the embeddings of the *same timeline
+    with every transaction a typical one*: each context transaction's content fields (every
+    field but hour, weekday and time since previous) at the reference, timestamps kept — a real
+    model input, so ``f(x')`` is the score of a transaction the analyst can picture, and it
+    differs from case to case (timing differs). The timing fields are identical in ``x`` and
+    ``x'`` and get attribution 0.
+  - ``baseline="reference", scope="query"``: the history as it is and the *query* replaced by
+    the typical transaction (every one of its ``F`` fields at the reference, the time since
+    previous at the median gap and the amount at the usual amount). Only the query row moves:
+    its ``F`` field values are the per-field attribution of the query, checked against field
+    ablation (:mod:`engine.explain.field_attribution`).
+  - ``baseline="zero"``: every field of every transaction (or of the query, ``scope="query"``)
+    the zero vector — kept for comparison only: after the first LayerNorm every zeroed row is
+    the same vector, so ``f(x')`` is one constant for every case and, LayerNorm being scale
+    invariant, all change happens at ``alpha * std ~ sqrt(eps)`` (the split path below).
+
+  The presence mask and timestamps are unchanged, so the attention mask and time-decay bias are
+  the same for ``x`` and ``x'``. ``f(x')`` is reported as ``reference_logit``.
 * **Attribution** of embedding element ``(t, f, d)``: ``(x - x')_{tfd} * mean_alpha grad_{tfd}
   f(x' + alpha (x - x'))`` with ``n_steps`` points of a quadrature rule. Summed over ``D`` ->
   ``field_values [T, F]``, summed over ``F`` -> ``values [T]``. Units: **logit**; signed
@@ -20,29 +36,26 @@ computed with Captum's :class:`captum.attr.IntegratedGradients`.
 * **Completeness**: ``sum(values) = f(x) - f(x')`` up to the quadrature error, reported by
   Captum as ``convergence_delta = sum(attributions) - (f(x) - f(x'))`` (logit).
 
+What IG cannot do here: an earlier transaction also acts through fields the row encoder computes
+from the history (the query's amount versus the entity's usual amount, its time since the
+previous transaction). IG on embeddings credits that effect to the *query's* computed field, never
+to the earlier transaction; the cell-level Shapley values of
+:mod:`engine.explain.field_attribution` replace cells in the input and do credit it.
+
 Quadrature on a split path
 --------------------------
-The transformer's first operation is a LayerNorm of the sum of the field embeddings, which is
-scale-invariant: ``LN(alpha * s) ~= LN(s)`` once ``alpha * std(s) >> sqrt(eps)``. On the
-straight path from the zero baseline almost all of ``f``'s change therefore happens for
-``alpha < ~1e-2`` (measured on the tiny test model: ``f(0.01 x)`` is within 0.02 logit of
-``f(x)``). A plain 50-point rule over ``[0, 1]`` puts one or two points there and misses
-completeness by logits (measured: ~1.8 logit with 50 Gauss-Legendre points, ~1 logit with
-2000 trapezoid points). So the path is split at ``path_breakpoints`` (default the decades
-``1e-4, 1e-3, 1e-2, 1e-1``: 5 segments of 10 points for the default 50) and Captum integrates
-every segment ``[a_k x, a_{k+1} x]`` with its own ``ceil(n_steps / K)`` points, all segments in
-one batched call (segment ``k`` is one example with input ``a_{k+1} x`` and baseline
-``a_k x``). Because the segments tile the same straight line, the sum of their attributions
-*is* Integrated Gradients from the zero baseline (exactly, in the limit of steps), only with a
-quadrature that resolves the steep part; the reported delta is the sum of the segments'
-deltas (measured on the tiny test model: ~6e-5 logit at 50 points). ``path_breakpoints=()``
-gives Captum's plain single-segment rule.
+With the zero baseline the straight path is flat above ``alpha ~ 1e-2`` (LayerNorm's scale
+invariance): a plain rule misses completeness by logits. So for ``baseline="zero"`` the path is
+split at ``path_breakpoints`` (default the decades ``1e-4, 1e-3, 1e-2, 1e-1``: 5 segments of 10
+points for the default 50) and Captum integrates every segment with its own
+``ceil(n_steps / K)`` points, all segments in one batched call (segment ``k`` is one example with
+input ``x' + a_{k+1} (x - x')`` and baseline ``x' + a_k (x - x')``). The segments tile the same
+straight line, so the sum of their attributions *is* IG from ``x'``. The reference baselines
+need no split (default one segment): both ends are real rows, the row sums never pass near 0.
 
-Models with sharper attention (measured: a default-size d_model=64 model with large random
-weights, T=129) make ``f`` wiggle inside the steep decade, and 50 points leave a gap of
-0.01-0.05 logit. So, by default, the quadrature is **adaptive**: while ``|delta| >
-target_delta``, the segments with the largest ``|delta|`` are halved (geometric midpoint) and
-integrated again, up to ``max_steps`` points in all (``params["n_steps_total"]``,
+By default the quadrature is **adaptive**: while ``|delta| > target_delta``, the segments with the
+largest ``|delta|`` are halved (geometric midpoint on the zero baseline's decades, arithmetic
+otherwise) and integrated again, up to ``max_steps`` points in all (``params["n_steps_total"]``,
 ``params["path"]``, ``extras["segment_deltas"]``). A segment's delta is its own completeness gap,
 so it is an honest error signal, though a necessary condition only (it can cancel within a
 segment).
@@ -64,16 +77,34 @@ import torch
 
 from engine.explain.context import QueryContext
 from engine.explain.base import Explanation
+from engine.explain.reference import (
+    describe_reference,
+    reference_context_batch,
+    reference_of,
+    reference_row_embedding,
+)
 from engine.explain.removal import eval_mode
 
 UNITS = "logit"
 DEFAULT_BREAKPOINTS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
 METHODS = ("gausslegendre", "riemann_trapezoid", "riemann_middle", "riemann_left", "riemann_right")
-BASELINE = (
-    "zero embedding: every field of every context transaction (query included) set to the zero "
-    "vector in the per-field input-embedding space [T, F, D]; presence mask and timestamps "
-    "unchanged (same attention mask and time-decay bias)"
-)
+BASELINES = ("reference", "zero")
+SCOPES = ("context", "query")
+BASELINE_TEXT = {
+    ("reference", "context"): (
+        "typical timeline: every context transaction's content (all fields but hour, weekday and time "
+        "since previous) set to the typical transaction (per-field reference), timestamps kept; "
+        "embeddings interpolated before the first LayerNorm"),
+    ("reference", "query"): (
+        "typical query: the history as it is, the query replaced by the typical transaction (every "
+        "field at its per-field reference); embeddings interpolated before the first LayerNorm"),
+    ("zero", "context"): (
+        "zero embedding: every field of every context transaction (query included) set to the zero "
+        "vector in the per-field input-embedding space [T, F, D]; presence mask and timestamps "
+        "unchanged (same attention mask and time-decay bias)"),
+    ("zero", "query"): "zero embedding of the query's fields; history unchanged",
+}
+BASELINE = BASELINE_TEXT[("zero", "context")]
 
 
 @dataclass
@@ -90,7 +121,11 @@ class IGConfig:
             default points in one pass). Bounds memory to about ``internal_batch_size``
             copies of the context's activations.
         path_breakpoints: interior points ``0 < a_1 < ... < a_{K-1} < 1`` where the straight
-            path is split (see the module docstring); ``()`` = one segment (plain Captum).
+            path is split (see the module docstring); ``()`` = one segment (plain Captum);
+            ``None`` (default) = the decades for ``baseline="zero"``, ``()`` otherwise.
+        baseline: ``"reference"`` (default, the typical transaction) or ``"zero"`` (see the module
+            docstring). scope: ``"context"`` (default: every transaction moves) or ``"query"``
+            (only the query's fields move, the history stays as it is).
         target_delta: adaptive refinement: while ``|convergence_delta| > target_delta`` (logit),
             split the segments with the largest ``|delta|`` at their geometric midpoint and
             integrate the halves again (``ceil(n_steps / K)`` points each), until ``max_steps``.
@@ -101,11 +136,19 @@ class IGConfig:
     n_steps: int = 50
     method: str = "gausslegendre"
     internal_batch_size: int = 64
-    path_breakpoints: tuple[float, ...] = DEFAULT_BREAKPOINTS
+    path_breakpoints: tuple[float, ...] | None = None
     target_delta: float | None = 5e-3
     max_steps: int = 400
+    baseline: str = "reference"
+    scope: str = "context"
 
     def __post_init__(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline: expected one of {BASELINES}, got {self.baseline!r}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope: expected one of {SCOPES}, got {self.scope!r}")
+        if self.path_breakpoints is None:
+            self.path_breakpoints = DEFAULT_BREAKPOINTS if self.baseline == "zero" else ()
         self.path_breakpoints = tuple(float(a) for a in self.path_breakpoints)
         a = (0.0, *self.path_breakpoints, 1.0)
         if any(a[i] >= a[i + 1] for i in range(len(a) - 1)):
@@ -126,7 +169,7 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
     """Integrated Gradients of the query logit w.r.t. the context's per-field embeddings.
 
     Returns an :class:`Explanation` with ``method="integrated_gradients"``, ``values [T]`` and
-    ``field_values [T, F]`` float64 in logits (signed), ``reference_logit = f(zero embedding)``,
+    ``field_values [T, F]`` float64 in logits (signed), ``reference_logit = f(baseline)``,
     ``convergence_delta`` (Captum's completeness gap summed over path segments, logit);
     ``params["path"]``: the final segment boundaries, ``params["n_steps_total"]``: points used.
 
@@ -148,8 +191,10 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
     with eval_mode(model):
         with torch.no_grad():
             x = model.embed(batch).detach()  # [1, T, F, D]
+            x0 = baseline_embeddings(ctx, x, cfg.baseline, cfg.scope)  # [1, T, F, D]
             f_x = float(query_logit(x)[0])
-            f_0 = float(query_logit(torch.zeros_like(x))[0])
+            f_0 = float(query_logit(x0)[0])
+        dx = x - x0
         ig = IntegratedGradients(query_logit)
         bounds = (0.0, *cfg.path_breakpoints, 1.0)
         steps = -(-cfg.n_steps // (len(bounds) - 1))  # ceil: points per segment
@@ -161,7 +206,7 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
             hi = torch.tensor([b for _, b in segs], dtype=x.dtype).view(K, 1, 1, 1)
             with torch.enable_grad():
                 attr, delta = ig.attribute(
-                    hi * x, baselines=lo * x, n_steps=steps, method=cfg.method,  # [K, T, F, D]
+                    x0 + hi * dx, baselines=x0 + lo * dx, n_steps=steps, method=cfg.method,  # [K, T, F, D]
                     internal_batch_size=max(cfg.internal_batch_size, K), return_convergence_delta=True,
                 )
             fv = attr.detach().sum(-1).double().cpu().numpy()  # [K, T, F, D] -> [K, T, F]
@@ -180,7 +225,8 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
             new = []
             for k in pick:
                 a, b = done[k][:2]
-                m = math.sqrt(a * b) if a > 0 else b / 2  # geometric midpoint (arithmetic from 0)
+                geometric = cfg.baseline == "zero" and a > 0
+                m = math.sqrt(a * b) if geometric else (a + b) / 2  # geometric midpoint on the decades
                 new += [(a, m), (m, b)]
             done = sorted([s for k, s in enumerate(done) if k not in set(pick)] + integrate(new))
             used += steps * len(new)
@@ -198,7 +244,7 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
         field_names=list(ctx.field_names),
         units=UNITS,
         signed=True,
-        baseline=BASELINE,
+        baseline=BASELINE_TEXT[(cfg.baseline, cfg.scope)],
         params={**asdict(cfg), "segments": len(done), "n_steps_per_segment": steps, "n_steps_total": used,
                 "refinements": refinements, "path": [s[0] for s in done] + [1.0],
                 "target": "query logit (last position)",
@@ -208,9 +254,25 @@ def explain(ctx: QueryContext, cfg: IGConfig | None = None) -> Explanation:
         reference_logit=f_0,
         convergence_delta=delta_total,
         extras={"sum_values": float(values.sum()), "f_x_minus_f_baseline": f_x - f_0,
-                "segment_deltas": [s[3] for s in done]},
+                "segment_deltas": [s[3] for s in done], "baseline_kind": cfg.baseline, "scope": cfg.scope,
+                **({"reference_sources": reference_of(ctx).sources,
+                    "reference_values": describe_reference(ctx)}
+                   if cfg.baseline == "reference" else {})},
         elapsed_s=time.perf_counter() - t0,
     )
+
+
+def baseline_embeddings(ctx: QueryContext, x: torch.Tensor, baseline: str, scope: str) -> torch.Tensor:
+    """The baseline ``x' [1, T, F, D]`` float32 for the context embeddings ``x [1, T, F, D]`` (see the
+    module docstring for the four kinds)."""
+    if scope == "query":
+        x0 = x.clone()
+        x0[0, -1] = 0.0 if baseline == "zero" else reference_row_embedding(ctx)  # [F, D]
+        return x0
+    if baseline == "zero":
+        return torch.zeros_like(x)
+    with torch.no_grad():
+        return ctx.bundle.model.embed(reference_context_batch(ctx)).detach()
 
 
 class IntegratedGradientsExplainer:

@@ -42,6 +42,7 @@ from safetensors.torch import save_file
 
 from engine import __version__
 from engine.data.io import file_sha256  # noqa: F401 (re-exported: training-data provenance)
+from engine.data import field_reference
 from engine.data.features import FeatureEncoder
 from engine.data.spec import DatasetSpec, spec_from_dict
 from engine.model.activity import ACTIVITY_FIELDS, DEFAULT_ACTIVITY_WINDOWS_S
@@ -234,7 +235,8 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
             model, a config value out of range, thresholds outside [0, 1] or review > decline,
             a config that does not match the feature statistics, or a tensor that is missing,
             unexpected, not float32, of the wrong shape or not finite; weights that are not a
-            safetensors file (a pickle is refused, never unpickled).
+            safetensors file (a pickle is refused, never unpickled); an invalid stored per-field
+            reference (``field_reference``, :func:`engine.data.field_reference.from_dict`).
     """
     d = Path(path) if path is not None else ASSET_MODEL_DIR
     if d.exists() and not d.is_dir():
@@ -269,6 +271,11 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
         raise CheckpointError(f"{src}: feature_state: expected an object")
     enc = FeatureEncoder.from_state_dict(spec, meta["feature_state"])
     check_layout(cfg, _layout(enc, src, activity=bool(cfg.activity_windows_s)), src)
+    if field_reference.CHECKPOINT_KEY in meta:  # the typical transaction of the explanations
+        try:
+            field_reference.from_dict(meta[field_reference.CHECKPOINT_KEY], enc, src)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
     state = load_weights(weights, expected_state_shapes(cfg), str(d / WEIGHTS))
     model = FraudTransformer(cfg)  # sizes bounded by the checks above
     model.load_state_dict(state, strict=True)

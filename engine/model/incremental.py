@@ -288,6 +288,35 @@ class IncrementalScorer:
                 "or its input is broken, so no score is reported (discard this scorer)", np.array([0]))
         return logit
 
+    def resume(self, entity_id: str, rows, start: int, prev_time_s: float | None) -> None:
+        """Rebuild ``entity_id``'s caches from the tail of its history, without scoring.
+
+        ``rows`` are its transactions at positions ``start, start + 1, ...`` up to its last one
+        (``n - 1``); ``prev_time_s`` is the time (seconds) of the transaction at ``start - 1``
+        (None when ``start == 0``). ``start`` must be ``k * S`` with ``k * S > n - 1 - T`` (no
+        later than the first window still open after ``n`` transactions): a window's caches
+        (keys/values, times, amounts, first-seen values) depend only on its own rows and the time
+        of the row before it, so the caches equal
+        those of feeding the whole history (tested). Replayed rows are not scored.
+
+        Raises:
+            ValueError: ``start`` is not a window start, or a row is out of time order.
+        """
+        if start % self.S:
+            raise ValueError(f"resume: start {start} is not a window start (a multiple of {self.S})")
+        st = _EntityState(n=start, last_time=float("nan") if prev_time_s is None else float(prev_time_s))
+        self.entities[str(entity_id)] = st
+        T = self.cfg.context_length
+        for row in rows:
+            p = st.n
+            base, t, z, cats = self._row_embedding(row, st)
+            if p % self.S == 0:
+                st.windows.append(self._new_window(p))
+            st.windows = [w for w in st.windows if p < w.start + T]
+            for w in st.windows:
+                self._step(base, w, t, z, need_output=False, cats=cats)  # keys/values only
+            st.n, st.last_time = p + 1, t
+
     def add_frame(self, frame: pd.DataFrame) -> np.ndarray:
         """Feed a canonical frame (sorted by entity, time) row by row; returns ``[N]`` logits."""
         out = np.empty(len(frame), np.float64)

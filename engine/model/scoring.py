@@ -196,13 +196,7 @@ def write_scores(run: ScoreRun, out: str | Path) -> Path:
     ``run.calibrated`` (an uncalibrated number is never written as a probability)."""
     from engine.data.csv_writer import write_csv
 
-    s = run.scores.copy()
-    if not run.calibrated:
-        s = s.drop(columns=["probability"], errors="ignore")
-    s["status"] = "scored"
-    r = run.rejected.rename(columns={"column": "rejected_column", "value": "rejected_value"}).copy()
-    r["status"] = "rejected"
-    both = pd.concat([s, r], ignore_index=True).sort_values("row_number", kind="stable")
+    both = output_rows(run.scores, run.rejected, calibrated=run.calibrated)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".csv":
@@ -210,3 +204,18 @@ def write_scores(run: ScoreRun, out: str | Path) -> Path:
     else:
         both.astype({c: "string" for c in both.columns if both[c].dtype == object}).to_parquet(out, index=False)
     return out
+
+
+def output_rows(scores: pd.DataFrame, rejected: pd.DataFrame, *, calibrated: bool) -> pd.DataFrame:
+    """The rows :func:`write_scores` writes: ``scores`` (status ``"scored"``; without its
+    ``probability`` column unless ``calibrated``) and ``rejected`` (status ``"rejected"``; its
+    ``column``/``value`` renamed ``rejected_column``/``rejected_value``), in row_number order.
+    Columns: the scores' columns, ``status``, then ``file``, ``rejected_column``,
+    ``rejected_value``, ``reason`` (empty on scored rows)."""
+    s = scores.copy()
+    if not calibrated:
+        s = s.drop(columns=["probability"], errors="ignore")
+    s["status"] = "scored"
+    r = rejected.rename(columns={"column": "rejected_column", "value": "rejected_value"}).copy()
+    r["status"] = "rejected"
+    return pd.concat([s, r], ignore_index=True).sort_values("row_number", kind="stable")

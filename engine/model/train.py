@@ -26,9 +26,8 @@ monotone map changes them only through ties).
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -38,13 +37,13 @@ from sklearn.metrics import (
     average_precision_score,
     roc_auc_score,
 )
-from tqdm.auto import tqdm
 
-from engine.data.features import EncodedFrame, FeatureEncoder
+from engine.data import field_reference
+from engine.data.features import EncodedFrame
 from engine.data.spec import DatasetSpec
 from engine.model.baseline import BaselineConfig, TabularBaseline
 from engine.model.calibration import CALIBRATION_KEY, apply_calibration, calibration_summary, fit_calibration
-from engine.model.checkpoint import ModelBundle, build_model
+from engine.model.checkpoint import ModelBundle
 from engine.model.compare import paired_bootstrap
 from engine.model.drift import DRIFT_KEY, drift_reference
 from engine.model.operating_point import (
@@ -55,7 +54,7 @@ from engine.model.operating_point import (
     precision_warning,
 )
 from engine.model.scoring import score_encoded, sigmoid
-from engine.model.sequences import build_windows, make_batch, window_entity_start
+from engine.model.train_loop import finish_fit, new_model, prepare_fit, run_epochs
 from engine.model.split_checks import (
     MIN_FRAUD_ENTITIES,
     MIN_FRAUDS,
@@ -191,108 +190,13 @@ def fit(
     t_start = time.perf_counter()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if "label" not in frame:
-        raise ValueError("training needs a label column (spec [label])")
-    rng = np.random.default_rng(cfg.seed)
-    label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
-    known = ~np.isnan(label)
-    n_pos = int(((split == 0) & known & (label == 1)).sum())
-    n_neg = int(((split == 0) & known & (label == 0)).sum())
-    if n_pos == 0:
-        raise ValueError("training period has no fraud-labelled transaction")
-
-    encoder = FeatureEncoder.fit(frame.loc[split == 0], spec)
-    enc = encoder.transform(frame)
-    model = build_model(
-        encoder, seed=cfg.seed, activity=cfg.activity,
-        **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "context_length", "min_history")},
-    )
-    ents = frame["entity_id"].to_numpy()
-    win = build_windows(ents, cfg.context_length, cfg.min_history)
-    ent_start = window_entity_start(win, ents)
-
-    # per-slot loss mask: scored in this window, training split, label known
-    slot_rows = win.rows
-    valid = slot_rows >= 0
-    safe = np.where(valid, slot_rows, 0)
-    scored = valid & (np.arange(cfg.context_length)[None, :] >= win.scored_from[:, None])
-    train_slot = scored & (split[safe] == 0) & known[safe]
-    train_windows = np.flatnonzero(train_slot.any(axis=1))
-    # a window only needs to run up to its last training slot (causal: later slots change nothing)
-    last_slot = np.where(train_slot.any(axis=1), cfg.context_length - 1 - np.argmax(train_slot[:, ::-1], axis=1), 0)
-    y_all = np.nan_to_num(label, nan=0.0).astype(np.float32)
-    pos_weight = torch.tensor(min(math.sqrt(n_neg / n_pos), 30.0))
-    log(f"model: {model.n_parameters():,} parameters; windows: {win.n_windows:,} "
-        f"({len(train_windows):,} with training rows); train frauds {n_pos:,}; pos_weight {pos_weight.item():.1f}")
-
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    val_rows = np.flatnonzero((split == 1) & known)
-
-    history: list[dict[str, Any]] = []
-    best = (-1.0, None, -1)
-    per_epoch = len(train_windows) if cfg.windows_per_epoch is None else min(cfg.windows_per_epoch, len(train_windows))
-    if cfg.lr_schedule not in ("constant", "cosine"):
-        raise ValueError(f"lr_schedule: expected 'constant' or 'cosine', got {cfg.lr_schedule!r}")
-    total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_size))
-    step = 0
-    for epoch in range(cfg.epochs):
-        model.train()
-        order = rng.choice(train_windows, size=per_epoch, replace=False)
-        # similar lengths together: sort within chunks of 16 batches
-        chunk = cfg.batch_size * 16
-        order = np.concatenate([c[np.argsort(last_slot[c])] for c in np.array_split(order, max(1, len(order) // chunk))])
-        batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
-        rng.shuffle(batches)
-        losses = []
-        out_of_time = False
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
-        for ids in bar:
-            Tb = int(last_slot[ids].max()) + 1
-            batch = make_batch(enc, win.rows[ids, :Tb], ent_start[ids])
-            logits = model(batch).logits  # [b, Tb]
-            m = torch.from_numpy(train_slot[ids, :Tb])
-            y = torch.from_numpy(y_all[safe[ids, :Tb]])
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits[m], y[m], pos_weight=pos_weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if cfg.lr_schedule == "cosine":
-                frac = min(step / total_steps, 1.0)
-                for g in opt.param_groups:
-                    g["lr"] = cfg.lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * frac)))
-            opt.step()
-            step += 1
-            losses.append(loss.item())
-            if len(losses) % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-                if (time.perf_counter() - t_start) / 60 >= cfg.max_minutes:
-                    out_of_time = True
-                    break  # time budget: evaluate this partial epoch, then stop
-        rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan")}
-        if len(val_rows):
-            pv = sigmoid(score_encoded(model, enc, ents, rows=val_rows)[val_rows].astype(np.float64))
-            rec.update({f"val_{k}": v for k, v in binary_metrics(label[val_rows], pv).items()})
-        rec["minutes"] = (time.perf_counter() - t_start) / 60
-        history.append(rec)
-        log(f"epoch {epoch + 1}: loss {rec['loss']:.4f}  val AP {rec.get('val_average_precision', float('nan')):.4f}  "
-            f"val AUC {rec.get('val_auc_roc', float('nan')):.4f}  ({rec['minutes']:.1f} min)")
-        if early_stopping and len(val_rows):
-            ap = rec.get("val_average_precision", 0.0)
-            if ap > best[0]:
-                best = (ap, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
-            elif epoch + 1 - best[2] >= cfg.patience:
-                log(f"early stop: no validation AP gain for {cfg.patience} epochs")
-                break
-        if out_of_time:
-            log(f"time budget of {cfg.max_minutes} min reached")
-            break
-        if stop_after is not None and epoch + 1 >= stop_after:
-            break
-    if best[1] is not None:
-        model.load_state_dict(best[1])
-    model.eval()
-    meta = {"best_epoch": best[2] if best[1] is not None else len(history), "train_config": asdict(cfg), "history": history}
-    return ModelBundle(model=model, encoder=encoder, spec=spec, meta=meta), history, enc
+    d = prepare_fit(frame, spec, split, cfg)
+    model = new_model(d.encoder, cfg)
+    log(f"model: {model.n_parameters():,} parameters; windows: {d.win.n_windows:,} "
+        f"({len(d.train_windows):,} with training rows); train frauds {d.n_pos:,}; pos_weight {d.pos_weight.item():.1f}")
+    history, best = run_epochs(model, d, cfg, log=log, progress=progress, early_stopping=early_stopping,
+                               stop_after=stop_after, t_start=t_start)
+    return finish_fit(model, d, spec, cfg, history, best), history, d.enc
 
 
 def train(
@@ -303,6 +207,7 @@ def train(
     log: Callable[[str], None] = print,
     progress: bool = True,
     baseline: BaselineConfig | None = None,
+    fitter: Callable | None = None,
 ) -> tuple[ModelBundle, dict[str, Any]]:
     """Train on a canonical frame with a time split (see module doc), choose thresholds on
     validation, report test metrics.
@@ -311,6 +216,9 @@ def train(
     same split and scored on the same test rows (:func:`compare_with_baseline`); its metrics
     and the paired bootstrap of the difference go to ``report["baseline"]`` and
     ``bundle.meta["baseline"]``.
+
+    ``fitter`` replaces :func:`fit` (same arguments and result), e.g.
+    :func:`engine.distributed.ray_train.ray_fitter` (data-parallel on Ray Train).
 
     Returns:
         ``(bundle, report)``: the best-epoch model bundle (meta holds metrics and thresholds) and a
@@ -352,7 +260,7 @@ def train(
     if hist:
         log(f"warning: {hist}")
         warnings.append(hist)
-    bundle, history, enc = fit(frame, spec, split, cfg, log=log, progress=progress)
+    bundle, history, enc = (fitter or fit)(frame, spec, split, cfg, log=log, progress=progress)
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(label)
     val_rows = np.flatnonzero((split == 1) & known)
@@ -394,6 +302,9 @@ def train(
                "proposed": {"train_end": str(proposal[0]), "val_end": str(proposal[1])} if proposal else None},
         train_wall_s=wall,
     )
+    # the typical transaction explanations replace fields with (engine/data/field_reference.py)
+    bundle.meta[field_reference.CHECKPOINT_KEY] = field_reference.compute(
+        bundle.encoder, frame[split == 0], training=True).to_dict()
     report = {"history": history, "wall_s": wall, "test": test_m, "validation": val_m, "thresholds": thresholds,
               "operating_point": op, "calibration": cal_report}
     if baseline is not None:

@@ -55,6 +55,7 @@ import pandas as pd
 from engine.model.checkpoint import ModelBundle, package_versions
 from engine.explain.context import QueryContext, build_context
 from engine.explain import DEFAULT_METHODS, explain_all
+from engine.explain.reference import attach_reference
 from engine.model.scoring import score_encoded, sigmoid
 from engine.trust.baselines import BASELINES, baseline_orders
 from engine.trust.faithfulness import evaluate_faithfulness, ranking_order
@@ -155,6 +156,7 @@ def run_explanation_bench(
     run_methods = methods if "attention" in methods else ["attention", *methods]
     t_all = time.perf_counter()
     frame = frame.reset_index(drop=True)
+    attach_reference(bundle, frame)  # IG's typical transaction: the checkpoint's or this file's
     rows, period = period_rows(bundle, frame)
     enc = bundle.encoder.transform(frame)
     logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
@@ -337,14 +339,32 @@ def write_markdown(res: pd.DataFrame, out: str | Path, *, key: str, title: str, 
     return out
 
 
+def field_attribution_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, title: str,
+                              context: dict[str, Any], max_cases: int = 50, seed: int = 0, log=print) -> pd.DataFrame:
+    """IG / field Shapley versus field ablation and the history effect
+    (:func:`engine.trust.field_bench.run_field_bench`, same cases as the main bench), printed and
+    written as the section ``key + "|fields"`` of ``out``. Returns the result DataFrame."""
+    from engine.trust.field_bench import field_markdown, run_field_bench
+
+    res = run_field_bench(bundle, frame, max_cases=max_cases, seed=seed, log=log)
+    info = res.attrs["info"]
+    lines = [f"## {title} — per-field attributions and history effect", ""]
+    lines += [f"- {k}: {v}" for k, v in {**context, **info}.items()]
+    lines += ["", field_markdown(res), ""]
+    _write_section(out, f"{key}|fields", "\n".join(lines))
+    log(field_markdown(res))
+    return res
+
+
 def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
          out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
-         seed: int = 0, note: str = "", shap_reference_samples: int | None = REFERENCE_SAMPLES,
-         log=print) -> pd.DataFrame:
+         seed: int = 0, note: str = "", log=print, fields: bool = True,
+         shap_reference_samples: int | None = REFERENCE_SAMPLES) -> pd.DataFrame:
     """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
     run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
-    an extra line for the section, e.g. how the model was trained; ``shap_reference_samples``: as in
-    :func:`run_explanation_bench`).
+    an extra line for the section, e.g. how the model was trained). With ``fields`` the per-field
+    section (:func:`field_attribution_section`) runs on the same cases and is written too.
+    ``shap_reference_samples``: as in :func:`run_explanation_bench`.
 
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
@@ -373,6 +393,10 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     log(markdown_table(res))
     if len(res.attrs.get("shap_accuracy", [])):
         log(shap_accuracy_section(res))
+    if fields:
+        field_attribution_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
+                                  context={k: v for k, v in ctx.items() if k != "wall time"},
+                                  max_cases=max_cases, seed=seed, log=log)
     if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
         from engine.trust.planted import planted_cause_bench, planted_markdown
 
@@ -400,5 +424,5 @@ def _write_section(out: str | Path, key: str, body: str) -> None:
     out.write_text(text)
 
 
-__all__ = ["DEFAULT_OUT", "ground_truth", "main", "markdown_table", "precision_at_k", "run_explanation_bench",
-           "period_rows", "shap_accuracy_rows", "shap_accuracy_section", "write_markdown"]
+__all__ = ["DEFAULT_OUT", "field_attribution_section", "ground_truth", "main", "markdown_table", "precision_at_k",
+           "run_explanation_bench", "period_rows", "shap_accuracy_rows", "shap_accuracy_section", "write_markdown"]

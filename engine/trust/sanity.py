@@ -409,7 +409,8 @@ def completeness_checks(
             n = min(4096, 4 * n)
             cfg = IGConfig(n_steps=n, max_steps=8 * n, target_delta=tolerance / 10,
                            method=ig.params.get("method", "gausslegendre"),
-                           path_breakpoints=tuple(ig.params.get("path_breakpoints", IGConfig().path_breakpoints)))
+                           path_breakpoints=tuple(ig.params.get("path_breakpoints", IGConfig().path_breakpoints)),
+                           baseline=ig.params.get("baseline", "reference"), scope=ig.params.get("scope", "context"))
             e = METHODS["integrated_gradients"](cfg).explain(ctx)
             retries += 1
             if abs(e.convergence_delta) < abs(best.convergence_delta):

@@ -21,7 +21,9 @@ TIMEOUT = 60
 #: the users of the test credentials file (all with PASSWORD)
 USERS = {"alice": "analyst", "bob": "supervisor", "carol": "analyst", "erin": "auditor", "dana": "admin"}
 PASSWORD = "correct horse battery staple"
-N_CASE_CHARTS = 8  # timeline, IG/SHAP/occlusion bars, field heat map, query field bars, attention, rollout
+#: timeline, IG/SHAP/occlusion bars, validated query field bars, cell-level bars, IG field heat map (expander),
+#: attention, rollout
+N_CASE_CHARTS = 9
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +157,16 @@ def test_case_page_defaults_to_top_entity_and_its_highest_scored_transaction(env
     assert metrics["Review threshold"] == "0.500"
     assert len(_charts(at)) == N_CASE_CHARTS
     assert [t.label for t in at.tabs] == ["Attributions", "Fields", "Attention", "Context rows"]
+    # the query alone vs with its history: the sentence and its numbers, equal to the engine's
+    from engine.cases.fields_view import history_caption, query_fields
+
+    h = query_fields(env["bundle"], env["frame"], best, cells=False)["history_effect"]
+    boxes = [b.value for b in [*at.info, *at.warning]]
+    assert md(h["sentence"]) in boxes
+    assert md(history_caption({"history_effect": h})) in [c.value for c in at.caption]
+    assert ("own fields drive" in h["sentence"]) == (h["alone"] >= 0.5)
+    # the query's fields: what is shown says which values passed the check against field ablation
+    assert any("typical value" in c.value or "Integrated gradients of the query" in c.value for c in at.caption)
 
 
 def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):

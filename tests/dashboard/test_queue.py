@@ -223,6 +223,31 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     assert [b.label for b in at.get("download_button") if b.label in exports] == exports
 
 
+def test_queue_lists_the_scoring_services_cases_without_their_file(qenv):
+    """Cases the scoring service opened (source "<model sha>/service:<spec>") are listed when the
+    queue's source is switched to the service; the file's cases are not mixed in."""
+    import pandas as pd
+
+    from engine.serve.casework import service_source_id
+
+    b = qenv["bundle"]
+    with CaseStore(qenv["db"]) as s:
+        s.upsert_cases(b.sha256, pd.DataFrame([
+            {"entity_id": "live-card-1", "max_probability": 0.97, "max_transaction_id": "tx-9",
+             "first_ts": pd.Timestamp("2031-01-01"), "last_ts": pd.Timestamp("2031-01-02"), "max_amount": 12.0,
+             "n_transactions": 3, "n_known_fraud": 0},
+            {"entity_id": "live-card-2", "max_probability": 0.01, "max_transaction_id": "tx-1",
+             "first_ts": pd.Timestamp("2031-01-01"), "last_ts": pd.Timestamp("2031-01-01"), "max_amount": 5.0,
+             "n_transactions": 1, "n_known_fraud": 0}]), source_id=service_source_id(b))
+    at = _queue(qenv)
+    at.segmented_control(key="work_view").set_value("open").run()
+    assert "live-card-1" not in at.dataframe[1].value["entity_id"].tolist()
+    at.radio(key="q_source").set_value("service").run()
+    _ok(at)
+    assert at.dataframe[1].value["entity_id"].tolist() == ["live-card-1"]  # the one at or above review
+    assert not [x for x in at.button if x.key == "q_open"]
+
+
 def _frame(at, which):
     """The Notes (``"notes"``) or Disposition history (``"history"``) table of the case page."""
     for d in at.dataframe:

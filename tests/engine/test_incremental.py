@@ -1,10 +1,11 @@
 """The KV-cached incremental scorer gives exactly the whole-file windowed scores."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from engine.model.incremental import IncrementalScorer
-from engine.model.scoring import score_frame
+from engine.model.scoring import NonFiniteScoreError, score_frame
 
 from test_model import bundle, tiny_frame  # noqa: F401  (tiny-config fixtures)
 
@@ -45,3 +46,27 @@ def test_cache_grows_with_the_rows_it_holds(bundle):  # noqa: F811
     inc.add_frame(fr.iloc[3:12])
     w = inc.entities["c0"].windows[0]
     assert w.n == 12 and w.keys.shape[2] == min(16, bundle.config.context_length)
+
+
+def test_resume_from_the_history_tail_equals_feeding_everything(bundle):  # noqa: F811
+    """IncrementalScorer.resume rebuilds an entity from the rows of its first open window on
+    (T=16, S=10: after n rows, windows start at k*10 > n - 17); later scores are unchanged."""
+    fr = tiny_frame(1, 60, seed=7)
+    rows = fr.to_dict("records")
+    full = IncrementalScorer(bundle)
+    want = full.add_frame(fr)
+    S, T = full.S, bundle.config.context_length
+    for n in (5, 16, 17, 26, 27, 33, 45):
+        start = max(0, (n - 1 - T) // S + 1) * S
+        inc = IncrementalScorer(bundle)
+        prev = None if start == 0 else pd.Timestamp(rows[start - 1]["timestamp"]).value / 1e9
+        inc.resume("c0", rows[start:n], start, prev)
+        got = [inc.add("c0", r) for r in rows[n:]]
+        np.testing.assert_allclose(got, want[n:], rtol=1e-5, atol=1e-5)
+    late = IncrementalScorer(bundle)
+    late.resume("c0", rows[20:25], 20, pd.Timestamp(rows[19]["timestamp"]).value / 1e9)
+    # a start after the first open window misses window 10, which scores position 25
+    with pytest.raises(NonFiniteScoreError):
+        late.add("c0", rows[25])
+    with pytest.raises(ValueError, match="not a window start"):
+        IncrementalScorer(bundle).resume("c0", rows[:3], 3, None)

@@ -252,6 +252,7 @@ def build_report(
     report_id: str | None = None,
     exported_at: str | None = None,
     narrative: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report model of one case and one explained query (a dict matching the schema).
 
@@ -273,6 +274,9 @@ def build_report(
         narrative: the analyst's latest report narrative (``CaseStore.narrative``: ``text``,
             ``analyst``, ``ts``) for the SAR-style section (``report["narrative"]``,
             :func:`engine.cases.report.narrative.narrative_section`), or ``None``.
+        fields: optional :func:`engine.cases.fields_view.query_fields` output: stored as
+            ``history_effect`` (the query alone vs with its history) and ``field_attribution``
+            (validated per-field values of the query, cell-level values of the top transactions).
     """
     from engine.cases.report.narrative import narrative_section
 
@@ -385,6 +389,9 @@ def build_report(
     if trust is not None:
         report["trust"] = _jsonable(trust)
     report["narrative"] = _jsonable(narrative_section(report, narrative, hist))
+    if fields:
+        report["history_effect"] = _jsonable(fields.get("history_effect"))
+        report["field_attribution"] = _jsonable(fields.get("field_attribution"))
     report["report_sha256"] = report_sha256(report)
     return report
 

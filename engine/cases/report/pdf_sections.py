@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.cases.fmt import format_amount, format_signed, format_ts
+from engine.cases.report.pdf_fields import pdf_fields
 from engine.cases.report.pdf_charts import MAX_ROWS, bar_chart
 
 _METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "shap": "SHAP", "occlusion": "Occlusion",
@@ -135,12 +136,14 @@ def evidence_section(doc: Any, report: dict[str, Any]) -> list[list[str]]:
                   if len(keep) < len(vals) else "") + f"The explained transaction's own fields: {format_signed(q, 3)} "
                  "logit (not drawn)."))
     for m, e in report["explanations"].items():
-        if e["is_attribution"] and e.get("top_fields"):
+        # unchecked per-field sums only when no validated block exists (engine/cases/fields_view.py)
+        if e["is_attribution"] and e.get("top_fields") and not report.get("field_attribution"):
             f = e["top_fields"]
             ticks.append(bar_chart(
                 doc, f"{_METHOD_NAMES.get(m, m)}: the explained transaction's fields (logit; + towards fraud)",
                 [x["field"] for x in f], [x["value"] or 0.0 for x in f], unit="logit", signed=True,
                 note=f"The {len(f)} fields with the largest contributions."))
+    pdf_fields(report, doc.h2, doc.para, doc.table)  # history effect + validated per-field values
     doc.h3("Ranking per method (largest contributions first)")
     for m, e in report["explanations"].items():
         if not e["is_attribution"]:

@@ -108,16 +108,17 @@ def frame() -> pd.DataFrame:
 
 
 @lru_cache(maxsize=None)
-def trained_bundle() -> ModelBundle:
-    """Tiny model (d_model 16, 2 heads, 2 layers, context 16) trained on :func:`frame`."""
+def trained_bundle(activity: bool = True) -> ModelBundle:
+    """Tiny model (d_model 16, 2 heads, 2 layers, context 16) trained on :func:`frame`
+    (``activity``: with the recent-activity / first-seen fields, the default of new models)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         fr = frame()
         sp = spec()
         enc = FeatureEncoder.fit(fr, sp)
-        model = build_model(enc, seed=0, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                            context_length=T_CTX, min_history=6)
+        model = build_model(enc, seed=0, activity=activity, d_model=16, n_heads=2, n_layers=2, d_ff=32,
+                            dropout=0.0, context_length=T_CTX, min_history=6)
         bundle = ModelBundle(model=model, encoder=enc, spec=sp,
                              meta={"thresholds": {"review": 0.5},
                                    "split": {"val_end": str(fr["timestamp"].quantile(0.5).normalize())}})

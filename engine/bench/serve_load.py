@@ -1,0 +1,353 @@
+"""Load test of ``fraudlens serve`` on loopback: throughput, latency and errors at 1, 8 and 32
+concurrent clients, paced (a target rate) and unpaced (as fast as the clients can), plus a
+``kill -9`` of the server mid-run (acknowledged transactions lost must be 0).
+
+Each run starts from fresh entity ids (the run and client number are prefixed to the entity
+and transaction ids), and each client replays its own copy of the dataset's transactions in
+time order, so no two clients post to the same entity and every transaction is in order:
+TabFormer user 0 (5 cards; each client replays the file from its start, so a card's history
+grows past the model's context) and the first ``handbook_rows`` Handbook transactions in time
+order (thousands of customers, a few transactions each; the delayed terminal aggregates are
+computed by :func:`engine.data.io.read_transactions` and posted as the caller's feature-store
+values). Every run is bounded by a request count and a time limit.
+
+Latency is measured twice: client side (send to full response, ``time.perf_counter``; the
+client is stdlib ``http.client`` with keep-alive, in threads of this process, on the same
+cores as the server) and server side (the response's ``latency_ms``: arrival to response).
+"""
+
+from __future__ import annotations
+
+import csv
+import http.client
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunResult:
+    """One load run: per-request client / server latencies (ms), errors, wall time."""
+
+    dataset: str
+    clients: int
+    mode: str
+    sync: str = "full"
+    client_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    server_cpu_s: float = float("nan")  # CPU seconds the server process used during the run
+    acked: dict[int, list[str]] = field(default_factory=dict)  # client -> acknowledged transaction ids
+
+    def row(self) -> list[str]:
+        n = len(self.client_ms)
+        c = np.percentile(self.client_ms, [50, 99, 99.9]) if n else [np.nan] * 3
+        s = np.percentile(self.server_ms, [50, 99, 99.9]) if n else [np.nan] * 3
+        cpu = f"{1000 * self.server_cpu_s / n:.2f}" if n and self.server_cpu_s == self.server_cpu_s else "-"
+        return [self.dataset, self.sync, str(self.clients), self.mode, f"{n + self.errors:,}", f"{self.errors:,}",
+                f"{n / self.wall_s:,.0f}" if self.wall_s else "-", *(f"{x:.2f}" for x in c), *(f"{x:.2f}" for x in s),
+                cpu]
+
+
+HEADER = ["dataset", "sync", "clients", "mode", "requests", "errors", "throughput (tx/s)", "client p50 ms", "client p99 ms",
+          "client p99.9 ms", "server p50 ms", "server p99 ms", "server p99.9 ms", "server CPU ms/tx"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+def tabformer_records(path: Path, limit: int) -> tuple[list[dict], str]:
+    """The first ``limit`` rows of the TabFormer file as posted JSON (raw cells, text)."""
+    from engine.data.spec import load_spec
+
+    spec = load_spec("tabformer")
+    cols = spec.required_columns()
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for i, r in enumerate(csv.DictReader(f)):
+            if i >= limit:
+                break
+            out.append({c: r[c] for c in cols if c != spec.label.column} | {"transaction_id": str(i)})
+    return out, "User"
+
+
+def handbook_records(path: Path, n_rows: int) -> tuple[list[dict], str]:
+    """The first ``n_rows`` Handbook transactions in time order, with their delayed aggregates."""
+    from engine.data.io import read_transactions
+    from engine.data.spec import load_spec
+
+    spec = load_spec("handbook")
+    fr = read_transactions(path, spec, max_rows=n_rows).frame.sort_values(["timestamp", "row_number"])
+    aggs = [c for a in spec.aggregates for c in a.columns()]
+    out = []
+    for r in fr.to_dict("records"):
+        rec = {"TRANSACTION_ID": r["transaction_id"], "CUSTOMER_ID": r["entity_id"],
+               "TX_DATETIME": r["timestamp"].isoformat(), "TX_AMOUNT": r["amount"], "TERMINAL_ID": r["terminal"],
+               "TX_FRAUD_SCENARIO": r.get("TX_FRAUD_SCENARIO")}
+        rec.update({c: float(r[c]) for c in aggs})
+        out.append(rec)
+    return out, "CUSTOMER_ID"
+
+
+def _lane(records: list[dict], entity_key: str, id_key: str, prefix: str) -> list[bytes]:
+    """The records with ``prefix`` on the entity and transaction ids, as JSON bodies."""
+    return [json.dumps({**r, entity_key: f"{prefix}{r[entity_key]}", id_key: f"{prefix}{r[id_key]}"}).encode()
+            for r in records]
+
+
+# ---------------------------------------------------------------------------------------------
+# server and clients
+# ---------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: Path | None, work: Path, port: int, explain: str = "occlusion",
+                 sync: str = "full") -> subprocess.Popen:
+    """``fraudlens serve`` on 127.0.0.1:``port`` in a subprocess; returns once it prints ``ready``."""
+    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--history", str(work / "history.sqlite3"),
+           "--cases", str(work / "cases.sqlite3"), "--explain", explain, "--sync", sync]
+    if model is not None:
+        cmd += ["--model", str(model)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FRAUDLENS_DATA_DIR": str(work / "data")}
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        lines.append(line)
+        if line.strip() == "ready":
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+            return p
+        if not line and p.poll() is not None:
+            break
+    p.kill()
+    raise RuntimeError("the server did not start:\n" + "".join(lines[-20:]))
+
+
+def _client(port: int, bodies: list[bytes], id_key: str, rate: float | None, t_end: float, res: RunResult,
+            cid: int, lock: threading.Lock, start: threading.Event) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+    cms, sms, acked = [], [], []
+    errors: dict[str, int] = {}
+    start.wait()
+    t0 = time.perf_counter()
+    for i, body in enumerate(bodies):
+        if rate:
+            wait = t0 + i / rate - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+        if time.perf_counter() >= t_end:
+            break
+        t = time.perf_counter()
+        try:
+            conn.request("POST", "/v1/score", body, headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            if not _alive(port):
+                break
+            continue
+        dt = (time.perf_counter() - t) * 1000.0
+        if resp.status != 200:
+            errors[f"HTTP {resp.status}"] = errors.get(f"HTTP {resp.status}", 0) + 1
+            continue
+        b = json.loads(data)
+        cms.append(dt)
+        sms.append(b["latency_ms"])
+        acked.append(b["transaction_id"])
+    conn.close()
+    with lock:
+        res.client_ms += cms
+        res.server_ms += sms
+        res.acked[cid] = acked
+        for k, v in errors.items():
+            res.error_kinds[k] = res.error_kinds.get(k, 0) + v
+            res.errors += v
+
+
+def _alive(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_run(port: int, records: list[dict], entity_key: str, id_key: str, dataset: str, clients: int,
+             rate: float | None, count: int, seconds: float, run_id: str, kill_after: float | None = None,
+             server: subprocess.Popen | None = None, sync: str = "full") -> RunResult:
+    """``clients`` threads post their lanes (``count`` requests in all, at ``rate`` tx/s in all, or
+    unpaced with ``rate=None``) for at most ``seconds``; with ``kill_after``, SIGKILL ``server`` then."""
+    per = max(1, count // clients)
+    lanes = [_lane(records[:per], entity_key, id_key, f"{run_id}c{c}x") for c in range(clients)]
+    res = RunResult(dataset, clients, "unpaced" if rate is None else f"paced {rate:,.0f}/s", sync)
+    lock, start = threading.Lock(), threading.Event()
+    t_end = time.perf_counter() + seconds + 1.0
+    threads = [threading.Thread(target=_client, args=(port, lanes[c], id_key, None if rate is None else rate / clients,
+                                                      t_end, res, c, lock, start)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    cpu0 = cpu_seconds(server.pid) if server is not None and kill_after is None else None
+    t0 = time.perf_counter()
+    start.set()
+    if kill_after is not None and server is not None:
+        time.sleep(kill_after)
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(10)
+    for t in threads:
+        t.join()
+    res.wall_s = time.perf_counter() - t0
+    if cpu0 is not None:
+        res.server_cpu_s = cpu_seconds(server.pid) - cpu0
+    return res
+
+
+def lost_after_kill(work: Path, res: RunResult) -> tuple[int, int, int]:
+    """(acknowledged, lost, stored) after a kill: acknowledged ids missing from the history store."""
+    with sqlite3.connect(work / "history.sqlite3") as con:
+        stored = {r[0] for r in con.execute("SELECT transaction_id FROM transactions")}
+    acked = {t for ids in res.acked.values() for t in ids}
+    return len(acked), len(acked - stored), len(stored)
+
+
+def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key: str, dataset: str, work: Path,
+               clients: int, rate: float, log, sync: str = "full") -> dict:
+    """Post at ``rate`` from ``clients`` clients, ``kill -9`` the server after 2 s, restart it, and
+    count acknowledged transactions missing from the history store and duplicates appended by
+    retrying each client's last acknowledged transaction."""
+    port = free_port()
+    server = start_server(model, work, port, sync=sync)
+    res = load_run(port, records, entity_key, id_key, dataset, clients, rate, int(rate * 6), 6.0, "kill",
+                   kill_after=2.0, server=server, sync=sync)
+    acked, lost, stored = lost_after_kill(work, res)
+    server = start_server(model, work, port, sync=sync)
+    try:
+        dups = 0
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        by_id = {json.loads(b)[id_key]: b for c in range(clients)
+                 for b in _lane(records[: max(1, int(rate * 6) // clients)], entity_key, id_key, f"killc{c}x")}
+        for ids in res.acked.values():
+            if ids:
+                conn.request("POST", "/v1/score", by_id[ids[-1]], {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                dups += int(json.loads(r.read()).get("duplicate", False))
+        conn.request("GET", "/healthz")
+        after = json.loads(conn.getresponse().read())["history_transactions"]
+        conn.close()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    out = {"dataset": dataset, "sync": sync, "clients": clients, "acknowledged": acked, "lost": lost, "stored": stored,
+           "retried": sum(1 for ids in res.acked.values() if ids), "answered_as_duplicate": dups,
+           "appended_by_retries": after - stored}
+    log(f"kill -9 check ({dataset}): {out}")
+    return out
+
+
+def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook: Path | None, out: Path, *,
+        clients=(1, 8, 32), rate: float = 1000.0, seconds: float = 5.0, handbook_rows: int = 30_000,
+        max_unpaced: int = 20_000, syncs=("full", "normal"), log=print) -> str:
+    """All runs (module docstring); writes the markdown table to ``out`` and returns it."""
+    datasets = [("TabFormer user 0 (demo model)" if tab_model is None else f"TabFormer user 0 ({tab_model.name})",
+                 tab_model, *tabformer_records(tabformer, 20_000), "transaction_id")]
+    if handbook is not None and hb_model is not None:
+        recs, ek = handbook_records(handbook, handbook_rows)
+        datasets.append((f"Handbook first {handbook_rows:,} ({hb_model.name})", hb_model, recs, ek, "TRANSACTION_ID"))
+    results, kills = [], []
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="fraudlens-serve-bench-") as tmp:
+        for di, (name, model, records, ek, ik) in enumerate(datasets):
+            for sync in syncs:
+                work = Path(tmp) / f"d{di}{sync}"
+                work.mkdir()
+                port = free_port()
+                server = start_server(model, work, port, sync=sync)
+                try:
+                    for c in clients:
+                        for mode_rate in (rate, None):
+                            count = int(rate * seconds) if mode_rate else max_unpaced
+                            r = load_run(port, records, ek, ik, name, c, mode_rate, count, seconds,
+                                         f"r{len(results)}", server=server, sync=sync)
+                            results.append(r)
+                            log(" | ".join(r.row()) + (f"  errors: {r.error_kinds}" if r.errors else ""))
+                finally:
+                    server.send_signal(signal.SIGTERM)
+                    server.wait(30)
+                kwork = Path(tmp) / f"k{di}{sync}"
+                kwork.mkdir()
+                kills.append(kill_check(model, records, ek, ik, name, kwork, 8, rate, log, sync=sync))
+    load1 = os.getloadavg()
+    models = []
+    from engine.model.checkpoint import load_checkpoint
+
+    for name, model, *_ in datasets:
+        b = load_checkpoint(model)
+        m = b.meta.get("metrics", {}).get("test", {}) if isinstance(b.meta.get("metrics"), dict) else {}
+        td = b.meta.get("training_data", {}) or {}
+        cfg = b.config
+        models.append(f"| {name} | `{model or 'assets/demo_model'}` | {b.short_sha} | d_model {cfg.d_model}, "
+                      f"{cfg.n_layers} layers, context {cfg.context_length} | "
+                      f"{td.get('rows_used', '-') if isinstance(td, dict) else '-'} | "
+                      f"{b.meta.get('thresholds', {}).get('review', 0.5):.3f} | "
+                      f"{m.get('auc_roc', float('nan')):.3f} / {m.get('average_precision', float('nan')):.3f} |")
+    lines = ["# Scoring service load test (`fraudlens bench serve`)", "",
+             f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: {os.cpu_count()} CPU "
+             f"cores **shared with other engineers' jobs** (1-minute load average {load0[0]:.1f} before, "
+             f"{load1[0]:.1f} after), server and load clients on the same cores; loopback only. One server "
+             "process (uvicorn, one worker, `--explain occlusion` in a background thread), history store on the "
+             "local disk (SQLite WAL; sync `full`: one fsync per commit group, survives power loss; `normal`: no fsync "
+             "per commit, survives kill -9 and process crashes, not power loss).", "",
+             f"Each run: at most {int(rate * seconds):,} requests paced at {rate:,.0f} tx/s in all, or at most "
+             f"{max_unpaced:,} unpaced, for at most {seconds:.0f} s; fresh entity ids per run and client "
+             "(module docstring of engine/bench/serve_load.py). Client latency: send to full response; server "
+             "latency: the response's `latency_ms`. Throughput: successful responses / wall time. Server CPU "
+             "ms/tx: CPU time of the server process during the run / successful responses (less sensitive to "
+             "the other jobs on the machine than wall-clock latency; 1,000 / it is the rate one free core "
+             "could sustain).", "",
+             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r.row()) + " |" for r in results]
+    lines += ["", "Models (the latency depends on the architecture, not on the weights):", "",
+              "| dataset | checkpoint | sha256 | architecture | training rows | review threshold | "
+              "its test AUC ROC / AP |", "|---|---|---|---|---|---|---|", *models]
+    lines += ["", "## kill -9 mid-run", "",
+              f"8 clients paced at {rate:,.0f} tx/s in all, server killed with SIGKILL after 2 s, restarted; every "
+              "client then retries its last acknowledged transaction.", "",
+              "| dataset | sync | acknowledged | lost | stored | retried | answered as duplicate | appended by retries |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {k['dataset']} | {k['sync']} | {k['acknowledged']:,} | {k['lost']} | {k['stored']:,} | {k['retried']} | "
+              f"{k['answered_as_duplicate']} | {k['appended_by_retries']} |" for k in kills]
+    errs = {k: v for r in results for k, v in r.error_kinds.items()}
+    if errs:
+        lines += ["", f"Errors by kind: {errs}"]
+    text = "\n".join(lines) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return text

@@ -1,0 +1,105 @@
+"""``fraudlens serve``: the HTTP scoring service (FastAPI + uvicorn) in this process.
+
+Registered by :mod:`engine.cli`. Loads and validates the checkpoint, opens the history store,
+optionally warms it from a file, checks the token rule (a non-loopback host needs one), then
+serves until SIGTERM / Ctrl-C. Prints ``ready`` once listening.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def _fail(msg: str) -> None:
+    console.print(f"[red]error:[/red] {escape(' '.join(str(msg).split()))}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def default_history_path(bundle) -> Path:
+    """``<data dir>/serve/history-<spec>-<model sha 12>.sqlite3`` (the case store's folder)."""
+    from engine.cases.store import default_db_path
+
+    return default_db_path().parent / "serve" / f"history-{bundle.spec.name}-{bundle.short_sha}.sqlite3"
+
+
+def serve(
+    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: the demo model)"),
+    host: str = typer.Option("127.0.0.1", help="interface; anything but loopback needs a token"),
+    port: int = typer.Option(8000, min=1, max=65535),
+    history: Optional[Path] = typer.Option(None, help="history store (SQLite; default: "
+                                           "$FRAUDLENS_DATA_DIR/serve/history-<spec>-<sha>.sqlite3)"),
+    warm: Optional[Path] = typer.Option(None, exists=True, help="warm start: append this transactions file "
+                                        "(the model's spec) to the history store and cache it"),
+    cache_mb: float = typer.Option(256.0, min=0.01, help="memory cap of the per-entity caches (MiB)"),
+    shadow: bool = typer.Option(False, "--shadow", help="score and log only: never write cases"),
+    cases: Optional[Path] = typer.Option(None, help="case store file (default: $FRAUDLENS_DATA_DIR/cases.sqlite3)"),
+    explain: str = typer.Option("occlusion", help="background explanation of flagged transactions: occlusion or none"),
+    token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $FRAUDLENS_SERVE_TOKEN)"),
+    sync: str = typer.Option("full", help="history commits: full (fsync each commit group: survives power loss) or "
+                             "normal (survives kill -9 and process crashes, not power loss)"),
+):
+    """Serve POST /v1/score, /v1/score/batch, GET /healthz, /metrics (see engine/serve/api.py)."""
+    import torch
+    import uvicorn
+
+    from engine.model.checkpoint import load_checkpoint
+    from engine.serve.api import create_app
+    from engine.serve.casework import EXPLAIN_METHODS
+    from engine.serve.service import ScoringService
+    from engine.serve.warm import TokenError, resolve_token, warm_start
+
+    torch.set_num_threads(1)
+    from engine.serve.history import SYNC_MODES
+
+    if sync not in SYNC_MODES:
+        _fail(f"--sync: expected one of {', '.join(SYNC_MODES)}, got {sync!r}")
+    if explain not in EXPLAIN_METHODS:
+        _fail(f"--explain: expected one of {', '.join(EXPLAIN_METHODS)}, got {explain!r}")
+    try:
+        token = resolve_token(token_file, host)
+    except TokenError as e:
+        _fail(str(e))
+    try:
+        bundle = load_checkpoint(model)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(f"checkpoint refused: {e}")
+    hist = history or default_history_path(bundle)
+    try:
+        service = ScoringService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
+                                 explain=explain, sync=sync)
+    except Exception as e:  # noqa: BLE001 - one line naming the store
+        _fail(f"cannot open the history store {hist}: {e}")
+    if warm is not None:
+        try:
+            warm_start(service, warm, log=lambda m: console.print(m, markup=False))
+        except (FileNotFoundError, ValueError) as e:
+            _fail(f"--warm {warm}: {e}")
+    app = create_app(service, token)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    console.print(f"fraudlens serve: model {bundle.short_sha} (spec {bundle.spec.name}), history {hist}, "
+                  f"sync {sync}, {'shadow mode, ' if shadow else ''}{'token required' if token else 'no token (loopback)'}; "
+                  f"http://{host}:{port}", markup=False)
+    orig = server.startup
+
+    async def startup(sockets=None):
+        await orig(sockets)
+        if server.started:
+            console.print("ready", markup=False)
+            sys.stdout.flush()
+
+    server.startup = startup
+    try:
+        server.run()
+    finally:
+        service.close()
+    if not server.started:
+        _fail(f"could not listen on {host}:{port} (in use, or not an address of this machine)")

@@ -1,0 +1,314 @@
+"""The scoring service's core (no HTTP): validate, order-check, score, append durably, answer.
+
+:class:`ScoringService` is what :mod:`engine.serve.api` calls for ``POST /v1/score`` and
+``POST /v1/score/batch``. Per transaction, under one lock (the scorer's caches and the history
+connection are single-threaded; scoring is CPU-bound, so a lock costs no throughput on one core):
+
+1. :func:`engine.serve.record.canonical_row` (the file rules; outside the lock);
+2. idempotency: a transaction id already in the history store is answered from the stored row
+   (``duplicate: true``), never scored or appended again; the same id with different content
+   is a conflict (409);
+3. order: a timestamp earlier than the entity's last accepted one is refused (409), as the
+   incremental scorer requires (ties are accepted, in arrival order, as a file's row order);
+4. the entity's caches (:class:`engine.serve.state.EntityCache`, rebuilt from history on a miss),
+   one incremental step -> logit, probability = the checkpoint's calibration map of the logit
+   (``ModelBundle.probability``; sigmoid for an uncalibrated checkpoint, and the response's
+   ``calibrated`` says which), decision band
+   (:func:`engine.cases.thresholds.decision_band` against the thresholds in force);
+5. the row is appended to the history store and committed *before* the response: an
+   acknowledged transaction is never lost. Commits are grouped
+   (:class:`engine.serve.history.GroupCommitter`: the rows of all requests waiting at that moment
+   in one transaction, one fsync, committed by the first of them); until its commit returns a row is "in flight" (a retry of it
+   is answered as a duplicate; a cache rebuild first waits for in-flight commits). If a commit
+   fails the request gets 503 and the service refuses every request until restarted.
+
+Flagged transactions (probability >= review threshold) wake the :class:`engine.serve.casework.CaseWorker`
+unless ``shadow``: in shadow mode transactions are scored and logged to the history store, the
+response says ``"shadow": true``, and no case or explanation is ever written.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.cases.thresholds import decision_band, thresholds_in_force
+from engine.model.checkpoint import ModelBundle
+from engine.model.scoring import NonFiniteScoreError
+from engine.serve.casework import CaseWorker
+from engine.serve.history import GroupCommitter, HistoryStore, row_json, utcnow
+from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
+from engine.serve.state import EntityCache
+
+#: most transactions in one batch request
+MAX_BATCH = 1000
+
+
+class ServiceError(Exception):
+    """A request the service refuses: HTTP ``status`` and the FastAPI-style ``detail`` list."""
+
+    def __init__(self, status: int, detail: list[dict[str, Any]]):
+        super().__init__(detail[0]["msg"] if detail else str(status))
+        self.status, self.detail = status, detail
+
+
+@dataclass
+class Outcome:
+    """One transaction's answer: ``body`` (the JSON response) and what happened."""
+
+    body: dict[str, Any]
+    duplicate: bool = False
+    flagged: bool = False
+    cache_hit: bool = True
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+class ScoringService:
+    """Scores posted transactions with a checkpoint's incremental scorer (module docstring).
+
+    Args:
+        bundle: the loaded, validated checkpoint (:func:`engine.model.checkpoint.load_checkpoint`).
+        history_path: the history store (SQLite; created if missing).
+        cache_bytes: memory cap of the per-entity caches.
+        shadow: score and log only, never write cases.
+        case_db: the case store (``None``: the default one in ``$FRAUDLENS_DATA_DIR``).
+        explain: ``"occlusion"`` or ``"none"``: what the case worker computes per flagged transaction.
+        start_worker: start the case worker (tests may drive it by hand).
+        sync: ``"full"`` (fsync per commit) or ``"normal"`` (:data:`engine.serve.history.SYNC_MODES`).
+    """
+
+    def __init__(self, bundle: ModelBundle, history_path: str | Path, *, cache_bytes: int = 256 * 2**20,
+                 shadow: bool = False, case_db: str | Path | None = None, explain: str = "occlusion",
+                 start_worker: bool = True, sync: str = "full"):
+        self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
+        self.calibrated = bool(getattr(bundle, "calibrated", False))
+        self.history_path = Path(history_path)
+        self.history = HistoryStore(self.history_path, sync)
+        self.committer = GroupCommitter(self.history_path, sync)
+        self.inflight: dict[str, dict] = {}  # transaction id -> staged row, until its commit returns
+        self.cache = EntityCache(bundle, self.history, cache_bytes)
+        self.cache.before_rebuild = self.committer.flush  # a rebuild reads history: in-flight rows first
+        self.lock = threading.Lock()
+        self.case_db = Path(case_db) if case_db is not None else None
+        # read only: a missing case store is not created here (nor ever in shadow mode)
+        self.thresholds = thresholds_in_force(bundle, db_path=self.case_db)
+        self.id_column = self.spec.id or TRANSACTION_ID_KEY
+        self.ts_column = self.spec.timestamp.column or "/".join(self.spec.timestamp.parts.values())
+        self.counts = {"scored": 0, "duplicates": 0, "rejected": 0, "flagged": 0}
+        self.worker: CaseWorker | None = None
+        if not shadow:
+            self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, self._set_thresholds)
+            if start_worker:
+                self.worker.start()
+        self.started = time.time()
+
+    def _set_thresholds(self, thr: dict) -> None:
+        self.thresholds = thr
+
+    def close(self) -> None:
+        if self.worker is not None and self.worker.is_alive():
+            self.worker.stop()
+        self.committer.stop()
+        self.history.close()
+
+    # ------------------------------------------------------------------ scoring
+    def _stored_body(self, stored: dict[str, Any]) -> dict[str, Any]:
+        return {"transaction_id": stored["transaction_id"], "entity_id": stored["entity_id"],
+                "probability": stored["probability"], "decision": stored["decision"], "reasons": [],
+                "model_sha256": stored["model_sha256"], "duplicate": True, "shadow": self.shadow}
+
+    def _prepare(self, row: dict[str, Any], pending: dict[str, tuple]) -> Outcome | None:
+        """Idempotency and order checks; an Outcome for a duplicate, None to score (lock held)."""
+        tid = row["transaction_id"]
+        stored = self.history.get(tid) or self.inflight.get(tid)
+        if stored is None and tid in pending:
+            stored = pending[tid][1]
+        if stored is not None:
+            if stored["row_json"] != row_json(row):
+                raise RecordError(self.id_column, tid, f"transaction id already used by a different transaction "
+                                  f"(accepted at {stored['received_at'][:23]} UTC)")
+            return Outcome(self._stored_body(stored), duplicate=True)
+        last = self.cache.last_time_ns(row["entity_id"])
+        if last is not None and row["ts_ns"] < last:
+            raise _OutOfOrder(self.ts_column, str(row["timestamp"]),
+                              f"timestamp {row['timestamp']} is earlier than entity {row['entity_id']}'s last "
+                              f"accepted transaction ({_ts(last)}); an entity's transactions must arrive in time order")
+        return None
+
+    def _score_row(self, row: dict[str, Any], pending: dict[str, tuple]) -> Outcome:
+        """Score one validated row, staging its history record in ``pending`` (lock held)."""
+        hit = row["entity_id"] in self.cache.sizes
+        dup = self._prepare(row, pending)
+        if dup is not None:
+            return dup
+        e, tid = row["entity_id"], row["transaction_id"]
+        try:
+            logit, reasons = self.cache.score(e, row)
+        except NonFiniteScoreError as err:
+            raise ServiceError(500, [{"loc": ["body"], "msg": str(err), "type": "non_finite_score",
+                                      "input": tid}]) from None
+        prob = float(self.bundle.probability(np.array([logit]))[0]) if self.calibrated else _sigmoid(logit)
+        thr = self.thresholds
+        decision = decision_band(prob, thr["review"], thr["decline"])
+        flagged = prob >= thr["review"]
+        received = utcnow()
+        rec = (tid, e, row["ts_ns"], row_json(row), logit, prob, decision, int(flagged), self.bundle.sha256, received)
+        pending[tid] = (rec, {"transaction_id": tid, "entity_id": e, "row_json": rec[3], "probability": prob,
+                              "decision": decision, "model_sha256": self.bundle.sha256, "received_at": received})
+        body = {"transaction_id": tid, "entity_id": e, "probability": prob, "logit": logit, "decision": decision,
+                "reasons": reasons, "model_sha256": self.bundle.sha256, "duplicate": False, "shadow": self.shadow,
+                "calibrated": self.calibrated}
+        return Outcome(body, flagged=flagged, cache_hit=hit)
+
+    def _submit(self, pending: dict[str, tuple]):
+        """Stage ``pending`` as in flight and hand it to the group committer (lock held)."""
+        if not pending:
+            return None
+        for tid, (_, stored) in pending.items():
+            self.inflight[tid] = stored
+        return self.committer.submit([rec for rec, _ in pending.values()])
+
+    def _durable(self, ticket, pending: dict[str, tuple]) -> None:
+        """Wait for the commit of ``ticket``; 503 if it failed (the service then refuses all
+        requests: :attr:`GroupCommitter.broken`)."""
+        if ticket is None:
+            return
+        try:
+            self.committer.wait(ticket)
+        except OSError as err:
+            raise ServiceError(503, [{"loc": ["body"], "msg": f"{err}; nothing was accepted; the service refuses "
+                                      "requests until restarted", "type": "history_unavailable"}]) from None
+        finally:
+            with self.lock:
+                for tid in pending:
+                    self.inflight.pop(tid, None)
+
+    def _check_open(self) -> None:
+        if self.committer.broken:
+            raise ServiceError(503, [{"loc": ["body"], "msg": f"history store unavailable ({self.committer.broken}); "
+                                      "restart the service", "type": "history_unavailable"}])
+
+    def score_one(self, rec: dict[str, Any]) -> Outcome:
+        """Score one posted transaction (raw column names -> values).
+
+        Raises:
+            ServiceError: 422 malformed (names the column and reason), 409 out of order or a
+                reused transaction id, 500 non-finite score, 503 history store unavailable.
+        """
+        try:
+            row = canonical_row(rec, self.spec)
+        except RecordError as err:
+            self.counts["rejected"] += 1
+            raise ServiceError(422, [err.detail()]) from None
+        pending: dict[str, tuple] = {}
+        with self.lock:
+            self._check_open()
+            try:
+                out = self._score_row(row, pending)
+            except RecordError as err:
+                self.counts["rejected"] += 1
+                raise ServiceError(409, [err.detail()]) from None
+            ticket = self._submit(pending)
+        self._durable(ticket, pending)
+        with self.lock:
+            self._count(out)
+        if out.flagged and self.worker is not None:
+            self.worker.wake.set()
+        return out
+
+    def score_batch(self, recs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Score posted transactions in order; one durable commit for all accepted ones.
+
+        Returns:
+            ``{"results": [score body per accepted or duplicate transaction, with "index"],
+            "rejected": [{"index", "loc", "msg", "type", "input"}], "accepted", "rejected_count"}``;
+            every item is in exactly one of the two lists.
+        Raises:
+            ServiceError: 413 more than :data:`MAX_BATCH` items; 500 / 503 as :meth:`score_one`
+                (then nothing of the batch is accepted).
+        """
+        if len(recs) > MAX_BATCH:
+            raise ServiceError(413, [{"loc": ["body", "transactions"], "msg": f"{len(recs):,} transactions; at most "
+                                      f"{MAX_BATCH:,} per batch", "type": "too_many"}])
+        rows: list[tuple[int, dict]] = []
+        rejected: list[dict[str, Any]] = []
+        for i, rec in enumerate(recs):
+            try:
+                rows.append((i, canonical_row(rec, self.spec)))
+            except RecordError as err:
+                rejected.append({"index": i, **err.detail()})
+        results, outs = [], []
+        pending: dict[str, tuple] = {}
+        with self.lock:
+            self._check_open()
+            entities: set[str] = set()
+            for i, row in rows:
+                try:
+                    entities.add(row["entity_id"])
+                    out = self._score_row(row, pending)
+                except RecordError as err:
+                    rejected.append({"index": i, **err.detail(), "type": "conflict"})
+                    continue
+                except ServiceError:
+                    for e in entities:
+                        self.cache.evict(e)
+                    raise
+                outs.append(out)
+                results.append({"index": i, **out.body})
+            ticket = self._submit(pending)
+        self._durable(ticket, pending)
+        with self.lock:
+            for out in outs:
+                self._count(out)
+            self.counts["rejected"] += len(rejected)
+        if any(o.flagged for o in outs) and self.worker is not None:
+            self.worker.wake.set()
+        rejected.sort(key=lambda r: r["index"])
+        return {"results": results, "rejected": rejected, "accepted": sum(not o.duplicate for o in outs),
+                "rejected_count": len(rejected)}
+
+    def _count(self, out: Outcome) -> None:
+        c = self.counts
+        if out.duplicate:
+            c["duplicates"] += 1
+        else:
+            c["scored"] += 1
+            c["flagged"] += int(out.flagged)
+
+    # ------------------------------------------------------------------ reading
+    def health(self) -> dict[str, Any]:
+        """Liveness and state: model, history size, cache statistics, thresholds, worker state."""
+        with self.lock:
+            n = self.history.count()
+            cache = self.cache.stats()
+        w = self.worker
+        return {"status": "ok", "model_sha256": self.bundle.sha256, "spec": self.spec.name, "shadow": self.shadow,
+                "history_transactions": n, "history_commits": self.committer.commits,
+                "history_broken": self.committer.broken, "cache": cache, "thresholds": self.thresholds,
+                "case_worker": None if w is None else {"alive": w.is_alive(), "cases_written": w.cases_written,
+                                                       "explained": w.explained, "errors": w.errors,
+                                                       "last_error": w.last_error},
+                "uptime_s": round(time.time() - self.started, 1)}
+
+    def explanation(self, transaction_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.history.explanation(transaction_id)
+
+
+class _OutOfOrder(RecordError):
+    """A transaction older than its entity's last accepted one (HTTP 409)."""
+
+
+def _ts(ns: int) -> str:
+    import pandas as pd
+
+    return str(pd.Timestamp(ns, unit="ns"))

@@ -1,0 +1,311 @@
+"""The scoring service through FastAPI's TestClient: scores equal batch scoring, idempotency,
+4xx naming the field, restart and LRU rebuild from the history store, token, shadow mode,
+cases and explanations of flagged transactions, metrics."""
+
+import sqlite3
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.cases.store import CaseStore
+from engine.data.io import read_transactions
+from engine.model.checkpoint import load_checkpoint
+from engine.model.scoring import score_frame
+from engine.serve.api import create_app
+from engine.serve.casework import service_source_id
+from engine.serve.service import ScoringService
+from engine.serve.warm import TokenError, resolve_token, warm_start
+from serve_helpers import id_spec, make_checkpoint, raw_records, write_raw
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("serve-ck"))
+
+
+@pytest.fixture(scope="module")
+def bundle(ck):
+    return load_checkpoint(ck)
+
+
+@pytest.fixture(scope="module")
+def records():
+    return raw_records()
+
+
+@pytest.fixture(scope="module")
+def batch_probs(bundle, records, tmp_path_factory):
+    """Whole-file scoring of the same records: transaction id -> probability."""
+    res = read_transactions(write_raw(records, tmp_path_factory.mktemp("raw") / "all.parquet"), id_spec())
+    assert len(res.rejected) == 0
+    s = score_frame(bundle, res.frame)
+    return dict(zip(s["transaction_id"], s["probability"]))
+
+
+def make(bundle, tmp_path, **kw):
+    kw.setdefault("case_db", tmp_path / "cases.sqlite3")
+    kw.setdefault("start_worker", False)
+    token = kw.pop("token", None)
+    svc = ScoringService(bundle, tmp_path / "history.sqlite3", **kw)
+    return svc, TestClient(create_app(svc, token))
+
+
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_scores_equal_batch_scoring(bundle, records, batch_probs, tmp_path, sync):
+    svc, c = make(bundle, tmp_path, sync=sync)
+    got = {}
+    for rec in records[:60]:
+        r = c.post("/v1/score", json=rec)
+        assert r.status_code == 200, r.text
+        b = r.json()
+        assert set(b) >= {"transaction_id", "entity_id", "probability", "decision", "reasons", "model_sha256",
+                          "latency_ms"}
+        assert b["model_sha256"] == bundle.sha256 and b["entity_id"] == rec["card"] and b["latency_ms"] > 0
+        assert b["decision"] in ("below_review", "review", "decline")
+        got[b["transaction_id"]] = b["probability"]
+    r = c.post("/v1/score/batch", json={"transactions": records[60:]})
+    assert r.status_code == 200 and r.json()["rejected"] == [] and r.json()["accepted"] == len(records) - 60
+    got.update({x["transaction_id"]: x["probability"] for x in r.json()["results"]})
+    assert len(got) == len(records) == len(batch_probs)
+    diff = max(abs(got[t] - batch_probs[t]) for t in got)
+    assert diff < 1e-5, diff
+    assert svc.history.count() == len(records)
+    first = c.post("/v1/score", json=dict(records[0], tid="fresh-1", card="new-card")).json()
+    assert first["reasons"] == [{"code": "first_transaction", "text": "first transaction of this card"}]
+    svc.close()
+
+
+def test_retry_is_not_appended_twice(bundle, records, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    a = c.post("/v1/score", json=records[0]).json()
+    b = c.post("/v1/score", json=records[0]).json()
+    assert b["duplicate"] is True and a["duplicate"] is False and b["probability"] == a["probability"]
+    assert svc.history.count() == 1
+    batch = c.post("/v1/score/batch", json={"transactions": [records[0], records[1], records[1]]}).json()
+    assert [x["duplicate"] for x in batch["results"]] == [True, False, True] and batch["accepted"] == 1
+    assert svc.history.count() == 2
+    r = c.post("/v1/score", json=dict(records[0], amt=999.0))  # same id, other content
+    assert r.status_code == 409
+    d = r.json()["detail"][0]
+    assert d["loc"] == ["body", "tid"] and "already used by a different transaction" in d["msg"]
+    svc.close()
+
+
+def test_malformed_and_out_of_order_name_the_field(bundle, records, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    r = c.post("/v1/score", json=dict(records[0], amt="abc"))
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "amt"]
+    assert r.json()["detail"][0]["msg"] == "amount is not a number"
+    r = c.post("/v1/score", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"][0]["msg"].startswith("not valid JSON")
+    r = c.post("/v1/score", json=[records[0]])
+    assert r.status_code == 422 and r.json()["detail"][0]["msg"] == "expected a JSON object (one transaction)"
+    missing = {k: v for k, v in records[0].items() if k != "m"}
+    r = c.post("/v1/score", json=missing)
+    assert r.status_code == 422 and "m" in r.json()["detail"][0]["loc"]
+    e = records[0]["card"]
+    later = [x for x in records if x["card"] == e]
+    assert c.post("/v1/score", json=later[3]).status_code == 200
+    r = c.post("/v1/score", json=later[1])  # older than the entity's last accepted transaction
+    assert r.status_code == 409
+    d = r.json()["detail"][0]
+    assert d["loc"] == ["body", "ts"] and "earlier than entity" in d["msg"]
+    other = next(x for x in records if x["card"] != e)
+    assert c.post("/v1/score", json=other).status_code == 200  # another entity's older time is fine
+    batch = c.post("/v1/score/batch", json={"transactions": [later[4], dict(later[5], r="x"), later[2]]}).json()
+    assert [x["index"] for x in batch["results"]] == [0]
+    assert [(x["index"], x["loc"][-1]) for x in batch["rejected"]] == [(1, "r"), (2, "ts")]
+    assert batch["rejected"][0]["msg"] == "risk is not a number"
+    assert svc.history.count() == 3
+    svc.close()
+
+
+def test_restart_and_lru_rebuild_from_history_give_the_same_scores(bundle, records, batch_probs, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    for rec in records[:70]:
+        assert c.post("/v1/score", json=rec).status_code == 200
+    svc.close()
+    # restart on the same history, with a cache cap that keeps about one entity
+    svc, c = make(bundle, tmp_path, cache_bytes=1)
+    got = {}
+    for rec in records[70:]:
+        b = c.post("/v1/score", json=rec).json()
+        got[b["transaction_id"]] = b["probability"]
+    assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+    st = svc.cache.stats()
+    assert st["entities"] == 1 and st["evictions"] > 10 and st["misses"] > 10
+    assert svc.history.count() == len(records)
+    svc.close()
+
+
+def test_warm_start_from_a_file(bundle, records, batch_probs, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    out = warm_start(svc, write_raw(records[:50], tmp_path / "warm.parquet"), log=lambda m: None)
+    assert out["appended"] == 50 and out["rejected"] == 0 and out["cached"] == 4
+    again = warm_start(svc, tmp_path / "warm.parquet", log=lambda m: None)
+    assert again["appended"] == 0 and again["skipped"] == 50
+    misses = svc.cache.misses
+    got = {}
+    for rec in records[50:]:
+        b = c.post("/v1/score", json=rec).json()
+        got[b["transaction_id"]] = b["probability"]
+    assert svc.cache.misses == misses  # every entity was warm
+    assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+    svc.close()
+
+
+def test_token_required_off_loopback(bundle, records, tmp_path):
+    with pytest.raises(TokenError, match="refusing to listen on 0.0.0.0 without a token"):
+        resolve_token(None, "0.0.0.0", env={})
+    assert resolve_token(None, "127.0.0.1", env={}) is None
+    with pytest.raises(TokenError, match="at least 16"):
+        resolve_token(None, "0.0.0.0", env={"FRAUDLENS_SERVE_TOKEN": "short"})
+    f = tmp_path / "token"
+    f.write_text("s3cret-token-0123456789\n")
+    assert resolve_token(f, "10.0.0.5", env={}) == "s3cret-token-0123456789"
+    svc, c = make(bundle, tmp_path, token="s3cret-token-0123456789")
+    assert c.post("/v1/score", json=records[0]).status_code == 401
+    assert c.post("/v1/score", json=records[0], headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert c.get("/metrics").status_code == 401
+    assert c.get("/healthz").status_code == 200
+    ok = c.post("/v1/score", json=records[0], headers={"Authorization": "Bearer s3cret-token-0123456789"})
+    assert ok.status_code == 200 and svc.history.count() == 1
+    svc.close()
+
+
+def test_shadow_mode_writes_no_cases(bundle, records, tmp_path):
+    svc, c = make(bundle, tmp_path, shadow=True)
+    bodies = [c.post("/v1/score", json=rec).json() for rec in records[:40]]
+    assert all(b["shadow"] for b in bodies) and svc.counts["flagged"] > 0
+    assert svc.worker is None and not (tmp_path / "cases.sqlite3").exists()
+    assert svc.history.count() == 40  # logged
+    svc.close()
+
+
+def test_flagged_transactions_open_cases_with_explanations(bundle, records, batch_probs, tmp_path):
+    review = float(np.median([batch_probs[r["tid"]] for r in records[:40]]))
+    with CaseStore(tmp_path / "cases.sqlite3") as store:  # thresholds set on the Queue page apply
+        store.set_thresholds(bundle.sha256, review=review, decline=max(review, 0.95), actor="alice")
+    svc, c = make(bundle, tmp_path, start_worker=True)
+    assert svc.thresholds["review"] == review
+    bodies = [c.post("/v1/score", json=rec).json() for rec in records[:40]]
+    flagged = [b for b in bodies if b["probability"] >= svc.thresholds["review"]]
+    assert flagged and len(flagged) < len(bodies)
+    deadline = time.time() + 60
+    while time.time() < deadline and svc.worker.explained < len(flagged):
+        time.sleep(0.1)
+    assert svc.worker.explained == len(flagged) and svc.worker.errors == 0
+    with CaseStore(tmp_path / "cases.sqlite3") as store:
+        q = store.queue(bundle.sha256, source_id=service_source_id(bundle))
+        assert set(q["entity_id"]) == {b["entity_id"] for b in flagged}
+        for e in q["entity_id"]:
+            top = max((b for b in bodies if b["entity_id"] == e), key=lambda b: b["probability"])
+            row = q[q["entity_id"] == e].iloc[0]
+            assert row["max_transaction_id"] == top["transaction_id"]
+            assert row["max_probability"] == pytest.approx(top["probability"])
+    r = c.get(f"/v1/explanations/{flagged[-1]['transaction_id']}")
+    assert r.status_code == 200
+    ex = r.json()
+    assert ex["method"] == "occlusion" and ex["case_id"] is not None
+    assert ex["explanation"]["query_transaction_id"] == flagged[-1]["transaction_id"]
+    assert ex["explanation"]["score_probability"] == pytest.approx(flagged[-1]["probability"], abs=1e-4)
+    assert isinstance(ex["reasons"], list)
+    not_flagged = next(b for b in bodies if b["probability"] < svc.thresholds["review"])
+    assert c.get(f"/v1/explanations/{not_flagged['transaction_id']}").status_code == 404
+    svc.close()
+
+
+def test_healthz_metrics_and_openapi(bundle, records, batch_probs, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    review = float(np.median([batch_probs[r["tid"]] for r in records[:10]]))
+    svc.thresholds = {"review": review, "decline": 1.0, "source": "test"}  # about half of them flagged
+    for rec in records[:10]:
+        c.post("/v1/score", json=rec)
+    c.post("/v1/score", json=records[0])
+    c.post("/v1/score", json=dict(records[11], amt=""))
+    h = c.get("/healthz").json()
+    assert h["status"] == "ok" and h["history_transactions"] == 10 and h["model_sha256"] == bundle.sha256
+    text = c.get("/metrics").text
+    lines = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
+    assert float(lines['fraudlens_serve_requests_total{route="/v1/score",status="200"}']) == 11
+    assert float(lines['fraudlens_serve_requests_total{route="/v1/score",status="422"}']) == 1
+    assert float(lines['fraudlens_serve_latency_seconds_count{route="/v1/score"}']) == 12
+    assert float(lines["fraudlens_serve_transactions_flagged_total"]) == svc.counts["flagged"] > 0
+    assert float(lines["fraudlens_serve_transactions_duplicates_total"]) == 1
+    assert float(lines["fraudlens_serve_cache_hits_total"]) == svc.cache.hits > 0
+    schema = c.get("/openapi.json").json()
+    assert {"/v1/score", "/v1/score/batch", "/healthz", "/metrics"} <= set(schema["paths"])
+    props = schema["paths"]["/v1/score"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert {"card", "ts", "amt", "m", "tid"} <= set(props["properties"]) and "y" not in props["required"]
+    svc.close()
+
+
+def test_history_is_durable_sqlite(bundle, records, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    c.post("/v1/score", json=records[0])
+    mode = svc.history.conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = svc.history.conn.execute("PRAGMA synchronous").fetchone()[0]
+    assert (mode, sync) == ("wal", 2)  # 2 = FULL
+    svc.close()
+    with sqlite3.connect(tmp_path / "history.sqlite3") as con:
+        assert con.execute("SELECT transaction_id FROM transactions").fetchall() == [(records[0]["tid"],)]
+
+
+def test_concurrent_clients_share_commits_and_keep_batch_scores(bundle, records, batch_probs, tmp_path):
+    import threading
+
+    svc, _ = make(bundle, tmp_path)
+    by_entity: dict[str, list] = {}
+    for r in records:
+        by_entity.setdefault(r["card"], []).append(r)
+    got, errors = {}, []
+
+    def client(recs):
+        for r in recs:
+            try:
+                got[r["tid"]] = svc.score_one(r).body["probability"]
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(v,)) for v in by_entity.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == len(records) == svc.history.count()
+    assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+    assert svc.committer.rows == len(records) and not svc.inflight
+    svc.close()
+
+
+def test_a_failed_commit_answers_503_and_the_service_refuses_until_restarted(bundle, records, tmp_path):
+    svc, c = make(bundle, tmp_path)
+    assert c.post("/v1/score", json=records[0]).status_code == 200
+    svc.history.conn.execute("CREATE TRIGGER fail BEFORE INSERT ON transactions "
+                             "BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    r = c.post("/v1/score", json=records[1])
+    assert r.status_code == 503 and "disk full" in r.json()["detail"][0]["msg"]
+    r = c.post("/v1/score", json=records[2])
+    assert r.status_code == 503 and "restart the service" in r.json()["detail"][0]["msg"]
+    assert svc.history.count() == 1 and c.get("/healthz").json()["history_broken"]
+    svc.history.conn.execute("DROP TRIGGER fail")
+    svc.close()
+    svc, c = make(bundle, tmp_path)  # restarted: the unacknowledged transaction is scored afresh
+    assert c.post("/v1/score", json=records[1]).json()["duplicate"] is False
+    assert svc.history.count() == 2
+    svc.close()
+
+
+def test_cli_refuses_a_public_host_without_a_token(monkeypatch):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    monkeypatch.delenv("FRAUDLENS_SERVE_TOKEN", raising=False)
+    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0"])
+    assert r.exit_code == 2 and "refusing to listen on 0.0.0.0 without a token" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["serve", "--sync", "sometimes"])
+    assert r.exit_code == 2 and "--sync" in r.output
