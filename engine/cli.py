@@ -443,9 +443,9 @@ def explain(
     console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
-        top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]
-        extra = f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else ""
-        listed = ", ".join(f"{t} {v:+.3f}" for t, v in top) if top else "no earlier transaction"
+        top = sorted(zip(e.transaction_ids[:-1], e.values[:-1], [*(e.standard_errors if e.standard_errors is not None else [None] * e.values.size)][:-1]), key=lambda x: -abs(x[1]))[:3]  # noqa: E501
+        extra = (f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else "") + (f" ({e.extras['estimator']}, ± = standard error)" if "estimator" in e.extras else "")  # noqa: E501
+        listed = ", ".join(f"{t} {v:+.3f}" + (f" ± {s:.3f}" if s is not None else "") for t, v, s in top) or "no earlier transaction"  # noqa: E501
         console.print(_safe(f"  {k:20s} top earlier: {listed}{extra}"))
     console.print(f"written to {escape(str(out))} ({time.perf_counter() - t0:.2f} s)")
 

@@ -135,20 +135,24 @@ def bench_explanations(
     methods: str = typer.Option("attention,attention_rollout,integrated_gradients,shap,occlusion",
                                 help="comma-separated explanation methods"),
     seed: int = typer.Option(0, help="case sampling, SHAP coalitions and random orders"),
+    shap_reference_samples: int = typer.Option(
+        20_000, min=0, help="coalitions of the high-sample SHAP reference the SHAP error is measured against "
+                            "(cases with more players than exact enumeration handles); 0 = no SHAP error section"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
     fields: bool = typer.Option(True, "--fields/--no-fields",
                                 help="also bench the query's per-field attributions against field ablation "
                                      "and the history effect (same cases)"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
-    ground truth, completeness and time per method over flagged test-period cases; with --fields
-    (default) IG / field Shapley versus field ablation and the query alone versus with history."""
+    ground truth, completeness and time per method over flagged test-period cases, the SHAP
+    estimator's error against exact or high-sample reference values; with --fields (default) IG /
+    field Shapley versus field ablation and the query alone versus with history."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
-                          fields=fields)
+                          fields=fields, shap_reference_samples=shap_reference_samples or None)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 

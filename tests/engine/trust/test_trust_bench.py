@@ -45,7 +45,7 @@ def test_bench_table(bench):
     for m in ("shap", "occlusion"):
         assert b.loc[m, "precision_at_k"] > b.loc[m, "precision_random"] + 0.2, bench
         assert b.loc[m, "aopc"] > b.loc[m, "aopc_random"]
-    assert np.isnan(b.loc["attention", "completeness_gap"]) and b.loc["shap", "completeness_gap"] < 1e-6
+    assert np.isnan(b.loc["attention", "completeness_gap"]) and np.isnan(b.loc["shap", "completeness_gap"])
     # every method is compared with "most recent first", case by case
     rec = pc[pc.method == "recency"].set_index("case")
     for m in METHODS:
