@@ -160,9 +160,22 @@ def inspect(
 def simulate(
     customers: int = typer.Option(200, min=1, help="number of customers (each has 1-3 cards)"),
     seed: int = typer.Option(7, help="random seed (same seed -> same file)"),
-    out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
+    out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns); with --rows a .parquet"),
+    rows: Optional[int] = typer.Option(None, min=1, help="instead: exactly N Handbook-like rows (--spec handbook) "
+                                       "written to a Parquet --out in chunks, in bounded memory"),
 ):
-    """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes."""
+    """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes
+    (or, with --rows, Handbook-format transactions with the Handbook's three fraud scenarios)."""
+    if rows is not None:
+        from engine.data.simulate.handbook import generate_handbook_like
+
+        if out.suffix.lower() not in (".parquet", ".pq"):
+            _fail(f"--rows writes Parquet: give an --out ending in .parquet (got {out})")
+        _writable(out, "--out", "transactions.parquet")
+        r = _write(lambda: generate_handbook_like(rows, out, seed=seed), out, "--out")
+        console.print(f"{r['rows']:,} transactions of {r['customers']:,} customers at {r['terminals']:,} terminals "
+                      f"({r['frauds']:,} frauds) written to {escape(str(out))}")
+        return
     from engine.data.simulate import main
 
     console.print(main(customers, seed, str(out)))
