@@ -106,7 +106,11 @@ def _require_accepted(res, data: Path) -> None:
 
 def _unseen_notes(bundle, frame) -> None:
     """Warn about field values the model never saw in training (encoded as 'unseen' / 'other')."""
-    for u in bundle.encoder.unseen_values(frame):
+    _print_unseen(bundle.encoder.unseen_values(frame))
+
+
+def _print_unseen(found: list[dict]) -> None:
+    for u in found:
         ex = u["example"] if len(u["example"]) <= 40 else u["example"][:39] + "…"
         _note(f"field {u['field']!r}: {u['rows']:,} transaction{'s' if u['rows'] != 1 else ''} with "
               f"{u['distinct']:,} value{'s' if u['distinct'] != 1 else ''} not seen in training "
@@ -283,6 +287,10 @@ def score(
     out: Path = typer.Option(Path("scores.parquet"), help="output .parquet or .csv (one row per input row)"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model in assets/)"),
     rejected: Optional[Path] = typer.Option(None, help="also write the rejected rows to this file"),
+    partitions: int = typer.Option(0, min=0, help="files larger than memory: split by entity into N partitions "
+                                   "(DuckDB) and score one at a time (Parquet --out); 0 = whole file in memory"),
+    memory_limit: str = typer.Option("1GB", help="with --partitions: DuckDB's memory limit (it spills beyond it)"),
+    tmp_dir: Optional[Path] = typer.Option(None, help="with --partitions: folder for the partition files"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting."""
     from engine.model.scoring import score_frame, ScoreRun, write_scores
@@ -290,6 +298,8 @@ def score(
     _writable(out, "--out", "scores.parquet")
     _writable(rejected, "--rejected", "rejected.csv")
     bundle = _load_model(model)
+    if partitions:
+        return _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir)
     t0 = time.perf_counter()
     sp, res = _read(data, spec or bundle.spec)
     try:
@@ -313,6 +323,35 @@ def score(
     console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
                   f"({escape(thr['source'])}); "
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
+
+
+def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir) -> None:
+    """``score --partitions N``: engine.distributed.partition.score_partitioned, with the same
+    accounting, rejected-row report, unseen-value notes and warnings as the in-memory path."""
+    from engine.cases.thresholds import thresholds_in_force
+    from engine.data.spec import load_spec
+    from engine.distributed.partition import score_partitioned
+    from engine.model.split_checks import history_warning_from_sizes
+
+    thr = thresholds_in_force(bundle)
+    try:
+        sp = load_spec(spec) if spec else bundle.spec
+        run = _write(lambda: score_partitioned(bundle, data, sp, out, partitions=partitions,
+                                               review_threshold=thr["review"], memory_limit=memory_limit,
+                                               tmp_dir=tmp_dir, log=plain_log), out, "--out")
+    except (FileNotFoundError, ValueError) as e:
+        _fail(f"{data}: {e}" if str(data) not in str(e) else str(e))
+    if run.rows_read == 0:
+        _fail(f"{data}: no transactions (the file has a header line and no data rows)")
+    _print_unseen(run.unseen)
+    _reject_report(run.load, rejected)
+    console.print(run.accounting())
+    hist = history_warning_from_sizes(run.entity_sizes, bundle.config.min_history)
+    if hist:
+        console.print(f"warning: {hist}", markup=False)
+    console.print(f"{run.flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+                  f"({escape(thr['source'])}); written to {escape(str(out))} ({run.seconds:.1f} s, "
+                  f"{run.partitions} partitions, at most {run.peak_partition_rows:,} rows in one; model {bundle.short_sha})")
 
 
 @app.command()

@@ -30,17 +30,30 @@ def hb(tmp_path_factory):
     txt.loc[20, "TX_DATETIME"] = "2018-13-45 00:00:00"    # not a timestamp
     txt.loc[30, "CUSTOMER_ID"] = " "                      # empty entity
     txt.loc[40, "TX_FRAUD"] = "2"                         # label not 0/1
-    last = txt.iloc[-1]["CUSTOMER_ID"]
-    far = txt.index[txt["CUSTOMER_ID"] != txt.loc[50, "CUSTOMER_ID"]][-5]
+    import duckdb
+
+    from engine.distributed.partition import _entity_sql
+
+    part = duckdb.sql(f"SELECT hash({_entity_sql(spec)}) % 4 AS p FROM raw").df()["p"].to_numpy()
+    far = txt.index[part != part[50]][-5]  # a customer in another of 4 partitions
     txt.loc[far, "TRANSACTION_ID"] = txt.loc[50, "TRANSACTION_ID"]   # id reused by another customer, later
     near = txt.index[txt["CUSTOMER_ID"] == txt.loc[60, "CUSTOMER_ID"]][-1]
     txt.loc[near, "TRANSACTION_ID"] = txt.loc[60, "TRANSACTION_ID"]  # id reused by the same customer
     txt.loc[far + 1, "TRANSACTION_ID"] = txt.loc[60, "TRANSACTION_ID"]  # and by another one
-    assert last is not None
     dup = txt.iloc[[5, 700, 1500]]                        # exact duplicates of earlier rows, later
     txt = pd.concat([txt.iloc[:2000], dup, txt.iloc[2000:]], ignore_index=True)
     write_csv(txt, d / "bad.csv")
     return d, spec, load_checkpoint(d / "model")
+
+
+@pytest.fixture(scope="module")
+def hb_plain(hb):
+    """The handbook spec without its terminal aggregates, and a tiny model for it."""
+    d, spec, _ = hb
+    plain = spec.model_copy(update={"aggregates": []})
+    tiny_checkpoint(read_transactions(d / "clean.parquet", plain).frame, plain, d / "model_plain",
+                    {"name": "tiny-hb-plain"}, context_length=8, min_history=4)
+    return d, plain, load_checkpoint(d / "model_plain")
 
 
 def _in_memory(bundle, path, out):
@@ -49,13 +62,15 @@ def _in_memory(bundle, path, out):
     return run, pd.read_parquet(out)
 
 
-@pytest.mark.parametrize("n", [1, 4])
-def test_partitioned_scores_and_rejections_equal_the_in_memory_path(hb, tmp_path, n):
-    d, spec, bundle = hb
+@pytest.mark.parametrize("n,aggregates", [(1, True), (4, True), (4, False)])
+def test_partitioned_scores_and_rejections_equal_the_in_memory_path(hb, hb_plain, tmp_path, n, aggregates):
+    d, spec, bundle = hb if aggregates else hb_plain
     run, mem = _in_memory(bundle, d / "bad.csv", tmp_path / "mem.parquet")
     assert len(run.rejected) >= 8  # the bad rows above were all rejected in memory
     part = score_partitioned(bundle, d / "bad.csv", spec, tmp_path / "part.parquet", partitions=n,
                              tmp_dir=tmp_path)
+    assert part.passes == 2  # aggregates, or (n=4) an id reused in another partition
+    assert not list(tmp_path.glob("fraudlens-partitions-*"))  # the partition files are removed
     got = pd.read_parquet(tmp_path / "part.parquet")
     assert part.rows_read == run.rows_read == len(got) == len(mem) == 3003
     assert part.rows_scored == len(run.scores)
@@ -76,6 +91,20 @@ def test_partitioned_scores_and_rejections_equal_the_in_memory_path(hb, tmp_path
     reasons = set(run.rejected["reason"])
     assert any(r.startswith("exact duplicate of row ") for r in reasons)
     assert any(r.startswith("transaction id already used by row ") for r in reasons)
+    assert part.flagged == int((m.loc[sc, "probability"] >= 0.5).sum())
+
+
+def test_one_pass_without_aggregates_and_repeated_ids(hb_plain, tmp_path):
+    d, spec, bundle = hb_plain
+    run, mem = _in_memory(bundle, d / "clean.parquet", tmp_path / "mem.parquet")
+    part = score_partitioned(bundle, d / "clean.parquet", spec, tmp_path / "part.parquet", partitions=3,
+                             tmp_dir=tmp_path)
+    assert part.passes == 1 and part.rows_scored == 3000 and part.peak_partition_rows < 3000
+    got = pd.read_parquet(tmp_path / "part.parquet").sort_values("row_number").reset_index(drop=True)
+    mem = mem.sort_values("row_number").reset_index(drop=True)
+    assert (got["transaction_id"] == mem["transaction_id"]).all()
+    assert np.abs(got["probability"] - mem["probability"]).max() <= 1e-6
+    assert sorted(np.concatenate([part.entity_sizes])) == sorted(mem.groupby("entity_id").size().tolist())
 
 
 def test_parquet_input_gives_the_same_rows_as_in_memory(hb, tmp_path):
@@ -104,8 +133,9 @@ def test_each_entity_lands_in_one_partition_with_its_rows_in_time_order(hb, tmp_
     score_partitioned(bundle, d / "bad.csv", spec, tmp_path / "s.parquet", partitions=4, tmp_dir=tmp_path)
     s = pd.read_parquet(tmp_path / "s.parquet")
     s = s[s["status"] == "scored"].reset_index(drop=True)
-    block = (s["entity_id"] != s["entity_id"].shift()).cumsum()
-    assert block.groupby(s["entity_id"]).nunique().max() == 1
+    e = s["entity_id"].to_numpy(dtype=object)
+    block = pd.Series(np.r_[True, e[1:] != e[:-1]].cumsum())
+    assert block.groupby(e).nunique().max() == 1
     assert s.groupby("entity_id")["timestamp"].apply(lambda t: t.is_monotonic_increasing).all()
 
 
