@@ -149,3 +149,23 @@ def test_a_csv_with_a_ragged_record_is_refused_with_its_cause(hb, tmp_path):
                           tmp_dir=tmp_path)
     with pytest.raises(ValueError, match="ending in .parquet"):
         score_partitioned(bundle, d / "bad.csv", spec, tmp_path / "o.csv", partitions=2)
+
+
+def test_cli_score_partitions_prints_the_accounting_and_writes_the_same_rejected_rows(hb, tmp_path):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    d, spec, bundle = hb
+    args = ["score", "--data", str(d / "bad.csv"), "--model", str(d / "model")]
+    mem = CliRunner().invoke(app, args + ["--out", str(tmp_path / "m.parquet"), "--rejected", str(tmp_path / "m.csv")])
+    part = CliRunner().invoke(app, args + ["--out", str(tmp_path / "p.parquet"), "--rejected", str(tmp_path / "p.csv"),
+                                           "--partitions", "3", "--tmp-dir", str(tmp_path)])
+    assert mem.exit_code == 0 and part.exit_code == 0, part.output
+    line = next(x for x in mem.output.splitlines() if x.startswith("rows read") and "scored" in x)
+    assert line in part.output  # "rows read 3,003 = rows scored ... + rows rejected ..."
+    assert (tmp_path / "p.csv").read_text() == (tmp_path / "m.csv").read_text()
+    flagged = next(x for x in mem.output.splitlines() if "at or above the review threshold" in x).split(" transactions")[0]
+    assert any(x.startswith(flagged + " transactions at or above") for x in part.output.splitlines())
+    bad = CliRunner().invoke(app, args + ["--out", str(tmp_path / "p.csv"), "--partitions", "3"])
+    assert bad.exit_code == 2 and "ending in .parquet" in bad.output

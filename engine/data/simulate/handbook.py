@@ -24,7 +24,8 @@ customer, as the Handbook's 10,000 for 4,990 customers).
 Fraud, with ``TX_FRAUD_SCENARIO`` saying why (the Handbook's three scenarios):
 
 1. an amount above 220 is a fraud;
-2. compromised terminals: 2 per day per 10,000 terminals (each at most once); every
+2. compromised terminals: 2 per day per 10,000 terminals (each at most once; with fewer than
+   2,500 terminals, 2 x days / 10,000 per terminal in all, spread over the days); every
    transaction there in the next 28 days is a fraud;
 3. compromised customers: each customer with probability 3 x days / 4,990 (the Handbook's 3
    per day among 4,990), from a random day: over 14 days, each transaction is a fraud with
@@ -61,10 +62,15 @@ SCHEMA = pa.schema([
 def _terminal_compromise(n_terminals: int, days: int, seed: int) -> np.ndarray:
     """``[n_terminals]`` int64: the day each terminal is compromised from, or a day past the end."""
     rng = np.random.default_rng([seed, 1])
-    per_day = max(1, round(2 * n_terminals / 10_000))
-    n = min(n_terminals, per_day * days)
+    per_day = round(2 * n_terminals / 10_000)
+    if per_day >= 1:
+        n = min(n_terminals, per_day * days)
+        days_from = np.repeat(np.arange(days), per_day)[:n]
+    else:  # fewer than 2,500 terminals: fewer than one a day, spread evenly over the days
+        n = min(n_terminals, max(1, round(2 * days * n_terminals / 10_000)))
+        days_from = (np.arange(n) * days) // n
     start = np.full(n_terminals, days + 10_000, dtype=np.int64)
-    start[rng.choice(n_terminals, size=n, replace=False)] = np.repeat(np.arange(days), per_day)[:n]
+    start[rng.choice(n_terminals, size=n, replace=False)] = days_from
     return start
 
 
