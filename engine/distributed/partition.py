@@ -9,8 +9,8 @@ then ``engine.model.scoring.score_frame``), while holding about one N-th of the 
    first streamed to Parquet with pyarrow's CSV reader, the same reader and options as
    :func:`engine.data.io.read_transactions`) and ``hash(entity key) % N``; ``COPY ... TO``
    (``FORMAT parquet, PARTITION_BY``) writes one folder per partition. Every entity lands in
-   exactly one partition (the key is the entity columns' text, stripped, joined with the
-   separator, as the reader builds it).
+   exactly one partition (the key: the entity columns, text stripped of surrounding blanks as
+   the reader strips it).
 2. **Validate** each partition with :func:`engine.data.io.read_transactions` (the spec without
    its aggregates), its rows in file order, so "exact duplicate of row N" (copies share their
    entity, hence their partition) finds the same earlier row. Record numbers, the
@@ -116,13 +116,20 @@ def _lit(path: Path | str) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _entity_sql(spec: DatasetSpec) -> str:
-    """DuckDB expression of the entity key: each column as text, surrounding blanks removed,
-    joined with the separator (equal keys in the reader give equal expressions)."""
-    parts = [f"coalesce(regexp_replace(CAST({_q(c)} AS VARCHAR), {_lit(_BLANKS)}, '', 'g'), '')"
-             for c in spec.entity.columns]
-    sep = _lit(spec.entity.separator)
-    return f" || {sep} || ".join(parts)
+def _entity_sql(spec: DatasetSpec, schema: pa.Schema | None = None) -> str:
+    """DuckDB expression ``hash(part, ...)`` of the entity key: text columns with surrounding
+    blanks removed (as the reader strips them), other columns as stored (one value, one text).
+    Equal keys in the reader give equal hashes: parts of accepted rows never contain the
+    separator, so equal joined keys are equal tuples of parts. ``schema``: the file's (None:
+    every column text, as a CSV)."""
+    parts = []
+    for c in spec.entity.columns:
+        t = schema.field(c).type if schema is not None else pa.string()
+        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
+            parts.append(f"coalesce(regexp_replace(CAST({_q(c)} AS VARCHAR), {_lit(_BLANKS)}, '', 'g'), '')")
+        else:
+            parts.append(_q(c))
+    return f"hash({', '.join(parts)})"
 
 
 def _csv_to_parquet(path: Path, pr, dest: Path) -> int:
@@ -179,6 +186,7 @@ def partition_by_entity(con, path: Path, spec: DatasetSpec, tmp: Path, n: int) -
             unreadable file or a missing column; a CSV the fast reader cannot parse.
     """
     pr = probe(path, spec.format)
+    schema = None
     if pr.format == "csv":
         _check_columns(path, spec, _csv_header(path, pr))
         src_file = tmp / "source.parquet"
@@ -189,10 +197,11 @@ def partition_by_entity(con, path: Path, spec: DatasetSpec, tmp: Path, n: int) -
         _check_columns(path, spec, pf.schema_arrow.names)
         _check_parquet_types(path, spec, pf.schema_arrow)
         rows = pf.metadata.num_rows
+        schema = pf.schema_arrow
         src = (f"SELECT * EXCLUDE (file_row_number), file_row_number + 1 AS {ROW} "
                f"FROM read_parquet({_lit(path)}, file_row_number = true)")
     parts = tmp / "parts"
-    con.execute(f"COPY (SELECT *, (hash({_entity_sql(spec)}) % {int(n)})::BIGINT AS {PART} FROM ({src})) "
+    con.execute(f"COPY (SELECT *, ({_entity_sql(spec, schema)} % {int(n)})::BIGINT AS {PART} FROM ({src})) "
                 f"TO {_lit(parts)} (FORMAT parquet, PARTITION_BY ({PART}))")
     return parts, rows
 
