@@ -449,7 +449,7 @@ def score_partitioned(
         raise ValueError(f"--partitions must be >= 1, got {partitions}")
     if out.suffix.lower() not in (".parquet", ".pq"):
         raise ValueError(f"the partitioned scorer writes Parquet: give an --out ending in .parquet (got {out})")
-    log = log or (lambda s: None)
+    log = _with_rss(log)
     tmp = Path(tempfile.mkdtemp(prefix="fraudlens-partitions-", dir=tmp_dir))
     try:
         con = _connect(tmp, memory_limit, threads)
@@ -473,6 +473,7 @@ def score_partitioned(
             if two_pass:
                 fr[PART] = k
                 pq.write_table(pa.Table.from_pandas(fr, preserve_index=False), valid / f"{k}.parquet")
+                log(f"partition {k + 1}/{partitions}: {len(fr):,} transactions accepted ({time.perf_counter() - t0:.1f} s)")
             else:
                 sc.score(fr)
                 log(f"partition {k + 1}/{partitions}: {sc.scored:,} transactions scored ({time.perf_counter() - t0:.1f} s)")
@@ -508,6 +509,15 @@ def score_partitioned(
                           entity_sizes=np.concatenate(sc.sizes) if sc.sizes else np.zeros(0, np.int64),
                           unseen=list(sc.unseen.values()), peak_partition_rows=_peak_rows(raw_dir),
                           passes=2 if two_pass else 1)
+
+
+def _with_rss(log: Callable[[str], None] | None) -> Callable[[str], None]:
+    """``log`` with this process's peak resident memory so far appended to each line."""
+    import resource
+
+    if log is None:
+        return lambda s: None
+    return lambda s: log(f"{s} [peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB]")
 
 
 def _peak_rows(raw_dir: Path) -> int:
