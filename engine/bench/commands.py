@@ -105,10 +105,16 @@ def bench_scale(
     memory_limit: str = typer.Option("1GB", help="DuckDB's memory limit for --partitions"),
     in_memory: bool = typer.Option(True, help="also measure the Handbook file (in memory and partitioned)"),
     keep_files: bool = typer.Option(False, help="keep the generated files"),
+    report_only: bool = typer.Option(False, help="only write scale.md from scale.json and the logs in --tmp "
+                                     "(runs stopped before the end are listed with the last line they logged)"),
+    also_tmp: list[Path] = typer.Option([], help="with --report-only: more folders with logs of unfinished runs"),
 ):
     """Rows/s and peak RSS of `fraudlens score` at 1.75M rows and on generated 20M and 50M-row files."""
     from engine.bench import scale
 
+    if report_only:
+        plain_log(scale.report(model, [tmp, *also_tmp]))
+        return
     text = scale.run(model, data, rows, tmp, memory_limit=memory_limit, keep_files=keep_files,
                      in_memory=in_memory, log=plain_log)
     plain_log(text)

@@ -114,8 +114,32 @@ def run(model: Path, handbook: Path, rows: list[int], tmp: Path, *, seed: int = 
     return write_markdown(list(done.values()), model)
 
 
-def write_markdown(results: list[dict], model: Path) -> str:
-    """The table of ``results`` (see :func:`run`) as ``bench/results/scale.md``."""
+def unfinished(folders: list[Path], results: list[dict]) -> list[tuple[str, str, str]]:
+    """Runs that did not finish: (case, the last line its log reached, the log's time) for every
+    ``score_*.log`` in ``folders`` whose case has no result."""
+    done = {r["case"].replace(" ", "_") for r in results}
+    out = []
+    for d in folders:
+        for f in sorted(Path(d).glob("score_*.log")):
+            case = f.stem[len("score_"):].replace(" ", "_")
+            if case in done:
+                continue
+            lines = [x for x in f.read_text(errors="replace").splitlines() if x.strip()]
+            stamp = datetime.fromtimestamp(f.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+            out.append((case.replace("_", " "), lines[-1] if lines else "(no output yet)", stamp))
+    return out
+
+
+def report(model: Path, folders: list[Path]) -> str:
+    """Write ``bench/results/scale.md`` from ``scale.json`` and the logs of unfinished runs."""
+    store = RESULTS / "scale.json"
+    results = json.loads(store.read_text()) if store.exists() else []
+    return write_markdown(results, model, unfinished(folders, results))
+
+
+def write_markdown(results: list[dict], model: Path, running: list[tuple[str, str, str]] = ()) -> str:
+    """The table of ``results`` (see :func:`run`) as ``bench/results/scale.md``; ``running``:
+    see :func:`unfinished`."""
     from engine.bench.speed import machine_info
 
     results = sorted(results, key=lambda x: (x["rows"], x["partitions"]))
@@ -145,7 +169,11 @@ def write_markdown(results: list[dict], model: Path) -> str:
                               f"{r[k]:,.0f} vs {base[k]:,.0f} = {ratio:.0%} "
                               f"({'met' if ratio >= 0.8 else '**not met**'})")
     if not big:
-        md.append("* no 50M-row run recorded")
+        md.append("* no 50M-row run finished")
+    if running:
+        md += ["", "Runs stopped before the end (the last line each logged; each line gives the seconds since "
+               "the command started and its peak RSS so far):", ""]
+        md += [f"* {case} (log at {stamp}): `{line}`" for case, line, stamp in running]
     md += ["", "Machine and packages:", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in machine_info().items()]
     text = "\n".join(md) + "\n"
     (RESULTS / "scale.md").write_text(text)
