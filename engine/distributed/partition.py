@@ -495,6 +495,7 @@ def score_partitioned(
         rej = rej.astype({"row_number": np.int64, **{c: object for c in REJECTED_COLUMNS if c != "row_number"}})
         sc.close(rej)
         con.close()
+        peak = _peak_rows(raw_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if rows_read != sc.scored + len(rej):
@@ -507,7 +508,7 @@ def score_partitioned(
     return PartitionedRun(load=load, rows_scored=sc.scored, flagged=sc.flagged, partitions=partitions,
                           seconds=time.perf_counter() - t0,
                           entity_sizes=np.concatenate(sc.sizes) if sc.sizes else np.zeros(0, np.int64),
-                          unseen=list(sc.unseen.values()), peak_partition_rows=_peak_rows(raw_dir),
+                          unseen=list(sc.unseen.values()), peak_partition_rows=peak,
                           passes=2 if two_pass else 1)
 
 

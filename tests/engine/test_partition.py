@@ -99,7 +99,7 @@ def test_one_pass_without_aggregates_and_repeated_ids(hb_plain, tmp_path):
     run, mem = _in_memory(bundle, d / "clean.parquet", tmp_path / "mem.parquet")
     part = score_partitioned(bundle, d / "clean.parquet", spec, tmp_path / "part.parquet", partitions=3,
                              tmp_dir=tmp_path)
-    assert part.passes == 1 and part.rows_scored == 3000 and part.peak_partition_rows < 3000
+    assert part.passes == 1 and part.rows_scored == 3000 and 1000 <= part.peak_partition_rows < 3000
     got = pd.read_parquet(tmp_path / "part.parquet").sort_values("row_number").reset_index(drop=True)
     mem = mem.sort_values("row_number").reset_index(drop=True)
     assert (got["transaction_id"] == mem["transaction_id"]).all()
