@@ -339,7 +339,7 @@ def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_lim
         run = _write(lambda: score_partitioned(bundle, data, sp, out, partitions=partitions,
                                                review_threshold=thr["review"], memory_limit=memory_limit,
                                                tmp_dir=tmp_dir, log=plain_log), out, "--out")
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
         _fail(f"{data}: {e}" if str(data) not in str(e) else str(e))
     if run.rows_read == 0:
         _fail(f"{data}: no transactions (the file has a header line and no data rows)")

@@ -441,7 +441,8 @@ def score_partitioned(
         FileNotFoundError / ValueError: unreadable file, missing column, CSV the fast reader cannot
             parse, ``out`` not ``.parquet``, ``partitions`` < 1, no accepted transaction.
         engine.model.scoring.NonFiniteScoreError: a NaN or infinite score (nothing is reported).
-        RuntimeError: the row accounting does not add up (never expected).
+        RuntimeError: DuckDB failed (e.g. out of memory or disk in ``tmp_dir``; the message says
+            which), or the row accounting does not add up (never expected).
     """
     t0 = time.perf_counter()
     path, out = Path(path), Path(out)
@@ -450,6 +451,8 @@ def score_partitioned(
     if out.suffix.lower() not in (".parquet", ".pq"):
         raise ValueError(f"the partitioned scorer writes Parquet: give an --out ending in .parquet (got {out})")
     log = _with_rss(log)
+    import duckdb
+
     tmp = Path(tempfile.mkdtemp(prefix="fraudlens-partitions-", dir=tmp_dir))
     try:
         con = _connect(tmp, memory_limit, threads)
@@ -496,6 +499,8 @@ def score_partitioned(
         sc.close(rej)
         con.close()
         peak = _peak_rows(raw_dir)
+    except duckdb.Error as e:  # out of memory or disk in DuckDB's spill folder, an unreadable Parquet file, ...
+        raise RuntimeError(f"partitioning {path} with DuckDB failed: {str(e).splitlines()[0][:300]}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if rows_read != sc.scored + len(rej):

@@ -171,3 +171,11 @@ def test_cli_score_partitions_prints_the_accounting_and_writes_the_same_rejected
     assert any(x.startswith(flagged + " transactions at or above") for x in part.output.splitlines())
     bad = CliRunner().invoke(app, args + ["--out", str(tmp_path / "p.csv"), "--partitions", "3"])
     assert bad.exit_code == 2 and "ending in .parquet" in bad.output
+
+
+def test_a_duckdb_failure_is_one_runtime_error_and_leaves_no_partition_files(hb, tmp_path):
+    d, spec, bundle = hb
+    with pytest.raises(RuntimeError, match="partitioning .* with DuckDB failed"):
+        score_partitioned(bundle, d / "clean.parquet", spec, tmp_path / "o.parquet", partitions=2,
+                          memory_limit="not a size", tmp_dir=tmp_path)
+    assert not list(tmp_path.glob("fraudlens-partitions-*"))
