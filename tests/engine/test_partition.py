@@ -179,3 +179,24 @@ def test_a_duckdb_failure_is_one_runtime_error_and_leaves_no_partition_files(hb,
         score_partitioned(bundle, d / "clean.parquet", spec, tmp_path / "o.parquet", partitions=2,
                           memory_limit="not a size", tmp_dir=tmp_path)
     assert not list(tmp_path.glob("fraudlens-partitions-*"))
+
+
+def test_demo_model_on_a_slice_of_the_demo_csv_two_entity_columns_no_id(tmp_path):
+    """The shipped demo model and spec (entity User + Card, no id column: ids are "r{row}")."""
+    from tiny_models import demo_slice
+
+    src = demo_slice(tmp_path / "demo.csv", 4000)
+    lines = src.read_text().splitlines()
+    lines[3000] = lines[10]  # an exact duplicate of row 10, later
+    src.write_text("\n".join(lines) + "\n")
+    bundle = load_checkpoint(None)
+    run, mem = _in_memory(bundle, src, tmp_path / "mem.parquet")
+    part = score_partitioned(bundle, src, bundle.spec, tmp_path / "part.parquet", partitions=3, tmp_dir=tmp_path)
+    assert part.passes == 1 and part.rows_read == 4000
+    got = pd.read_parquet(tmp_path / "part.parquet").sort_values("row_number").reset_index(drop=True)
+    mem = mem.sort_values("row_number").reset_index(drop=True)
+    assert got["transaction_id"].fillna("").tolist() == mem["transaction_id"].fillna("").tolist()
+    assert got["reason"].fillna("").tolist() == mem["reason"].fillna("").tolist()
+    assert set(got["reason"].dropna()) == {"exact duplicate of row 10"}  # lines[10] is record 10
+    sc = mem["status"] == "scored"
+    assert np.abs(got.loc[sc, "probability"] - mem.loc[sc, "probability"]).max() <= 1e-6
