@@ -126,6 +126,30 @@ def bench_speed(
     speed.run(str(data), spec, model, train_run, out)
 
 
+@bench_app.command("scale")
+def bench_scale(
+    model: Path = typer.Option(..., exists=True, help="checkpoint for the handbook spec"),
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook file (1.75M rows)"),
+    rows: list[int] = typer.Option([20_000_000, 50_000_000], help="sizes of the generated files (repeat the option)"),
+    tmp: Path = typer.Option(Path("/tmp/fraudlens-scale"), help="folder for generated files, scores and partitions"),
+    memory_limit: str = typer.Option("1GB", help="DuckDB's memory limit for --partitions"),
+    in_memory: bool = typer.Option(True, help="also measure the Handbook file (in memory and partitioned)"),
+    keep_files: bool = typer.Option(False, help="keep the generated files"),
+    report_only: bool = typer.Option(False, help="only write scale.md from scale.json and the logs in --tmp "
+                                     "(runs stopped before the end are listed with the last line they logged)"),
+    also_tmp: list[Path] = typer.Option([], help="with --report-only: more folders with logs of unfinished runs"),
+):
+    """Rows/s and peak RSS of `fraudlens score` at 1.75M rows and on generated 20M and 50M-row files."""
+    from engine.bench import scale
+
+    if report_only:
+        plain_log(scale.report(model, [tmp, *also_tmp]))
+        return
+    text = scale.run(model, data, rows, tmp, memory_limit=memory_limit, keep_files=keep_files,
+                     in_memory=in_memory, log=plain_log)
+    plain_log(text)
+
+
 @bench_app.command("explanations")
 def bench_explanations(
     data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
