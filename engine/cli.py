@@ -106,7 +106,11 @@ def _require_accepted(res, data: Path) -> None:
 
 def _unseen_notes(bundle, frame) -> None:
     """Warn about field values the model never saw in training (encoded as 'unseen' / 'other')."""
-    for u in bundle.encoder.unseen_values(frame):
+    _print_unseen(bundle.encoder.unseen_values(frame))
+
+
+def _print_unseen(found: list[dict]) -> None:
+    for u in found:
         ex = u["example"] if len(u["example"]) <= 40 else u["example"][:39] + "…"
         _note(f"field {u['field']!r}: {u['rows']:,} transaction{'s' if u['rows'] != 1 else ''} with "
               f"{u['distinct']:,} value{'s' if u['distinct'] != 1 else ''} not seen in training "
@@ -160,9 +164,22 @@ def inspect(
 def simulate(
     customers: int = typer.Option(400, min=1, help="number of customers (each has 1-3 cards)"),
     seed: int = typer.Option(7, help="random seed (same seed -> same file)"),
-    out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns)"),
+    out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns); with --rows a .parquet"),
+    rows: Optional[int] = typer.Option(None, min=1, help="instead: exactly N Handbook-like rows (--spec handbook) "
+                                       "written to a Parquet --out in chunks, in bounded memory"),
 ):
-    """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes."""
+    """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes
+    (or, with --rows, Handbook-format transactions with the Handbook's three fraud scenarios)."""
+    if rows is not None:
+        from engine.data.simulate.handbook import generate_handbook_like
+
+        if out.suffix.lower() not in (".parquet", ".pq"):
+            _fail(f"--rows writes Parquet: give an --out ending in .parquet (got {out})")
+        _writable(out, "--out", "transactions.parquet")
+        r = _write(lambda: generate_handbook_like(rows, out, seed=seed), out, "--out")
+        console.print(f"{r['rows']:,} transactions of {r['customers']:,} customers at {r['terminals']:,} terminals "
+                      f"({r['frauds']:,} frauds) written to {escape(str(out))}")
+        return
     from engine.data.simulate import main
 
     console.print(main(customers, seed, str(out)))
@@ -326,6 +343,10 @@ def score(
     engine: str = typer.Option("local", help="local (one process) or ray (entity partitions on a Ray actor pool)"),
     workers: int = typer.Option(2, min=1, help="--engine ray: scoring actors, one CPU each (and a local Ray's CPUs)"),
     address: Optional[str] = typer.Option(None, help="--engine ray: Ray address (auto, host:6379); default: a local Ray"),
+    partitions: int = typer.Option(0, min=0, help="files larger than memory: split by entity into N partitions "
+                                   "(DuckDB) and score one at a time (Parquet --out); 0 = whole file in memory"),
+    memory_limit: str = typer.Option("1GB", help="with --partitions: DuckDB's memory limit (it spills beyond it)"),
+    tmp_dir: Optional[Path] = typer.Option(None, help="with --partitions: folder for the partition files"),
 ):
     """Score every transaction; write scored and rejected rows; print the row accounting.
 
@@ -340,6 +361,8 @@ def score(
     _writable(out if engine == "local" else None, "--out", "scores.parquet")  # ray: a folder, checked there
     _writable(rejected, "--rejected", "rejected.csv")
     bundle = _load_model(model)
+    if partitions:
+        return _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir)
     t0 = time.perf_counter()
     if engine == "ray":
         from engine.distributed.ray_score import score_command
@@ -372,6 +395,35 @@ def score(
     console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} on the {word} "
                   f"({escape(thr['source'])}); "
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
+
+
+def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir) -> None:
+    """``score --partitions N``: engine.distributed.partition.score_partitioned, with the same
+    accounting, rejected-row report, unseen-value notes and warnings as the in-memory path."""
+    from engine.cases.thresholds import thresholds_in_force
+    from engine.data.spec import load_spec
+    from engine.distributed.partition import score_partitioned
+    from engine.model.split_checks import history_warning_from_sizes
+
+    thr = thresholds_in_force(bundle)
+    try:
+        sp = load_spec(spec) if spec else bundle.spec
+        run = _write(lambda: score_partitioned(bundle, data, sp, out, partitions=partitions,
+                                               review_threshold=thr["review"], memory_limit=memory_limit,
+                                               tmp_dir=tmp_dir, log=plain_log), out, "--out")
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        _fail(f"{data}: {e}" if str(data) not in str(e) else str(e))
+    if run.rows_read == 0:
+        _fail(f"{data}: no transactions (the file has a header line and no data rows)")
+    _print_unseen(run.unseen)
+    _reject_report(run.load, rejected)
+    console.print(run.accounting())
+    hist = history_warning_from_sizes(run.entity_sizes, bundle.config.min_history)
+    if hist:
+        console.print(f"warning: {hist}", markup=False)
+    console.print(f"{run.flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+                  f"({escape(thr['source'])}); written to {escape(str(out))} ({run.seconds:.1f} s, "
+                  f"{run.partitions} partitions, at most {run.peak_partition_rows:,} rows in one; model {bundle.short_sha})")
 
 
 @app.command()
@@ -443,9 +495,9 @@ def explain(
     console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():
-        top = sorted(zip(e.transaction_ids[:-1], e.values[:-1]), key=lambda x: -abs(x[1]))[:3]
-        extra = f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else ""
-        listed = ", ".join(f"{t} {v:+.3f}" for t, v in top) if top else "no earlier transaction"
+        top = sorted(zip(e.transaction_ids[:-1], e.values[:-1], [*(e.standard_errors if e.standard_errors is not None else [None] * e.values.size)][:-1]), key=lambda x: -abs(x[1]))[:3]  # noqa: E501
+        extra = (f" delta {e.convergence_delta:.2e}" if e.convergence_delta is not None else "") + (f" ({e.extras['estimator']}, ± = standard error)" if "estimator" in e.extras else "")  # noqa: E501
+        listed = ", ".join(f"{t} {v:+.3f}" + (f" ± {s:.3f}" if s is not None else "") for t, v, s in top) or "no earlier transaction"  # noqa: E501
         console.print(_safe(f"  {k:20s} top earlier: {listed}{extra}"))
     console.print(f"written to {escape(str(out))} ({time.perf_counter() - t0:.2f} s)")
 
@@ -456,38 +508,6 @@ app.add_typer(bench_app, name="bench")
 from engine.serve.commands import serve as _serve  # noqa: E402 (``fraudlens serve``: the scoring service)
 
 app.command("serve")(_serve)
-
-
-def _secrets_have_auth() -> bool:
-    """True if a Streamlit secrets file the dashboard will read (the repository's
-    ``.streamlit/secrets.toml`` or ``~/.streamlit/secrets.toml``) has an ``[auth]`` table."""
-    import tomllib
-
-    for p in (ROOT / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"):
-        try:
-            if "auth" in tomllib.loads(p.read_text(encoding="utf-8")):
-                return True
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            continue
-    return False
-
-
-def _port_free(address: str, port: int) -> bool:
-    """True if nothing listens on ``address``:``port`` (a bind test, SO_REUSEADDR as the server)."""
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return False
-    for fam, typ, proto, _, addr in infos:
-        with socket.socket(fam, typ, proto) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(addr)
-            except OSError:
-                return False
-    return True
 
 
 @app.command()
@@ -520,10 +540,10 @@ def dashboard(
             _fail(str(e))
     demo = demo or ac.demo_enabled(env)
     try:
-        ac.check_bind(address, password_signin=password_signin, oidc_signin=_secrets_have_auth(), demo=demo)
+        ac.check_bind(address, password_signin=password_signin, oidc_signin=secrets_have_auth(ROOT), demo=demo)
     except ac.BindError as e:
         _fail(str(e))
-    if not _port_free(address, port):
+    if not port_free(address, port):
         _fail(f"port {port} on {address} is already in use: stop what listens there or pass --port")
     if data:
         env["FRAUDLENS_DATA"] = str(data.resolve())
@@ -545,55 +565,10 @@ def dashboard(
     os.execve(sys.executable, cmd, env)  # Streamlit replaces this process: same PID
 
 
-users_app = typer.Typer(no_args_is_help=True, help="local sign-in: the credentials file ($FRAUDLENS_USERS)")
+from engine.serve.launch_checks import port_free, secrets_have_auth  # noqa: E402
+from engine.serve.users_commands import users_app  # noqa: E402 (fraudlens users add / list)
+
 app.add_typer(users_app, name="users")
-
-
-def _users_file(path: Optional[Path]) -> Path:
-    from engine.serve import access as ac
-
-    p = path or ac.users_path()
-    if p is None:
-        _fail(f"no credentials file: pass --file or set ${ac.ENV_USERS}")
-    return p
-
-
-@users_app.command("add")
-def users_add(
-    name: str = typer.Argument(..., help="user name: lower-case ASCII letters, digits, . _ - @ + (an e-mail for --oidc)"),
-    role: str = typer.Option(..., help="analyst, supervisor, auditor or admin"),
-    file: Optional[Path] = typer.Option(None, "--file", help="credentials file (default: $FRAUDLENS_USERS)"),
-    oidc: bool = typer.Option(False, "--oidc", help="signs in through the identity provider: no password"),
-):
-    """Add (or replace) a user; prompts twice for the password and writes only its argon2 hash (file mode 0600)."""
-    from engine.serve import access as ac
-
-    path = _users_file(file)
-    try:
-        ac.validate_username(name)
-        ac.validate_role(role)
-    except ac.UsersFileError as e:
-        _fail(str(e))
-    password = None if oidc else typer.prompt("Password", hide_input=True, confirmation_prompt=True)
-    try:
-        rec = ac.add_user(path, name, role, password)
-    except ac.UsersFileError as e:
-        _fail(str(e))
-    console.print(f"{rec.name}: {rec.role}, {'identity provider' if oidc else 'password (argon2id hash)'} in {path}",
-                  markup=False)
-
-
-@users_app.command("list")
-def users_list(file: Optional[Path] = typer.Option(None, "--file", help="credentials file (default: $FRAUDLENS_USERS)")):
-    """The users of the credentials file, with their role and sign-in method (never a hash)."""
-    from engine.serve import access as ac
-
-    try:
-        users = ac.load_users(_users_file(file))
-    except ac.UsersFileError as e:
-        _fail(str(e))
-    for u in sorted(users.values(), key=lambda u: u.name):
-        console.print(f"{u.name}\t{u.role}\t{'password' if u.password_hash else 'identity provider'}", markup=False)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,17 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     try:
         res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(data), "--spec", spec,
                                        "--model", str(tmp_path / "model"), "--max-cases", "2",
-                                       "--methods", ",".join(METHODS), "--out", str(out)])
+                                       "--methods", ",".join(METHODS), "--out", str(out),
+                                       "--shap-reference-samples", "400"])
     finally:
         torch.set_num_threads(n)
     assert res.exit_code == 0, res.output
     text = out.read_text()
     main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
-    table = [line for line in main.splitlines() if line.startswith("| ")]
+    lines = main.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| method | cases"))
+    end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))
+    table = [line for line in lines[first:end] if line.startswith("| ")]
     assert table[0].startswith("| method | cases | deletion AOPC@10")
     rows = table[1:]
     names = [r.split("|")[1].strip().removesuffix(" (does not beat most recent first)") for r in rows]
@@ -44,6 +48,10 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     assert len(fnames) == 4 and all(r.split("|")[2].strip() == "2" for r in ftable[1:])
     assert "History effect over the same 2 flagged cases" in fields
     assert "written to" in res.output
+    # the SHAP estimator's error against its reference: one row per case + the mean
+    sec = lines[lines.index("### SHAP error against the exact / high-sample reference"):]
+    acc = [line for line in sec if line.startswith("| ")]
+    assert acc[0].startswith("| case | P | estimator") and len(acc) == 1 + 2 + 1 and acc[-1].startswith("| **mean**")
 
 
 def test_bench_explanations_reports_a_missing_model(tmp_path):

@@ -103,6 +103,10 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
         assert e["score_logit"] == pytest.approx(float(top["logit"]), abs=1e-4)
     ig = ex["integrated_gradients"]
     assert sum(ig["values"]) == pytest.approx(ig["score_logit"] - ig["reference_logit"], abs=abs(ig["convergence_delta"]) + 1e-3)
+    sh = ex["shap"]  # one standard error per value, same order; the query's own entry 0
+    assert len(sh["standard_errors"]) == len(sh["values"]) and sh["standard_errors"][-1] == 0.0
+    assert sh["extras"]["estimator"] in ("exact", "pruned+exact", "kernel", "pruned+kernel")
+    assert sh["convergence_delta"] is None and ig["standard_errors"] is None
 
     # asking for the rejected row says why it cannot be explained; another entity's row says so
     r = runner.invoke(app, ["explain", "--data", str(data), "--spec", "handbook", "--model", str(model_dir),

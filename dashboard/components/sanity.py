@@ -45,7 +45,9 @@ def _sanity(model_sha: str, data_sha: str, spec: str, max_rows: int | None, n_ca
     scores = state._scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
     cases = sanity_cases(scores, n_cases)
     ctxs = [build_context(bundle, source.frame, t) for t in cases]
-    res = randomisation_check(ctxs, SANITY_METHODS, configs={"shap": ShapConfig(nsamples=SANITY_SHAP_SAMPLES)})
+    # kept cheap (it runs L + 3 times per case): two rounds of SANITY_SHAP_SAMPLES coalitions, no stopping rule
+    res = randomisation_check(ctxs, SANITY_METHODS, configs={"shap": ShapConfig(
+        nsamples=SANITY_SHAP_SAMPLES, min_rounds=2, stop_when_stable=False)})
     return {"cases": cases, "result": res}
 
 

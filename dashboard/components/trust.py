@@ -7,8 +7,8 @@ Two tabs, rendered by :func:`render_case_trust` (called once from ``dashboard/pa
   model-parameter randomisation verdict per method ("evidence" / "not evidence",
   :func:`engine.trust.sanity.randomisation_check`, computed lazily behind a button, once per
   model and data, on :data:`SANITY_CASES` flagged cases); completeness (IG convergence delta,
-  SHAP efficiency gap, with IG's automatic re-run; a warning above
-  :data:`engine.trust.sanity.COMPLETENESS_TOLERANCE`); the methods' rank-agreement matrix with
+  with IG's automatic re-run; a warning above :data:`engine.trust.sanity.COMPLETENESS_TOLERANCE`);
+  SHAP's standard errors (its additivity is imposed, so no check); the methods' rank-agreement matrix with
   disagreements put into words (:mod:`engine.trust.agreement`); the reason codes of the query,
   each with the transactions it cites (:mod:`engine.trust.reasons`).
 * **What-if** (:func:`render_whatif`): change (amount, time, merchant, MCC, ...) or remove an
@@ -58,6 +58,7 @@ from dashboard.components.sanity import (  # noqa: F401 (re-exported for the pag
 from dashboard.components.masking import edits_table, mask_card_fields
 from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
+from engine.cases.accuracy import median_standard_error, shap_accuracy_text
 from engine.cases import figures as fig
 from engine.trust import figures as tfig
 
@@ -191,8 +192,8 @@ BASELINE_TITLES = {"recency": "Most recent first (no model)", "largest_amount": 
 
 def faithfulness_summary(res: dict[str, Any], verdicts: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per method: AOPC vs random / attention / most-recent-first (logits), beats random,
-    beats most recent first, sanity verdict, completeness gap; then one row per model-free order
-    (display table of the Trust tab)."""
+    beats most recent first, sanity verdict, completeness gap (IG), median standard error of the
+    values (SHAP; logit); then one row per model-free order (display table of the Trust tab)."""
     gaps = {c.method: c for c in res["completeness"]}
     base = res.get("faithfulness_baselines") or {}
     rec = base["recency"].aopc if "recency" in base else float("nan")
@@ -205,14 +206,16 @@ def faithfulness_summary(res: dict[str, Any], verdicts: dict[str, str] | None = 
             "beats_recency": bool(f.aopc > rec),
             "sanity": (verdicts or {}).get(m, "not run" if m in SANITY_METHODS else "not checked"),
             "completeness_gap": None if c is None else c.delta,
+            "standard_error": median_standard_error(res["explanations"].get(m)),
         })
     for m, f in base.items():
         rows.append({"method": BASELINE_TITLES.get(m, m), "aopc": f.aopc, "aopc_random": f.aopc_random,
                      "aopc_minus_random": f.aopc - f.aopc_random, "aopc_attention": f.aopc_attention,
                      "aopc_recency": rec, "beats_random": bool(f.aopc > f.aopc_random), "beats_recency": None,
-                     "sanity": "no model", "completeness_gap": None})
+                     "sanity": "no model", "completeness_gap": None, "standard_error": None})
     return pd.DataFrame(rows, columns=["method", "aopc", "aopc_random", "aopc_minus_random", "aopc_attention",
-                                       "aopc_recency", "beats_random", "beats_recency", "sanity", "completeness_gap"])
+                                       "aopc_recency", "beats_random", "beats_recency", "sanity", "completeness_gap",
+                                       "standard_error"])
 
 
 def disagreement_texts(agreement) -> list[str]:
@@ -268,7 +271,9 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
                                               "evidence: the ranking changes when the model's learned weights are "
                                               "destroyed; not evidence: it survives them, so it does not reflect "
                                               "what the model learned"),
-        "completeness_gap": st.column_config.NumberColumn("Completeness gap (logit)", format="%+.4f"),
+        "completeness_gap": st.column_config.NumberColumn("Completeness gap (logit, IG)", format="%+.4f"),
+        "standard_error": st.column_config.NumberColumn("Median standard error (logit, SHAP)", format="%.4f",
+                                                        help="sampling error of each value; 0 = exact"),
     })
     for c in res["completeness"]:
         if not c.ok:
@@ -276,6 +281,8 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
     ok = [c for c in res["completeness"] if c.ok]
     if ok:
         st.caption(" · ".join(md(c.message) for c in ok))
+    if shap_accuracy_text(res["explanations"].get("shap")):
+        st.caption(md(shap_accuracy_text(res["explanations"].get("shap"))))
     methods = list(res["faithfulness"])
     cols = st.columns(min(3, max(1, len(methods))))
     for i, m in enumerate(methods):

@@ -126,6 +126,30 @@ def bench_speed(
     speed.run(str(data), spec, model, train_run, out)
 
 
+@bench_app.command("scale")
+def bench_scale(
+    model: Path = typer.Option(..., exists=True, help="checkpoint for the handbook spec"),
+    data: Path = typer.Option(HANDBOOK, exists=True, help="the Handbook file (1.75M rows)"),
+    rows: list[int] = typer.Option([20_000_000, 50_000_000], help="sizes of the generated files (repeat the option)"),
+    tmp: Path = typer.Option(Path("/tmp/fraudlens-scale"), help="folder for generated files, scores and partitions"),
+    memory_limit: str = typer.Option("1GB", help="DuckDB's memory limit for --partitions"),
+    in_memory: bool = typer.Option(True, help="also measure the Handbook file (in memory and partitioned)"),
+    keep_files: bool = typer.Option(False, help="keep the generated files"),
+    report_only: bool = typer.Option(False, help="only write scale.md from scale.json and the logs in --tmp "
+                                     "(runs stopped before the end are listed with the last line they logged)"),
+    also_tmp: list[Path] = typer.Option([], help="with --report-only: more folders with logs of unfinished runs"),
+):
+    """Rows/s and peak RSS of `fraudlens score` at 1.75M rows and on generated 20M and 50M-row files."""
+    from engine.bench import scale
+
+    if report_only:
+        plain_log(scale.report(model, [tmp, *also_tmp]))
+        return
+    text = scale.run(model, data, rows, tmp, memory_limit=memory_limit, keep_files=keep_files,
+                     in_memory=in_memory, log=plain_log)
+    plain_log(text)
+
+
 @bench_app.command("explanations")
 def bench_explanations(
     data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
@@ -135,20 +159,24 @@ def bench_explanations(
     methods: str = typer.Option("attention,attention_rollout,integrated_gradients,shap,occlusion",
                                 help="comma-separated explanation methods"),
     seed: int = typer.Option(0, help="case sampling, SHAP coalitions and random orders"),
+    shap_reference_samples: int = typer.Option(
+        20_000, min=0, help="coalitions of the high-sample SHAP reference the SHAP error is measured against "
+                            "(cases with more players than exact enumeration handles); 0 = no SHAP error section"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "explanations.md"),
     fields: bool = typer.Option(True, "--fields/--no-fields",
                                 help="also bench the query's per-field attributions against field ablation "
                                      "and the history effect (same cases)"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
-    ground truth, completeness and time per method over flagged test-period cases; with --fields
-    (default) IG / field Shapley versus field ablation and the query alone versus with history."""
+    ground truth, completeness and time per method over flagged test-period cases, the SHAP
+    estimator's error against exact or high-sample reference values; with --fields (default) IG /
+    field Shapley versus field ablation and the query alone versus with history."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
-                          fields=fields)
+                          fields=fields, shap_reference_samples=shap_reference_samples or None)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 

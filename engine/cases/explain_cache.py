@@ -32,7 +32,7 @@ from engine import __version__
 from engine.explain.base import Explanation
 
 #: bump when what an explanation means changes (methods, baselines, estimators)
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: SHAP with standard errors (repeated KernelSHAP / exact), convergence_delta None
 MAX_PAYLOAD_BYTES = 64 * 2**20
 
 

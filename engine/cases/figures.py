@@ -375,13 +375,20 @@ def attribution_bars(
     With ``include_query=False`` only the earlier transactions get bars (``values[:-1]``) and
     the query's own value is written in the title instead (IG gives the query's own fields a
     value that can dwarf the history; SHAP and occlusion give it 0 by construction).
+
+    Explanations with ``standard_errors`` (SHAP) get error bars of **±2 standard errors**
+    (``error_y.array = 2 * standard_errors``, about a 95 % interval); the hover shows the value
+    ± its standard error and the title says so. Bars whose interval crosses 0 may have either sign.
     """
     labs = _labels_for(expl, labels)
     v = expl.values
+    se = expl.standard_errors
     q_value = float(v[-1]) if len(v) else 0.0
     ids = list(expl.transaction_ids)
     if not include_query:
         labs, v, ids = labs[:-1], v[:-1], ids[:-1]
+        se = se[:-1] if se is not None else None
+    has_se = se is not None and bool(np.any(se > 0))
     if expl.signed:
         colors = np.where(v >= 0, FRAUD_COLOR, LEGIT_COLOR).tolist()
     else:
@@ -390,12 +397,19 @@ def attribution_bars(
     line_c = ["rgba(0,0,0,0)"] * len(v)
     if len(v) and include_query:
         line_w[-1], line_c[-1] = 3.0, QUERY_COLOR
+    extra: dict[str, Any] = {}
+    hover = "%{x}<br>%{y:+.4f} " + expl.units + "<extra></extra>"
+    custom: Any = np.asarray(ids, dtype=object)
+    if has_se:
+        extra["error_y"] = dict(type="data", array=2.0 * np.asarray(se), visible=True, color="#37474f",
+                                thickness=1.2, width=3)
+        custom = np.stack([np.asarray(ids, dtype=object), np.asarray(se, dtype=object)], axis=1)
+        hover = ("%{x}<br>%{y:+.4f} ± %{customdata[1]:.4f} " + expl.units
+                 + " (± 1 standard error; bars ± 2)<extra></extra>")
     fig = go.Figure(
         go.Bar(
             x=labs, y=v, marker=dict(color=colors, line=dict(width=line_w, color=line_c)),
-            customdata=np.asarray(ids, dtype=object),
-            hovertemplate="%{x}<br>%{y:+.4f} " + expl.units + "<extra></extra>",
-            name=METHOD_TITLES.get(expl.method, expl.method),
+            customdata=custom, hovertemplate=hover, name=METHOD_TITLES.get(expl.method, expl.method), **extra,
         )
     )
     if expl.signed:
@@ -410,6 +424,8 @@ def attribution_bars(
         title = METHOD_TITLES.get(expl.method, expl.method)
         if not include_query and q_value != 0.0:
             title += f" · the query's own fields: {q_value:+.3f} {expl.units} (not drawn)"
+        if has_se:
+            title += " · error bars ±2 standard errors"
     return _layout(fig, title, height=height)
 
 

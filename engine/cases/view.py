@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from engine.data.io import file_sha256
+from engine.cases.accuracy import estimate_parts
 from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
 from engine.cases.redact import mask_card_number
 from engine.cases.thresholds import (  # noqa: F401 - the one source of thresholds and bands, re-exported
@@ -426,13 +427,15 @@ def context_table(expls: dict[str, "Explanation"], frame: pd.DataFrame, scores: 
 
 
 def attribution_table(expl: "Explanation", labels: list[str] | None = None, top: int | None = None) -> pd.DataFrame:
-    """``when``, ``value`` (+ ``share`` of total |value|) for one explanation, largest |value|
-    first; ``top`` keeps the first rows."""
+    """``when``, ``value`` (+ ``share`` of total |value|, + ``standard_error`` when the method
+    has one) for one explanation, largest |value| first; ``top`` keeps the first rows."""
     labs = labels if labels is not None else [mask_card_number(t) for t in expl.transaction_ids]
     v = expl.values
     tot = float(np.abs(v).sum()) or 1.0
     df = pd.DataFrame({"when": labs, "value": v, "share": np.abs(v) / tot,
                        "query": np.arange(len(v)) == len(v) - 1})
+    if getattr(expl, "standard_errors", None) is not None:
+        df.insert(2, "standard_error", expl.standard_errors)
     df = df.reindex(df["value"].abs().sort_values(ascending=False, kind="stable").index).reset_index(drop=True)
     return df.head(top) if top else df
 
@@ -487,6 +490,7 @@ def method_caption(expl: "Explanation") -> str:
     parts = [unit]
     if expl.convergence_delta is not None:
         parts.append(f"convergence delta {expl.convergence_delta:+.4f} logit")
+    parts += estimate_parts(expl)
     if expl.reference_logit is not None:
         parts.append(f"reference logit {expl.reference_logit:+.3f}")
     parts.append(f"computed in {expl.elapsed_s:.1f} s")
@@ -494,7 +498,8 @@ def method_caption(expl: "Explanation") -> str:
 
 
 def method_details(expl: "Explanation") -> str:
-    """Markdown for a "how to read" popover: units, baseline, parameters, cost, caveats."""
+    """Markdown for a "how to read" popover: units, baseline, parameters, cost, caveats (and, for
+    SHAP, the accuracy and the imposed additivity)."""
     title = METHOD_TITLES.get(expl.method, expl.method)
     lines = [f"**{title}** — units: {expl.units}; {'signed' if expl.signed else 'non-negative'}."]
     if expl.baseline:
@@ -508,6 +513,12 @@ def method_details(expl: "Explanation") -> str:
         v = params.get(k)
         if isinstance(v, str):
             lines.append(f"**{k.capitalize()}.** {v}")
+    ex = expl.extras or {}
+    if "additivity_gap" in ex:
+        lines.append("**Accuracy.** " + "; ".join(estimate_parts(expl)) + ". Error bars: ±2 standard errors.")
+        lines.append(f"**Additivity (imposed by the estimator).** The values add up to score − base value "
+                     f"(gap {ex['additivity_gap']:+.1e} logit) by construction, whatever the sampling error: "
+                     "this is not an accuracy check; the standard errors are.")
     return "\n\n".join(lines)
 
 

@@ -9,7 +9,9 @@ name                       units               signed  file
 ``attention``              attention weight    no      attention.py
 ``attention_rollout``      attention weight    no      attention.py (Abnar & Zuidema 2020)
 ``integrated_gradients``   logit               yes     integrated_gradients.py (Sundararajan 2017)
-``shap``                   logit               yes     shap_values.py (KernelSHAP, Lundberg & Lee 2017)
+``shap``                   logit               yes     shap_values.py + shapley.py (exact / TimeSHAP
+                                                       pruning / repeated KernelSHAP, with standard
+                                                       errors)
 ``occlusion``              logit               yes     occlusion.py (leave-one-out)
 =========================  ==================  ======  =====================================
 
@@ -73,7 +75,8 @@ def explain_all(
         seed: SHAP coalition-sampling seed.
         ig_steps: Integrated Gradients initial path points (``IGConfig.n_steps``; adaptive
             refinement may add up to ``8 * ig_steps`` in all, see ``IGConfig.target_delta``).
-        shap_samples: SHAP coalitions (``ShapConfig.nsamples``; ``None`` = ``2 * P + 512``).
+        shap_samples: SHAP coalitions per KernelSHAP round (``ShapConfig.nsamples``; ``None`` =
+            ``2 * P + 512``); rounds, exact enumeration and pruning follow :class:`ShapConfig`.
         configs: optional ``{method: config}`` overriding the config built from the
             arguments above (e.g. ``{"attention": AttentionConfig(layer=0, head=1)}``).
     Returns:

@@ -44,10 +44,14 @@ class Explanation:
         score_probability: ``sigmoid(score_logit)``.
         reference_logit: logit at the baseline (IG: f(baseline); SHAP: base value E[f];
             occlusion: ``None``).
-        convergence_delta: IG: ``sum(attributions) - (f(x) - f(baseline))``; SHAP: efficiency
-            gap ``sum(values) - (f(x) - base value)``; else ``None``. Logits.
+        convergence_delta: IG: ``sum(attributions) - (f(x) - f(baseline))`` (a check of the
+            quadrature); ``None`` for the others (SHAP's additivity is imposed by its estimator,
+            so it is no check: see ``standard_errors``). Logits.
         extras: method-specific arrays, e.g. attention per layer and head ``[L, H, T]``.
         elapsed_s: wall time of the computation in seconds.
+        standard_errors: ``[T]`` float64 standard error of each entry of ``values`` (same order
+            and units; 0 where a value is exact), or ``None`` for methods without sampling error
+            estimates. SHAP: see :mod:`engine.explain.shap_values`.
     """
 
     method: str
@@ -66,12 +70,17 @@ class Explanation:
     convergence_delta: float | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    standard_errors: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=np.float64)
         T = len(self.transaction_ids)
         if self.values.shape != (T,):
             raise ValueError(f"values: expected shape ({T},), got {self.values.shape}")
+        if self.standard_errors is not None:
+            self.standard_errors = np.asarray(self.standard_errors, dtype=np.float64)
+            if self.standard_errors.shape != (T,):
+                raise ValueError(f"standard_errors: expected shape ({T},) like values, got {self.standard_errors.shape}")
         if self.transaction_ids and self.transaction_ids[-1] != self.query_transaction_id:
             raise ValueError(
                 f"transaction_ids: expected the query {self.query_transaction_id!r} last, "
@@ -88,17 +97,21 @@ class Explanation:
         return 1.0 / (1.0 + math.exp(-self.score_logit))
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per context transaction: transaction_id, position, value (+ one column per field)."""
+        """One row per context transaction: transaction_id, position, value (+ standard_error when
+        the method has one, + one column per field)."""
         df = pd.DataFrame(
             {"transaction_id": self.transaction_ids, "position": np.arange(len(self.values)), "value": self.values}
         )
+        if self.standard_errors is not None:
+            df["standard_error"] = self.standard_errors
         if self.field_values is not None:
             for j, name in enumerate(self.field_names or []):
                 df[f"field:{name}"] = self.field_values[:, j]
         return df
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable dict (numpy arrays -> nested lists)."""
+        """JSON-serialisable dict (numpy arrays -> nested lists; ``standard_errors`` aligned with
+        ``values`` or ``None``)."""
         d = asdict(self)
         d["score_probability"] = self.score_probability
         return _jsonable(d)

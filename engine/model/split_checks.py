@@ -110,12 +110,19 @@ def history_warning(frame: pd.DataFrame, min_history: int) -> str | None:
     """
     if frame.empty:
         return None
-    per = frame.groupby("entity_id", sort=False).size()
-    med = float(per.median())
+    return history_warning_from_sizes(frame.groupby("entity_id", sort=False).size().to_numpy(), min_history)
+
+
+def history_warning_from_sizes(sizes: np.ndarray, min_history: int) -> str | None:
+    """:func:`history_warning` from ``[entities]`` transaction counts per entity (the
+    partitioned scorer has the counts, not one frame)."""
+    if len(sizes) == 0:
+        return None
+    med = float(np.median(sizes))
     if med >= min_history:
         return None
     return (
         f"the median entity has {med:g} transaction{'s' if med != 1 else ''} "
-        f"({len(per):,} entities), fewer than the {min_history} earlier transactions the model is "
+        f"({len(sizes):,} entities), fewer than the {min_history} earlier transactions the model is "
         "built for: most scores rest on little history (is this a random-row sample?)"
     )

@@ -9,7 +9,8 @@ module                question
 ``faithfulness``      Does removing the transactions a method ranks first change the score more
                       than removing random ones? (deletion curve, AOPC, insertion/sufficiency)
 ``sanity``            Does the method depend on the model at all? (Adebayo et al. 2018 cascading
-                      parameter randomisation) Are IG / SHAP complete? (convergence gaps)
+                      parameter randomisation) Is IG complete? (convergence gap; SHAP reports
+                      standard errors instead, its additivity is imposed)
 ``agreement``         Do the methods rank the transactions alike? (Spearman / Kendall matrix)
 ``reasons``           Plain-language reason codes, numbers taken from the data, citing only
                       transactions and fields the attributions rank highly.

@@ -9,9 +9,15 @@ split), at most ``max_cases`` of them drawn uniformly with ``seed``:
 * measures faithfulness (:mod:`engine.trust.faithfulness`): deletion AOPC over top 1..``k_max``
   of every method, of random orders (mean of ``n_random`` seeds) and of the attention order,
   and sufficiency (top-k only); all in logits;
-* checks completeness (:func:`engine.trust.sanity.completeness_checks`: IG convergence delta,
-  SHAP efficiency gap; IG is re-run with more steps when its gap exceeds
-  :data:`~engine.trust.sanity.COMPLETENESS_TOLERANCE`, and the re-run is what is evaluated);
+* checks completeness (:func:`engine.trust.sanity.completeness_checks`: IG convergence delta;
+  IG is re-run with more steps when its gap exceeds
+  :data:`~engine.trust.sanity.COMPLETENESS_TOLERANCE`, and the re-run is what is evaluated;
+  SHAP imposes additivity, so it has no completeness gap);
+* measures the **SHAP estimator's error** (:func:`shap_accuracy_rows`,
+  :mod:`engine.trust.shap_accuracy`): per case RMSE, rank correlation, top-6 overlap and
+  standard-error coverage of the default SHAP values against the exact values
+  (``P <= exact_max_players``) or a 20,000-coalition KernelSHAP reference, with mean standard
+  error and wall time;
 * scores **ground truth** where the data carries it (evaluation-only passthrough columns, never
   model input):
 
@@ -54,6 +60,7 @@ from engine.model.scoring import score_encoded, sigmoid
 from engine.trust.baselines import BASELINES, baseline_orders
 from engine.trust.faithfulness import evaluate_faithfulness, ranking_order
 from engine.trust.sanity import COMPLETENESS_TOLERANCE, completeness_checks
+from engine.trust.shap_accuracy import REFERENCE_SAMPLES, accuracy_markdown, shap_accuracy
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "bench" / "results" / "explanations.md"
 EPISODE_COLUMN = "Fraud Episode"
@@ -113,6 +120,7 @@ def run_explanation_bench(
     n_random: int = 5,
     ig_steps: int = 50,
     shap_samples: int | None = None,
+    shap_reference_samples: int | None = REFERENCE_SAMPLES,
     log=None,
 ) -> pd.DataFrame:
     """Evaluate the explainers over flagged test-period cases (see the module docstring).
@@ -125,6 +133,8 @@ def run_explanation_bench(
         seed: case sampling, SHAP coalitions and random orders.
         k: precision@k. k_max: AOPC / sufficiency over top 1..k_max. n_random: random orders.
         ig_steps / shap_samples: as in :func:`engine.explain.explain_all`.
+        shap_reference_samples: coalitions of the high-sample SHAP reference
+            (:func:`shap_accuracy_rows`); ``None`` or 0 = no SHAP error section.
         log: optional ``callable(str)`` for progress lines.
     Returns:
         DataFrame, one row per method: ``method``, ``n_cases``, ``aopc``, ``aopc_random``,
@@ -134,7 +144,8 @@ def run_explanation_bench(
         IG/SHAP), ``gap_above_tolerance`` (cases still above it), ``retries`` (IG re-runs),
         ``seconds_per_case`` (mean wall time of the method's explanation + its curves).
         ``attrs["per_case"]``: one row per (case, method) with the per-case values;
-        ``attrs["info"]``: counts and settings.
+        ``attrs["info"]``: counts and settings; ``attrs["shap_accuracy"]``: one row per case
+        (:func:`engine.trust.shap_accuracy.shap_accuracy`), empty without SHAP.
     Raises:
         ValueError: unknown method, ``max_cases < 1``.
     """
@@ -155,6 +166,7 @@ def run_explanation_bench(
     cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
     log(f"{period}: {len(rows):,} rows, {len(flagged):,} flagged at {bundle.threshold:.3f}; explaining {len(cases)}")
     per_case: list[dict[str, Any]] = []
+    shap_rows: list[dict[str, Any]] = []
     for n, r in enumerate(cases):
         tid = str(frame["transaction_id"].iloc[r])
         ctx = build_context(bundle, frame, tid, enc=enc)
@@ -185,6 +197,7 @@ def run_explanation_bench(
                 "completeness_gap": None if gap is None else abs(float(gap)), "retries": retries.get(m, 0),
                 "seconds": e.elapsed_s + fr.elapsed_s,
             })
+        shap_rows += shap_accuracy_rows(ctx, expl, shap_reference_samples, seed)
         log(f"case {n + 1}/{len(cases)} {tid}: T={ctx.T} truth={len(truth)} ({time.perf_counter() - t0:.1f} s)")
     pc = pd.DataFrame(per_case)
     out = []
@@ -217,13 +230,41 @@ def run_explanation_bench(
         })
     res = pd.DataFrame(out)
     res.attrs["per_case"] = pc
+    res.attrs["shap_accuracy"] = pd.DataFrame(shap_rows)
     res.attrs["info"] = {
         "period": period, "n_period_rows": int(len(rows)), "n_flagged": int(len(flagged)),
         "n_cases": int(len(cases)), "threshold": bundle.threshold, "k": k, "k_max": k_max, "n_random": n_random,
-        "seed": seed, "ig_steps": ig_steps, "shap_samples": shap_samples, "wall_s": time.perf_counter() - t_all,
+        "seed": seed, "ig_steps": ig_steps, "shap_samples": shap_samples,
+        "shap_reference_samples": shap_reference_samples, "wall_s": time.perf_counter() - t_all,
         "truth_rules": sorted(set(pc["truth_rule"]) - {""}) if len(pc) else [],
     }
     return res
+
+
+def shap_accuracy_rows(ctx: QueryContext, expl: dict[str, Any], reference_samples: int | None,
+                       seed: int) -> list[dict[str, Any]]:
+    """``[row]`` with the SHAP explanation's error against its exact / high-sample reference
+    (:func:`engine.trust.shap_accuracy.shap_accuracy`), or ``[]`` without SHAP, without earlier
+    transactions or with ``reference_samples`` ``None`` / 0."""
+    if not reference_samples or "shap" not in expl or ctx.T < 2:
+        return []
+    return [shap_accuracy(ctx, expl["shap"], reference_samples=reference_samples, seed=seed)]
+
+
+def shap_accuracy_section(res: pd.DataFrame) -> str:
+    """Markdown of ``res.attrs["shap_accuracy"]`` under its own heading (``""`` when empty)."""
+    acc = res.attrs.get("shap_accuracy")
+    if acc is None or not len(acc):
+        return ""
+    n_ref = res.attrs.get("info", {}).get("shap_reference_samples")
+    return "\n".join([
+        "### SHAP error against the exact / high-sample reference", "",
+        f"Default SHAP estimator per case against the exact Shapley values (P <= the exact limit) or a "
+        f"{n_ref:,}-coalition KernelSHAP reference (10 independent rounds; its own mean standard error in "
+        "'ref mean SE'). Logits. 'within 2 SE' = share of transactions with |estimate - reference| <= "
+        "2 sqrt(SE^2 + SE_ref^2) (about 95 % if the standard errors are honest). 'single-run' = one KernelSHAP "
+        "run of 2P+512 coalitions (the previous default) against the same reference. Top-6 overlap by |value|.",
+        "", accuracy_markdown(acc), ""])
 
 
 def _f(x: Any, fmt: str = ".3f") -> str:
@@ -277,6 +318,7 @@ def write_markdown(res: pd.DataFrame, out: str | Path, *, key: str, title: str, 
     lines += [f"- {k}: {v}" for k, v in info.items() if k != "truth_rules"]
     lines.append(f"- ground truth: {', '.join(info.get('truth_rules') or []) or 'none in this data'}")
     lines += ["- machine: " + ", ".join(f"{k} {v}" for k, v in machine_info().items()), "", markdown_table(res), ""]
+    lines += [shap_accuracy_section(res)]
     sec = _section(key, "\n".join(lines))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -316,11 +358,13 @@ def field_attribution_section(bundle: ModelBundle, frame: pd.DataFrame, out: str
 
 def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
          out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
-         seed: int = 0, note: str = "", log=print, fields: bool = True) -> pd.DataFrame:
+         seed: int = 0, note: str = "", log=print, fields: bool = True,
+         shap_reference_samples: int | None = REFERENCE_SAMPLES) -> pd.DataFrame:
     """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
     run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
     an extra line for the section, e.g. how the model was trained). With ``fields`` the per-field
     section (:func:`field_attribution_section`) runs on the same cases and is written too.
+    ``shap_reference_samples``: as in :func:`run_explanation_bench`.
 
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
@@ -334,7 +378,8 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     sp = bundle.spec if spec is None else spec if isinstance(spec, DatasetSpec) else load_spec(spec)
     loaded = read_transactions(data, sp)
     log(f"read {data}: {len(loaded.frame):,} rows ({time.perf_counter() - t0:.0f} s)")
-    res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed, log=log)
+    res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed,
+                                shap_reference_samples=shap_reference_samples, log=log)
     name = Path(data).name
     key = f"{name}|{bundle.short_sha or 'unsaved'}"
     ctx = {"data": f"{data} (spec {sp.name}, {len(loaded.frame):,} rows)",
@@ -346,6 +391,8 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
         ctx["note"] = note
     path = write_markdown(res, out, key=key, title=f"{name} — model {bundle.short_sha}", context=ctx)
     log(markdown_table(res))
+    if len(res.attrs.get("shap_accuracy", [])):
+        log(shap_accuracy_section(res))
     if fields:
         field_attribution_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
                                   context={k: v for k, v in ctx.items() if k != "wall time"},
@@ -378,4 +425,4 @@ def _write_section(out: str | Path, key: str, body: str) -> None:
 
 
 __all__ = ["DEFAULT_OUT", "field_attribution_section", "ground_truth", "main", "markdown_table", "precision_at_k",
-           "run_explanation_bench", "period_rows", "write_markdown"]
+           "run_explanation_bench", "period_rows", "shap_accuracy_rows", "shap_accuracy_section", "write_markdown"]

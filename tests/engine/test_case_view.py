@@ -176,6 +176,12 @@ def test_query_summary_and_captions(world, explained):
     cap = cv.method_caption(ex["integrated_gradients"])
     assert "logit" in cap and "convergence delta" in cap
     assert "Baseline" in cv.method_details(ex["shap"])
+    # SHAP: its estimator and standard errors, not an "efficiency gap" check
+    sh = cv.method_caption(ex["shap"])
+    assert "estimator " + ex["shap"].extras["estimator"] in sh and "convergence delta" not in sh
+    assert "not an accuracy check" in cv.method_details(ex["shap"])
+    t = cv.attribution_table(ex["shap"], None)
+    assert list(t.columns[:3]) == ["when", "value", "standard_error"]
 
 
 def test_field_value_texts(world):

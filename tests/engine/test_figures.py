@@ -257,3 +257,18 @@ def test_timeline_leaves_click_and_drag_modes_to_streamlit():
     # setting dragmode / clickmode here stopped point clicks from reaching st.plotly_chart(on_select)
     fig = F.timeline_figure(_timeline(), 0.5)
     assert fig.layout.dragmode is None and fig.layout.clickmode is None
+
+
+def test_attribution_bars_draw_two_standard_error_bars_when_the_method_has_them():
+    se = np.array([0.05, 0.1, 0.0, 0.2, 0.0])
+    e = _expl("shap", values=np.array([0.5, -0.25, 0.01, 1.0, 0.0]), standard_errors=se)
+    fig = F.attribution_bars(e, include_query=False)
+    bar = fig.data[0]
+    np.testing.assert_array_equal(bar.y, e.values[:-1])
+    np.testing.assert_allclose(bar.error_y.array, 2 * se[:-1]) and bar.error_y.visible
+    assert list(bar.customdata[:, 0]) == IDS[:-1] and list(bar.customdata[:, 1].astype(float)) == list(se[:-1])
+    assert "±2 standard errors" in fig.layout.title.text and "standard error" in bar.hovertemplate
+    # no standard errors (IG) or all zero (exact SHAP): no error bars
+    for ex in (_expl(), _expl("shap", standard_errors=np.zeros(T))):
+        f = F.attribution_bars(ex)
+        assert f.data[0].error_y.array is None and "standard error" not in (f.layout.title.text or "")

@@ -107,6 +107,29 @@ def test_json_validates_and_matches_case(world):
     assert data["threshold_quality"]["source"].startswith("recomputed")
 
 
+def test_json_has_shap_standard_errors_aligned_with_values(world):
+    data = json.loads(rp.to_json(world["report"]))
+    e = world["expls"]["shap"]
+    sh = data["explanations"]["shap"]
+    assert len(sh["standard_errors"]) == len(sh["values"]) == len(e.values)
+    assert sh["standard_errors"] == pytest.approx(list(e.standard_errors))
+    assert sh["estimator"]["name"] == e.extras["estimator"] and sh["convergence_delta"] is None
+    assert sh["estimator"]["n_evaluations"] == e.extras["n_evaluations"]
+    r0 = sh["top_reasons"][0]
+    assert r0["standard_error"] == pytest.approx(e.standard_errors[r0["position"]])
+    assert data["explanations"]["integrated_gradients"]["standard_errors"] is None
+    assert data["explanations"]["integrated_gradients"]["estimator"] is None
+    # the schema rejects misshapen standard errors or a missing field
+    bad = json.loads(rp.to_json(world["report"]))
+    for broken in ("n/a", [-0.1] * len(sh["values"])):
+        bad["explanations"]["shap"]["standard_errors"] = broken
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, rp.load_schema(), cls=jsonschema.Draft202012Validator)
+    del bad["explanations"]["shap"]["standard_errors"]
+    with pytest.raises(jsonschema.ValidationError, match="standard_errors"):
+        jsonschema.validate(bad, rp.load_schema(), cls=jsonschema.Draft202012Validator)
+
+
 def test_sha_changes_with_content(world):
     r = dict(world["report"])
     r["score"] = {**r["score"], "probability": 0.0}

@@ -178,12 +178,14 @@ def threshold_metrics(scores: pd.DataFrame | None, thresholds: dict[str, float],
 # -------------------------------------------------------------------------------- the model
 def _explanation_entry(e: Any, labels: dict[str, str], top_k: int) -> dict[str, Any]:
     vals = np.asarray(e.values, dtype=float)
+    se = getattr(e, "standard_errors", None)
+    se = None if se is None else np.asarray(se, dtype=float)
     order = np.argsort(-np.abs(vals), kind="stable")[:top_k]
     reasons = [
         {"rank": i + 1, "transaction_id": _text(e.transaction_ids[j]), "position": int(j),
          "is_query": bool(j == len(vals) - 1), "label": labels.get(str(e.transaction_ids[j]), ""),
-         "value": _num(vals[j]), "direction": ("towards fraud" if vals[j] > 0 else
-                                               "towards legitimate" if vals[j] < 0 else "none")}
+         "value": _num(vals[j]), "standard_error": None if se is None else _num(se[j]),
+         "direction": ("towards fraud" if vals[j] > 0 else "towards legitimate" if vals[j] < 0 else "none")}
         for i, j in enumerate(order)
     ]
     fields = []
@@ -210,7 +212,22 @@ def _explanation_entry(e: Any, labels: dict[str, str], top_k: int) -> dict[str, 
         "top_reasons": reasons,
         "top_fields": fields,
         "values": [_num(v) for v in vals],
+        "standard_errors": None if se is None else [_num(v) for v in se],
+        "estimator": _estimator_entry(e),
     }
+
+
+def _estimator_entry(e: Any) -> dict[str, Any] | None:
+    """How a sampled method's values were estimated (SHAP: ``extras``), else ``None``."""
+    ex = e.extras or {}
+    if "estimator" not in ex:
+        return None
+    pr = ex.get("pruned") or {}
+    return _jsonable({"name": ex["estimator"], "n_players": ex.get("n_players"),
+                      "pruned_transactions": pr.get("n_transactions", 0), "prune_tolerance": pr.get("tolerance"),
+                      "converged": ex.get("converged"), "stop_reason": ex.get("stop_reason"),
+                      "rounds": ex.get("rounds"), "n_evaluations": ex.get("n_evaluations"),
+                      "additivity_gap": ex.get("additivity_gap")})
 
 
 def build_report(

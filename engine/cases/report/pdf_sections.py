@@ -149,9 +149,12 @@ def evidence_section(doc: Any, report: dict[str, Any]) -> list[list[str]]:
         if not e["is_attribution"]:
             continue
         doc.para(_METHOD_NAMES.get(m, m), 8)
-        doc.table(["#", "Transaction", "When · amount", "Contribution (logit)"],
+        has_se = e.get("standard_errors") is not None
+        doc.table(["#", "Transaction", "When · amount", "Contribution ± SE (logit)" if has_se else "Contribution (logit)"],
                   [[r["rank"], r["transaction_id"] + (" (explained)" if r["is_query"] else ""), r.get("label", ""),
-                    format_signed(r["value"], 4)] for r in e["top_reasons"]], [8, 50, 80, 30])
+                    format_signed(r["value"], 4) + (f" ± {r['standard_error']:.4f}" if has_se and
+                                                    r.get("standard_error") is not None else "")]
+                   for r in e["top_reasons"]], [8, 50, 74, 36])
     doc.h3("Transactions used by the model (context, time order, explained last)")
     det_keys = sorted({k for t in txs for k in (t.get("details") or {})})
     doc.table(["#", "Transaction", "Time", "Amount", "P(fraud)", "Label", "Details"],
@@ -193,6 +196,15 @@ def _settings_in_words(m: str, e: dict[str, Any]) -> str:
         parts.append(f"baseline: {e['baseline']}")
     if e.get("convergence_delta") is not None:
         parts.append(f"completeness gap (convergence delta) {format_signed(e['convergence_delta'], 4)} logit")
+    est = e.get("estimator")
+    if est:
+        parts.append(f"estimator {est['name']} over {est['n_players']} players ({est['n_evaluations']} coalitions"
+                     + (f", {est['rounds']} rounds" if est.get("rounds") else "")
+                     + (f", the {est['pruned_transactions']} oldest transactions merged into one player"
+                        if est.get("pruned_transactions") else "")
+                     + "; top-5 ranking " + ("resolved" if est.get("converged") else "not resolved within the time budget")
+                     + "); each contribution has a standard error; the contributions add up to score minus base value "
+                       "by construction (imposed by the estimator, not an accuracy check)")
     if e.get("reference_logit") is not None:
         parts.append(f"score of the baseline {format_signed(e['reference_logit'], 3)} logit")
     kind = "attribution, logit" if e["is_attribution"] else "attention weights, not attributions"

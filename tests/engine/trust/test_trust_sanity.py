@@ -1,6 +1,7 @@
 """Sanity checks: a model-independent "explainer" fails cascading randomisation, Integrated
 Gradients passes; the shared model is never changed; completeness re-runs IG with more steps."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -40,12 +41,15 @@ def row_encoder_only(ctx):
 
 
 def test_dummies_fail_and_integrated_gradients_passes():
-    bundle = trained_bundle()
+    # a copy without an attached field reference, so IG's reference comes from each case's context rows
+    # whatever ran before (with the whole frame's reference attached by a bench run, randomising the head
+    # alone left IG's ranking in place on this tiny model: a finding in the notes)
+    bundle = dataclasses.replace(trained_bundle())
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     # 12 cases: randomising the head alone moves IG's ranking from the typical-timeline baseline less
     # (mean rho 0.83) than from the former zero baseline (0.65); over 6 cases its interval still reached
     # above 1 ("unchanged"), over 12 it is 0.72-0.95 (measured)
-    ctxs = [context(q) for q in positive_queries(max_position=15)[1:13]]
+    ctxs = [context(q, bundle=bundle) for q in positive_queries(max_position=15)[1:13]]
     scores = [c.score_logit() for c in ctxs]
     ig = lambda c: explain_ig(c, IGConfig(n_steps=20, target_delta=None))  # noqa: E731
     res = randomisation_check(ctxs, {"integrated_gradients": ig, "amount_magnitude": amount_magnitude,
@@ -162,12 +166,15 @@ def test_completeness_retries_integrated_gradients_with_more_steps():
     assert list(t.columns[:3]) == ["method", "query_transaction_id", "initial_delta"] and len(t) == 1
 
 
-def test_shap_efficiency_gap_is_reported():
+def test_shap_additivity_is_not_presented_as_a_check():
+    """SHAP's estimators impose sum(values) = f(x) - f(query alone): no completeness check for it."""
     from engine.explain import explain_all
 
     ctx = context(positive_queries(15)[2])
     ex = explain_all(ctx, ["shap"], shap_samples=64)
+    assert ex["shap"].convergence_delta is None and abs(ex["shap"].extras["additivity_gap"]) < 1e-6
+    assert ex["shap"].standard_errors is not None
     checks, _ = completeness_checks(ctx, ex)
-    assert checks[0].method == "shap" and checks[0].ok and checks[0].delta == ex["shap"].convergence_delta
+    assert checks == []
     with pytest.raises(ValueError, match="tolerance"):
         completeness_checks(ctx, ex, tolerance=0)
