@@ -109,10 +109,14 @@ def _settled(page) -> bool:
     return page.locator('[data-testid="stStatusWidget"]').count() == 0
 
 
-def wait_lead(page, title_prefix: str | None, old_lead: str | None, timeout: float = 120.0) -> tuple[float, int]:
+TIMEOUT_S = 300.0
+
+
+def wait_lead(page, title_prefix: str | None, old_lead: str | None, timeout: float | None = None) -> tuple[float, int]:
     """Seconds until the lead box of a case is visible (title starts with ``title_prefix`` when
     given, lead text differs from ``old_lead`` or the run settled); and the stale polls seen."""
     t0, stale = time.perf_counter(), 0
+    timeout = TIMEOUT_S if timeout is None else timeout
     while time.perf_counter() - t0 < timeout:
         try:
             title, lead = _title(page), _lead_text(page)
@@ -127,6 +131,8 @@ def wait_lead(page, title_prefix: str | None, old_lead: str | None, timeout: flo
                 if old_lead is not None and lead == old_lead:
                     stale += 1  # settled on the previous case's content
                 return time.perf_counter() - t0, stale
+        if "The reasons could not be built" in _text(page, '[data-testid="stAlert"]'):
+            raise RuntimeError("the page could not build the reasons")
         page.wait_for_timeout(50)
     raise TimeoutError(f"reasons not visible after {timeout} s")
 
@@ -186,17 +192,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-s", type=float, default=90.0, help="seconds the precompute runs before measuring")
     ap.add_argument("--precompute-s", type=float, default=600.0, help="precompute budget (0 = off)")
     ap.add_argument("--data", action="append", type=Path, help="data files (default: demo data + TabFormer)")
+    ap.add_argument("--timeout-s", type=float, default=TIMEOUT_S, help="seconds to wait for one case")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "browser.md")
     a = ap.parse_args(argv)
+    global TIMEOUT_S
+    TIMEOUT_S = a.timeout_s
     from engine.cases import view as cv
     from playwright.sync_api import sync_playwright
 
     files = a.data or [Path(cv.DEMO_DATA)] + ([TABFORMER] if TABFORMER.exists() else [])
-    rows = []
+    rows, lines_failed = [], []
     with tempfile.TemporaryDirectory(prefix="fraudlens-browser-bench-") as tmp, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         for f in files:
-            r = bench_file(browser, f, Path(tmp), a.cases, a.warm_s, a.precompute_s)
+            try:
+                r = bench_file(browser, f, Path(tmp), a.cases, a.warm_s, a.precompute_s)
+            except Exception as e:  # noqa: BLE001 - report it in the table, keep the other files
+                print(f"{f.name}: FAILED {type(e).__name__}: {e}", flush=True)
+                lines_failed.append(f"| {f.name} | | failed: {type(e).__name__}: {e} | | | | |")
+                continue
             rows.append(r)
             print(f"{f.name}: open {r['opens']} switch {r['switches']} stale {r['stale']}", flush=True)
         browser.close()
@@ -213,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{_q(r['switches'], .5):.2f} | {_q(r['switches'], .95):.2f} | 0.8 |")
         lines.append(f"| {r['file']} | {r['rows']:,} | stale polls (old reasons under new title) | "
                      f"{len(r['switches'])} | {r['stale']} total | | 0 |")
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines + lines_failed) + "\n"
     print(text)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text, encoding="utf-8")
