@@ -187,6 +187,7 @@ def _q(xs: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=6, help="case switches per file")
     ap.add_argument("--warm-s", type=float, default=90.0, help="seconds the precompute runs before measuring")
@@ -195,7 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=TIMEOUT_S, help="seconds to wait for one case")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "browser.md")
     a = ap.parse_args(argv)
-    global TIMEOUT_S
     TIMEOUT_S = a.timeout_s
     from engine.cases import view as cv
     from playwright.sync_api import sync_playwright
