@@ -328,14 +328,9 @@ def write_markdown(res: pd.DataFrame, out: str | Path, *, key: str, title: str, 
               "f(x) - f(only the top-k) (DeYoung et al. 2020; lower = better); random = mean of seeded random "
               "orders; precision@k = share of the top-k earlier transactions in the query's own fraud episode "
               "(evaluation-only ground truth). See engine/trust/bench.py.\n\n")
-    text = out.read_text() if out.exists() else header
-    start, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
-    if start in text and end in text:
-        a, b = text.index(start), text.index(end) + len(end)
-        text = text[:a] + sec.rstrip("\n") + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + sec
-    out.write_text(text)
+    if not out.exists():
+        out.write_text(header)
+    _write_section(out, key, sec)
     return out
 
 
@@ -411,10 +406,11 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
 
 
 def _write_section(out: str | Path, key: str, body: str) -> None:
-    """Write (or replace) the section ``key`` of ``out`` with ``body``."""
+    """Write (or replace) the section ``key`` of ``out`` with ``body`` (wrapped in its markers
+    unless it already is)."""
     out = Path(out)
     text = out.read_text() if out.exists() else ""
-    sec = _section(key, body)
+    sec = body if body.startswith(f"<!-- bench:{key} -->") else _section(key, body)
     start, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
     if start in text and end in text:
         a, b = text.index(start), text.index(end) + len(end)

@@ -49,7 +49,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     # the case page: top case, explained transaction, charts
     page.get_by_text("Disposition", exact=True).first.wait_for()
     first = _subheader(page)
-    page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)  # the charts draw after the text
+    page.locator(".js-plotly-plot:visible").nth(1).wait_for(timeout=60_000)  # the charts draw after the text
     assert page.locator(".js-plotly-plot").count() >= 2
 
     # pick another flagged transaction from the picker; the explanation views follow
@@ -63,7 +63,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     second = _subheader(page)
     assert second != first
     page.get_by_text("Disposition", exact=True).first.wait_for()
-    page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot:visible").nth(1).wait_for(timeout=60_000)
     assert page.locator(".js-plotly-plot").count() >= 2
 
     # disposition with a note (hostile text: must stay literal in every export)

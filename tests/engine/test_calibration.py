@@ -239,7 +239,9 @@ def test_drift_reference_and_psi_table():
     assert drift.psi_table(None, frame).empty
 
 
-def test_score_cli_with_the_uncalibrated_demo_model_says_score(tmp_path, monkeypatch):
+def test_score_cli_says_score_for_an_uncalibrated_model_and_probability_for_the_demo_model(tmp_path, monkeypatch):
+    from pathlib import Path
+
     from typer.testing import CliRunner
 
     from engine.cli import app
@@ -247,9 +249,16 @@ def test_score_cli_with_the_uncalibrated_demo_model_says_score(tmp_path, monkeyp
 
     monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
     data = demo_slice(tmp_path / "d.csv", 200)
-    r = CliRunner().invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.csv")])
+    legacy = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_demo"  # written before calibration existed
+    r = CliRunner().invoke(app, ["score", "--data", str(data), "--spec", "tabformer", "--model", str(legacy),
+                                 "--out", str(tmp_path / "s.csv")])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert "on the score (uncalibrated: not a probability)" in text
     header = (tmp_path / "s.csv").read_text().splitlines()[0].split(",")
     assert "score" in header and "logit" in header and "probability" not in header
+    r = CliRunner().invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "p.csv")])  # the demo model
+    assert r.exit_code == 0, r.output
+    assert "calibrated fraud probability" in " ".join(r.output.split())
+    header = (tmp_path / "p.csv").read_text().splitlines()[0].split(",")
+    assert {"score", "logit", "probability"} <= set(header)

@@ -94,7 +94,7 @@ def test_report_json_and_pdf_carry_the_block(world, tmp_path):
     assert doc["history_effect"]["sentence"] == world["fields"]["history_effect"]["sentence"]
     assert doc["field_attribution"]["shown_values"] == pytest.approx(world["fields"]["field_attribution"]["shown_values"])
     assert "history_effect" not in rp.build_report(**kw)  # optional
-    flat = " ".join("\n".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(report, images={}))).pages).split())
+    flat = " ".join("\n".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(report))).pages).split())
     assert "Does the history matter?" in flat and "The query's own fields" in flat
     assert "Fields: " not in flat  # unvalidated per-field sums of the explanations are not printed
     assert world["fields"]["history_effect"]["sentence"].split(":")[0] in flat

@@ -240,7 +240,7 @@ FILE_CASES = {
     "empty": (lambda: b"", re.escape("empty file (no header line)")),
     "bom_only": (lambda: b"\xef\xbb\xbf", re.escape("empty file (no header line)")),
     "huge_header_cell": (lambda: text([r + ",1" for r in ROWS], HEADER + "," + "H" * 200_000).encode(),
-                         f"header column 18 has 200,000 characters \\(the limit is {MAX_CELL_CHARS:,}\\)"),
+                         f"header column 19 has 200,000 characters \\(the limit is {MAX_CELL_CHARS:,}\\)"),
     "blank_first_line": (lambda: ("\n\n" + BASE).encode(),
                          re.escape("line 1 is blank; the header (the column names) must be the first line")),
     "duplicate_header": (lambda: text([r + ",1" for r in ROWS], HEADER + ",MCC").encode(),
@@ -273,7 +273,7 @@ def test_inspect_no_well_formed_record(tmp_path, case):
     r = runner.invoke(app, ["inspect", str(p), "--out", str(tmp_path / "g.toml")])
     assert r.exit_code == 2
     assert r.output == (f"error: {p}: none of the {n} records read is well formed "
-                        f"(row 1: record has {cells_} cells, expected 17)\n")
+                        f"(row 1: record has {cells_} cells, expected 18)\n")
     res = read_transactions(p, SPEC)
     assert res.summary() == f"rows read {n} = accepted 0 + rejected {n}"
 
