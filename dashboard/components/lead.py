@@ -82,13 +82,6 @@ class Lead:
     error: str = ""
 
 
-def _entity_frame(frame: pd.DataFrame, transaction_id: str) -> pd.DataFrame:
-    hit = np.flatnonzero(frame["transaction_id"].astype(str).to_numpy() == str(transaction_id))
-    if not len(hit):
-        raise KeyError(f"transaction_id {transaction_id!r} not found")
-    ent = frame["entity_id"].iloc[int(hit[0])]
-    return frame.loc[frame["entity_id"].to_numpy() == ent].reset_index(drop=True)
-
 
 def _agreement(expls: dict) -> dict | None:
     from engine.trust.agreement import method_agreement
@@ -118,7 +111,7 @@ def _lead(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transa
     from engine.trust.reasons import RANKING_METHODS, reason_codes
 
     expls = dict(state.get_explanations(_loaded, transaction_id))
-    ctx = build_context(_loaded.bundle, _entity_frame(_loaded.source.frame, transaction_id), str(transaction_id))
+    ctx = build_context(_loaded.bundle, cv.entity_rows(_loaded.source.frame, transaction_id), str(transaction_id))
     out = Lead(logit=float(ctx.score_logit()), rows=ctx.rows.reset_index(drop=True).copy())
     try:
         out.reasons = list(reason_codes(ctx, expls))

@@ -40,7 +40,6 @@ import json
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -105,13 +104,6 @@ def _set_edits(query: str, edits: list[dict[str, Any]]) -> None:
 
 
 # ------------------------------------------------------------------------------------ caches
-def _entity_frame(frame: pd.DataFrame, transaction_id: str) -> pd.DataFrame:
-    hit = np.flatnonzero(frame["transaction_id"].astype(str).to_numpy() == str(transaction_id))
-    if not len(hit):
-        raise KeyError(f"transaction_id {transaction_id!r} not found")
-    ent = frame["entity_id"].iloc[int(hit[0])]
-    return frame.loc[frame["entity_id"].to_numpy() == ent].reset_index(drop=True)
-
 
 @st.cache_data(show_spinner="Checking the explanations…", max_entries=64)
 def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
@@ -135,7 +127,7 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     else:
         expls = dict(state._explanations(data_sha, spec, max_rows, model_sha, str(transaction_id), (), _path,
                                          _model_path))
-        ctx = build_context(bundle, _entity_frame(source.frame, transaction_id), str(transaction_id))
+        ctx = build_context(bundle, cv.entity_rows(source.frame, transaction_id), str(transaction_id))
         original_logit, edited_ids = None, []
     logit = ctx.score_logit()
     checks, expls = completeness_checks(ctx, expls, warn=False)  # IG re-run with more steps if needed
@@ -385,7 +377,7 @@ def _try_append(loaded, query: str, edit: dict[str, Any]) -> None:
     ss = st.session_state
     edits = query_edits(query) + [edit]
     try:
-        apply_edits(_entity_frame(loaded.source.frame, query), query, edits, loaded.source.spec)
+        apply_edits(cv.entity_rows(loaded.source.frame, query), query, edits, loaded.source.spec)
     except (KeyError, ValueError) as e:
         ss[WHATIF_ERROR] = f"That edit cannot be applied: {e}"
         return

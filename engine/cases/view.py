@@ -304,6 +304,21 @@ def option_label(timeline: pd.DataFrame, transaction_id: str) -> str:
 
 
 # -------------------------------------------------------------------------------- explanations
+def entity_rows(frame: pd.DataFrame, transaction_id: str) -> pd.DataFrame:
+    """The canonical rows of the entity that ``transaction_id`` belongs to (its whole history,
+    frame order, index reset): all a query's context needs.
+
+    Raises:
+        KeyError: unknown transaction id.
+    """
+    tid = str(transaction_id)
+    hit = np.flatnonzero(frame["transaction_id"].astype(str).to_numpy() == tid)
+    if not len(hit):
+        raise KeyError(f"transaction_id {tid!r} not found")
+    ent = frame["entity_id"].iloc[int(hit[0])]
+    return frame.loc[frame["entity_id"].to_numpy() == ent].reset_index(drop=True)
+
+
 def explain_query(bundle: "ModelBundle", frame: pd.DataFrame, transaction_id: str,
                   methods: tuple[str, ...] | None = None, **params) -> dict[str, "Explanation"]:
     """All explanations of one query: :func:`engine.explain.explain_transaction`.
@@ -321,14 +336,10 @@ def explain_query(bundle: "ModelBundle", frame: pd.DataFrame, transaction_id: st
     if fn is None:
         raise ImportError("engine.explain.explain_transaction is not available")
     tid = str(transaction_id)
-    hit = np.flatnonzero(frame["transaction_id"].astype(str).to_numpy() == tid)
-    if not len(hit):
-        raise KeyError(f"transaction_id {tid!r} not found")
+    sub = entity_rows(frame, tid)
     from engine.explain.reference import attach_reference
 
     attach_reference(bundle, frame)  # IG's typical transaction: from the checkpoint or this data, not one entity
-    ent = frame["entity_id"].iloc[int(hit[0])]
-    sub = frame.loc[frame["entity_id"].to_numpy() == ent].reset_index(drop=True)
     sig = inspect.signature(fn)
     takes_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
     kw = dict(params)

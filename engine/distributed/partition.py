@@ -462,7 +462,7 @@ def score_partitioned(
         two_pass = bool(spec.aggregates) or bool(spec.id and _ids_in_several_partitions(con, parts, spec))
         log(f"partitioned {rows_read:,} records into {partitions} partitions by entity "
             f"({time.perf_counter() - t0:.1f} s); {'two passes' if two_pass else 'one pass'}")
-        sc = _Scorer(bundle, out, _out_schema(spec.label is not None, bool(getattr(bundle, "calibrated", False))), review_threshold, batch_size)
+        sc = _Scorer(bundle, out, _out_schema(spec.label is not None, bundle.calibrated), review_threshold, batch_size)
         raw_dir, valid = tmp / "raw", tmp / "valid"
         raw_dir.mkdir()
         valid.mkdir()

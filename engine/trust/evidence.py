@@ -14,18 +14,14 @@ checkpoint has a calibration map, sigmoid scores otherwise (``word`` says which)
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from engine.explain.base import Explanation
 from engine.explain.removal import presence_masks, query_logits
+from engine.model.scoring import sigmoid
 from engine.trust.reasons import Z_CITE, citable_positions
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
 
 
 @dataclass
@@ -52,11 +48,11 @@ class KeyEvidence:
 
     @property
     def score_with(self) -> float:
-        return _sigmoid(self.logit_with)
+        return float(sigmoid(np.float64(self.logit_with)))
 
     @property
     def score_without(self) -> float:
-        return _sigmoid(self.logit_without)
+        return float(sigmoid(np.float64(self.logit_without)))
 
     def to_dict(self) -> dict:
         return {**asdict(self), "score_with": self.score_with, "score_without": self.score_without}
@@ -83,9 +79,8 @@ def key_evidence(ctx, explanation: Explanation, top_k: int = 8, z: float = Z_CIT
     cut[0, pos] = False
     logits = query_logits(ctx, presence_masks(ctx, np.vstack([full, cut])))
     bundle = ctx.bundle
-    out = np.asarray(bundle.probability(logits), dtype=np.float64) if hasattr(bundle, "probability") else \
-        1.0 / (1.0 + np.exp(-logits))
-    word = "probability" if getattr(bundle, "calibrated", False) else "score"
+    out = np.asarray(bundle.probability(logits), dtype=np.float64)
+    word = "probability" if bundle.calibrated else "score"
     return KeyEvidence([ctx.transaction_ids[p] for p in pos], explanation.method, float(logits[0]),
                        float(logits[1]), float(out[0]), float(out[1]), word)
 

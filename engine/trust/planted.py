@@ -77,8 +77,8 @@ def planted_cause_bench(bundle: ModelBundle, frame: pd.DataFrame, *,
     Returns:
         one row per (episode, method) with ``episode``, ``kind``, ``query``, ``method``,
         ``n_truth`` (cause rows in the context), ``P`` (earlier transactions), ``precision``,
-        ``probability`` (model output of the query) and, on the method rows used by the reason
-        codes, ``reason_top2`` (1.0 / 0.0). Episodes whose cause fell outside the context are
+        ``probability`` (the model's output for the query: calibrated when the checkpoint has a
+        map) and ``reason_top2`` (1.0 / 0.0: a top-2 reason code cites a cause row). Episodes whose cause fell outside the context are
         left out.
     """
     methods = list(methods)
@@ -95,7 +95,7 @@ def planted_cause_bench(bundle: ModelBundle, frame: pd.DataFrame, *,
         reasons = reason_codes(ctx, expls) if any(m in expls for m in ("shap", "occlusion", "integrated_gradients")) else []
         cause_ids = {ctx.transaction_ids[j] for j in truth}
         top2 = float(any(cause_ids & set(r.transaction_ids) for r in reasons[:2]))
-        prob = float(1.0 / (1.0 + np.exp(-next(iter(expls.values())).score_logit)))
+        prob = float(bundle.probability(np.array([next(iter(expls.values())).score_logit]))[0])
         for m, e in ranked.items():
             rows.append({"episode": pq["episode"], "kind": pq["kind"], "query": pq["query"], "method": m,
                          "n_truth": len(truth), "P": ctx.T - 1, "precision": precision_at(ranking_order(e), truth),
