@@ -388,7 +388,9 @@ def warm(settings: Settings) -> tuple:
     sha = cv.file_identity(src["path"])
     key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
     _source(*key[:4])
-    _ranking(*key)
+    review = thresholds_now(bundle)["review"]
+    _flagged(*key, review)  # the same cache entries load_all reads
+    _ranking(*key, review)
     return key
 
 
