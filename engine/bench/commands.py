@@ -190,7 +190,7 @@ def bench_serve(
     handbook: Path = typer.Option(HANDBOOK, help="the Handbook transactions file"),
     handbook_rows: int = typer.Option(30_000, min=100, help="first N Handbook transactions (time order) replayed"),
     clients: str = typer.Option("1,8,32", help="comma-separated concurrent clients"),
-    rate: float = typer.Option(1000.0, min=1.0, help="paced runs: transactions per second in all"),
+    rate: str = typer.Option("250,500,1000", help="paced runs: comma-separated rates, transactions per second in all"),
     seconds: float = typer.Option(5.0, min=1.0, max=60.0, help="time limit per run"),
     sync: str = typer.Option("full,normal", help="comma-separated history commit modes (fraudlens serve --sync)"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "serve.md"),
@@ -201,8 +201,14 @@ def bench_serve(
 
     cl = tuple(int(c) for c in clients.split(",") if c.strip())
     try:
+        rates = tuple(float(r) for r in rate.split(",") if r.strip())
+    except ValueError:
+        _fail(f"--rate: expected comma-separated numbers, got {rate!r}")
+    if not rates or min(rates) < 1.0:
+        _fail(f"--rate: expected rates of at least 1 transaction per second, got {rate!r}")
+    try:
         serve_load.run(model, handbook_model, tabformer, handbook if handbook_model else None, out, clients=cl,
-                       rate=rate, seconds=seconds, handbook_rows=handbook_rows,
+                       rates=rates, seconds=seconds, handbook_rows=handbook_rows,
                        syncs=tuple(x.strip() for x in sync.split(",") if x.strip()), log=plain_log)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         _fail(str(e))

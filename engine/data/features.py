@@ -29,6 +29,7 @@ attributions can be reported per (transaction, field):
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -251,14 +252,21 @@ class FeatureEncoder:
         """Encode one canonical row (dict or Series) without pandas: the incremental scorer's
         fast path (tested equal to :meth:`transform`). Returns an ``EncodedFrame`` of length 1."""
         luts = self.__dict__.setdefault("_luts", {})
+        fast = self.__dict__.get("_row_consts")
+        if fast is None:  # per-encoder constants of this path, computed once
+            e = [float(x) for x in self.state["amount_bin_edges"]]
+            fast = self.__dict__["_row_consts"] = (
+                e, [max(b - a, 1e-9) for a, b in zip(e, e[1:])], {f.name: f for f in self.spec.fields})
+        edges, widths, fspec = fast
         amount = float(row["amount"])
-        logabs = np.log1p(abs(amount))
-        ts = pd.Timestamp(row["timestamp"])
-        cat = [int(np.sign(amount) + 1), int(np.searchsorted(self.state["amount_bin_edges"], logabs, side="right")),
-               ts.hour, ts.day_of_week]
+        logabs = float(np.log1p(abs(amount)))
+        # nanoseconds since the epoch of the naive timestamp; hour and weekday by integer arithmetic
+        # (1970-01-01 was a Thursday: weekday 3 with Monday = 0, as pandas' day_of_week)
+        ns = int(row["ts_ns"]) if "ts_ns" in row else int(pd.Timestamp(row["timestamp"]).value)
+        cat = [int(np.sign(amount) + 1), bisect.bisect_right(edges, logabs),
+               (ns // 3_600_000_000_000) % 24, (ns // 86_400_000_000_000 + 3) % 7]
         num = [(logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]]
-        num += piecewise_linear(np.array([logabs]), self.state["amount_bin_edges"])[0].tolist()
-        fspec = {f.name: f for f in self.spec.fields}
+        num += [min(max((logabs - a) / w, 0.0), 1.0) for a, w in zip(edges, widths)]  # as piecewise_linear
         for name, st in self.state["categorical"].items():
             v = str(row[name])
             if v == fspec[name].missing:
@@ -289,7 +297,7 @@ class FeatureEncoder:
             cat=np.asarray([cat], np.int64),
             num=np.asarray([num], np.float32),
             multi=(np.concatenate(multi)[None, :] if multi else np.zeros((1, 0), np.float32)),
-            time_s=np.asarray([ts.value / 1e9]),
+            time_s=np.asarray([ns / 1e9]),
         )
 
     def unseen_values(self, frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -124,6 +124,10 @@ class _CacheCollector:
                 c = CounterMetricFamily(f"fraudlens_serve_worker_{key}", doc)
                 c.add_metric([], getattr(w, key))
                 yield c
+            g = GaugeMetricFamily("fraudlens_serve_worker_backlog", "flagged transactions not yet explained "
+                                  "(at the worker's last step)")
+            g.add_metric([], w.backlog)
+            yield g
 
 
 def _error(status: int, detail: list[dict[str, Any]]) -> JSONResponse:

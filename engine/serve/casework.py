@@ -19,6 +19,14 @@ loses no case of an acknowledged transaction), and for each batch:
    (``GET /v1/explanations/{transaction_id}``);
 3. advances the cursor.
 
+Explanations cost far more than scoring (occlusion: one forward pass per earlier transaction of
+the window), so the worker keeps to a CPU budget: after each explanation it sleeps long enough
+that its thread's CPU time stays at most ``explain_cpu`` (a fraction of one core, default
+:data:`DEFAULT_EXPLAIN_CPU`) of the wall time. Cases are opened at once; explanations then lag
+behind a burst of flags (the backlog is ``GET /healthz``'s ``case_worker.backlog`` and the
+``fraudlens_serve_worker_backlog`` gauge) instead of slowing the scoring path, which shares the
+cores and the interpreter lock.
+
 Every ``THRESHOLD_REFRESH_S`` seconds it also re-reads the thresholds in force
 (:func:`engine.cases.thresholds.thresholds_in_force`: set on the dashboard's Queue page, else the
 checkpoint's), so a threshold change applies to later requests without a restart.
@@ -41,6 +49,8 @@ log = logging.getLogger("fraudlens.serve")
 THRESHOLD_REFRESH_S = 30.0
 CURSOR_KEY = "case_cursor"
 EXPLAIN_METHODS = ("occlusion", "none")
+#: default CPU budget of the explanation worker, as a fraction of one core
+DEFAULT_EXPLAIN_CPU = 0.25
 
 
 def service_source_id(bundle: ModelBundle) -> str:
@@ -79,13 +89,23 @@ class CaseWorker(threading.Thread):
         case_db: the case store file (``None``: :func:`engine.cases.store.default_db_path`).
         explain_method: ``"occlusion"`` or ``"none"`` (cases only).
         on_thresholds: called with the thresholds dict whenever they are re-read.
+        explain_cpu: CPU budget of the explanations, a fraction of one core in (0, 1]
+            (module docstring; 1 = no pause).
+
+    Raises:
+        ValueError: an unknown explain method or a budget outside (0, 1].
     """
 
     def __init__(self, bundle: ModelBundle, history_path: Path, case_db: Path | None, explain_method: str,
-                 on_thresholds: Callable[[dict], None]):
+                 on_thresholds: Callable[[dict], None], explain_cpu: float = DEFAULT_EXPLAIN_CPU):
         super().__init__(name="fraudlens-cases", daemon=True)
         if explain_method not in EXPLAIN_METHODS:
             raise ValueError(f"explain method: expected one of {EXPLAIN_METHODS}, got {explain_method!r}")
+        if not 0.0 < explain_cpu <= 1.0:
+            raise ValueError(f"explain CPU budget: expected a fraction of one core in (0, 1], got {explain_cpu!r}")
+        self.explain_cpu = float(explain_cpu)
+        self.paused_s = 0.0  # seconds slept to keep to the budget
+        self.backlog = 0  # flagged transactions after the cursor at the last step
         self.bundle, self.history_path, self.case_db = bundle, history_path, case_db
         self.explain_method, self.on_thresholds = explain_method, on_thresholds
         self.source = service_source_id(bundle)
@@ -131,10 +151,18 @@ class CaseWorker(threading.Thread):
             history.close()
             store.close()
 
+    def _keep_budget(self, cpu_s: float) -> None:
+        """Sleep so that ``cpu_s`` of work is at most ``explain_cpu`` of the time it occupies."""
+        pause = cpu_s * (1.0 / self.explain_cpu - 1.0)
+        if pause > 0:
+            self.paused_s += pause
+            self.stopping.wait(pause)
+
     def step(self, history: HistoryStore, store) -> bool:
         """One batch of flagged transactions; False when there was none."""
         cursor = int(history.meta(CURSOR_KEY) or 0)
         items = history.flagged_after(cursor, 100)
+        self.backlog = history.flagged_count_after(cursor)
         if not items:
             return False
         self.idle.clear()
@@ -150,8 +178,10 @@ class CaseWorker(threading.Thread):
                 if e not in frames:
                     frames[e] = history.entity_frame(e)
                 case = store.find_case(sha, self.source, e)
+                cpu0 = time.thread_time()
                 out = explain_flagged(self.bundle, frames[e], tid)
                 history.put_explanation(tid, e, None if case is None else int(case["id"]), self.explain_method, out)
                 self.explained += 1
+                self._keep_budget(time.thread_time() - cpu0)
         history.set_meta(CURSOR_KEY, str(items[-1][0]))
         return True

@@ -42,6 +42,9 @@ def serve(
     shadow: bool = typer.Option(False, "--shadow", help="score and log only: never write cases"),
     cases: Optional[Path] = typer.Option(None, help="case store file (default: $FRAUDLENS_DATA_DIR/cases.sqlite3)"),
     explain: str = typer.Option("occlusion", help="background explanation of flagged transactions: occlusion or none"),
+    explain_cpu: float = typer.Option(0.25, min=0.01, max=1.0, help="CPU budget of the background explanations "
+                                      "(fraction of one core; they lag behind a burst of flags instead of slowing "
+                                      "scoring)"),
     token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $FRAUDLENS_SERVE_TOKEN)"),
     sync: str = typer.Option("full", help="history commits: full (fsync each commit group: survives power loss) or "
                              "normal (survives kill -9 and process crashes, not power loss)"),
@@ -74,7 +77,7 @@ def serve(
     hist = history or default_history_path(bundle)
     try:
         service = ScoringService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
-                                 explain=explain, sync=sync)
+                                 explain=explain, sync=sync, explain_cpu=explain_cpu)
     except Exception as e:  # noqa: BLE001 - one line naming the store
         _fail(f"cannot open the history store {hist}: {e}")
     if warm is not None:

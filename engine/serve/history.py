@@ -211,6 +211,11 @@ class HistoryStore:
         return self.conn.execute("SELECT seq, transaction_id, entity_id FROM transactions WHERE flagged = 1 "
                                  "AND seq > ? ORDER BY seq LIMIT ?", (int(seq), int(limit))).fetchall()
 
+    def flagged_count_after(self, seq: int) -> int:
+        """How many flagged transactions come after ``seq`` (the case worker's backlog)."""
+        return int(self.conn.execute("SELECT count(*) FROM transactions WHERE flagged = 1 AND seq > ?",
+                                     (int(seq),)).fetchone()[0])
+
     def explanation(self, transaction_id: str) -> dict[str, Any] | None:
         r = self.conn.execute("SELECT entity_id, case_id, method, explanation_json, created_at FROM explanations "
                               "WHERE transaction_id = ?", (transaction_id,)).fetchone()

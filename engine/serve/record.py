@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -74,13 +74,20 @@ def cell_text(v: Any) -> str:
     raise TypeError(f"expected a text or a number, got {type(v).__name__}")
 
 
+_EPOCH, _MICROSECOND = datetime(1970, 1, 1), timedelta(microseconds=1)
+_STRIP_TABLES: dict[str, dict] = {}  # characters to strip -> str.translate table
+
+
 def _number(v: Any, strip: str = "") -> tuple[float, bool, str]:
     """(value, empty, text) under :func:`engine.data.validate._numbers`' rules; NaN = not a number."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         x = float(v)
         return x, math.isnan(x), cell_text(v) if not math.isinf(x) else repr(x)
     t = cell_text(v)
-    c = t.translate(str.maketrans("", "", strip + " \t"))
+    table = _STRIP_TABLES.get(strip)
+    if table is None:
+        table = _STRIP_TABLES[strip] = str.maketrans("", "", strip + " \t")
+    c = t.translate(table)
     if c == "":
         return math.nan, True, t
     if c[:1] == "(" and c[-1:] == ")":  # accounting negative "(25.00)"
@@ -175,7 +182,7 @@ def _timestamp_ns(rec: dict, spec: DatasetSpec) -> int:
         cols = "/".join(parts[k] for k in ("year", "month", "day"))
         raise RecordError(cols, "/".join(cell_text(rec.get(parts[k])) for k in ("year", "month", "day")),
                           "timestamp parts do not form a valid date") from None
-    return int(pd.Timestamp(day).as_unit("ns").value) + secs * 1_000_000_000
+    return (day - _EPOCH) // _MICROSECOND * 1000 + secs * 1_000_000_000
 
 
 def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:

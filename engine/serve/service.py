@@ -41,7 +41,7 @@ import numpy as np
 from engine.cases.thresholds import decision_band, thresholds_in_force
 from engine.model.checkpoint import ModelBundle
 from engine.model.scoring import NonFiniteScoreError
-from engine.serve.casework import CaseWorker
+from engine.serve.casework import DEFAULT_EXPLAIN_CPU, CaseWorker
 from engine.serve.history import GroupCommitter, HistoryStore, row_json, utcnow
 from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
 from engine.serve.state import EntityCache
@@ -84,11 +84,13 @@ class ScoringService:
         explain: ``"occlusion"`` or ``"none"``: what the case worker computes per flagged transaction.
         start_worker: start the case worker (tests may drive it by hand).
         sync: ``"full"`` (fsync per commit) or ``"normal"`` (:data:`engine.serve.history.SYNC_MODES`).
+        explain_cpu: CPU budget of the background explanations, a fraction of one core
+            (:class:`engine.serve.casework.CaseWorker`).
     """
 
     def __init__(self, bundle: ModelBundle, history_path: str | Path, *, cache_bytes: int = 256 * 2**20,
                  shadow: bool = False, case_db: str | Path | None = None, explain: str = "occlusion",
-                 start_worker: bool = True, sync: str = "full"):
+                 start_worker: bool = True, sync: str = "full", explain_cpu: float = DEFAULT_EXPLAIN_CPU):
         self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
         self.calibrated = bool(getattr(bundle, "calibrated", False))
         self.history_path = Path(history_path)
@@ -106,7 +108,8 @@ class ScoringService:
         self.counts = {"scored": 0, "duplicates": 0, "rejected": 0, "flagged": 0}
         self.worker: CaseWorker | None = None
         if not shadow:
-            self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, self._set_thresholds)
+            self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, self._set_thresholds,
+                                     explain_cpu=explain_cpu)
             if start_worker:
                 self.worker.start()
         self.started = time.time()
@@ -296,6 +299,8 @@ class ScoringService:
                 "history_broken": self.committer.broken, "cache": cache, "thresholds": self.thresholds,
                 "case_worker": None if w is None else {"alive": w.is_alive(), "cases_written": w.cases_written,
                                                        "explained": w.explained, "errors": w.errors,
+                                                       "backlog": w.backlog, "explain_cpu": w.explain_cpu,
+                                                       "paused_s": round(w.paused_s, 1),
                                                        "last_error": w.last_error},
                 "uptime_s": round(time.time() - self.started, 1)}
 

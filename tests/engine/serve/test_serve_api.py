@@ -218,6 +218,46 @@ def test_flagged_transactions_open_cases_with_explanations(bundle, records, batc
     svc.close()
 
 
+def test_explanation_worker_keeps_to_its_cpu_budget(bundle, records, batch_probs, tmp_path, monkeypatch):
+    """Each explanation's thread CPU time is followed by a pause of cpu * (1/budget - 1), so the
+    worker uses at most ``explain_cpu`` of a core; the backlog counts flagged rows not yet explained."""
+    import engine.serve.casework as cw
+
+    review = float(np.median([batch_probs[r["tid"]] for r in records[:40]]))
+    with CaseStore(tmp_path / "cases.sqlite3") as store:
+        store.set_thresholds(bundle.sha256, review=review, decline=max(review, 0.95), actor="alice")
+    svc, c = make(bundle, tmp_path, explain_cpu=0.2)
+    bodies = [c.post("/v1/score", json=rec).json() for rec in records[:40]]
+    n_flagged = sum(b["probability"] >= review for b in bodies)
+    assert n_flagged >= 2
+    w = svc.worker
+    history, store = cw.HistoryStore(svc.history_path), CaseStore(tmp_path / "cases.sqlite3")
+    assert history.flagged_count_after(0) == n_flagged
+    spent, waits = [], []
+
+    def busy(bundle, frame, tid):  # a fixed CPU cost per explanation
+        t0 = cw.time.thread_time()
+        while cw.time.thread_time() - t0 < 0.02:
+            pass
+        spent.append(cw.time.thread_time() - t0)
+        return {"explanation": {}, "reasons": []}
+
+    monkeypatch.setattr(cw, "explain_flagged", busy)
+    monkeypatch.setattr(w.stopping, "wait", lambda s: waits.append(s))
+    assert w.step(history, store) and w.backlog == n_flagged
+    assert w.explained == n_flagged and len(waits) == n_flagged
+    for cpu, pause in zip(spent, waits):
+        assert pause >= 4.0 * cpu * 0.95  # 1/0.2 - 1 = 4 (the measured CPU includes put_explanation)
+    assert w.paused_s == pytest.approx(sum(waits))
+    assert not w.step(history, store) and w.backlog == 0
+    assert c.get("/healthz").json()["case_worker"]["backlog"] == 0
+    assert "fraudlens_serve_worker_backlog 0.0" in c.get("/metrics").text
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="fraction of one core"):
+            cw.CaseWorker(bundle, svc.history_path, None, "occlusion", lambda t: None, explain_cpu=bad)
+    history.close(), store.close(), svc.close()
+
+
 def test_healthz_metrics_and_openapi(bundle, records, batch_probs, tmp_path):
     svc, c = make(bundle, tmp_path)
     review = float(np.median([batch_probs[r["tid"]] for r in records[:10]]))
