@@ -18,7 +18,8 @@ byte of its response, milliseconds, ``time.perf_counter``), ``server_ms`` (the r
 ``wall_s`` (first send to last response, seconds) for the whole run. It prints ``started`` when
 the clients start (after their connections are open).
 
-Paced clients send request ``i`` at ``t0 + i / rate`` or, when behind, at once; the latency is
+Paced clients send request ``i`` at ``t0 + c / (n rate) + i / rate`` (client ``c`` of ``n``:
+the clients' requests interleave evenly, one every ``1 / (n rate)`` s in all) or, when behind, at once; the latency is
 measured from the actual send (a closed-loop client: if the server stalls, later requests are
 sent late rather than queued, so the achieved throughput column shows when the rate was not met).
 """
@@ -59,7 +60,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def _client(port: int, bodies: list[bytes], path: str, rate: float | None, t_end: float,
-                  start: asyncio.Event) -> dict:
+                  start: asyncio.Event, offset: float = 0.0) -> dict:
     reqs = [_request(path, b) for b in bodies]
     cms, sms, acked, errors = [], [], [], {}
 
@@ -68,7 +69,7 @@ async def _client(port: int, bodies: list[bytes], path: str, rate: float | None,
 
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     await start.wait()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() + offset
     for i, req in enumerate(reqs):
         if rate:
             wait = t0 + i / rate - time.perf_counter()
@@ -103,8 +104,12 @@ async def _client(port: int, bodies: list[bytes], path: str, rate: float | None,
 async def _main(job: dict) -> dict:
     start = asyncio.Event()
     t_end = time.perf_counter() + float(job["seconds"]) + 1.0
+    n, rate = len(job["lanes"]), job["rate"]
+    # paced: client c starts c / (n * rate) s late, so the n clients' requests interleave evenly
+    # (all starting together would send them in bursts of n at the same instants)
     tasks = [asyncio.ensure_future(_client(int(job["port"]), [b.encode() for b in lane], job.get("path", "/v1/score"),
-                                           job["rate"], t_end, start)) for lane in job["lanes"]]
+                                           rate, t_end, start, c / (n * rate) if rate else 0.0))
+             for c, lane in enumerate(job["lanes"])]
     await asyncio.sleep(0.2)  # connections open before the clock starts
     t0 = time.perf_counter()
     start.set()

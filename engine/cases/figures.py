@@ -68,13 +68,17 @@ METHOD_TITLES = {
     "occlusion": "Occlusion",
 }
 _FONT = dict(family="sans-serif", size=12)  # system fonts only: nothing from a CDN
+#: top margin (px) of a titled figure: the title sits in the top 28 px of the figure (``yref
+#: "container"``) and a horizontal legend in the band just above the plot, so the two never overlap
+TOP_MARGIN = 72
 
 
 def _layout(fig: go.Figure, title: str | None = None, height: int | None = None) -> go.Figure:
     fig.update_layout(
-        title=dict(text=title, x=0, xanchor="left", font=dict(size=14)) if title else None,
+        title=dict(text=title, x=0, xanchor="left", yref="container", y=0.98, yanchor="top",
+                   font=dict(size=14)) if title else None,
         font=_FONT,
-        margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+        margin=dict(l=10, r=10, t=TOP_MARGIN if title else 40, b=10),
         height=height,
         plot_bgcolor="white",
         hoverlabel=dict(font_size=12),

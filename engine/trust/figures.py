@@ -36,6 +36,9 @@ METHOD_TITLES = {
     "occlusion": "Occlusion",
 }
 _FONT = dict(family="sans-serif", size=12)
+#: top margin (px) of a titled figure: the title sits in the top 28 px of the figure (``yref
+#: "container"``) and a horizontal legend in the band just above the plot, so the two never overlap
+TOP_MARGIN = 72
 
 
 def _title(method: str) -> str:
@@ -44,9 +47,10 @@ def _title(method: str) -> str:
 
 def _layout(fig: go.Figure, title: str | None, height: int | None) -> go.Figure:
     fig.update_layout(
-        title=dict(text=title, x=0, xanchor="left", font=dict(size=14)) if title else None,
+        title=dict(text=title, x=0, xanchor="left", yref="container", y=0.98, yanchor="top",
+                   font=dict(size=14)) if title else None,
         font=_FONT, height=height, plot_bgcolor="white",
-        margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+        margin=dict(l=10, r=10, t=TOP_MARGIN if title else 40, b=10),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
     )
     fig.update_xaxes(showline=True, linecolor="#b0bec5", gridcolor="#eceff1", zeroline=False)

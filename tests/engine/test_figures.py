@@ -272,3 +272,22 @@ def test_attribution_bars_draw_two_standard_error_bars_when_the_method_has_them(
     for ex in (_expl(), _expl("shap", standard_errors=np.zeros(T))):
         f = F.attribution_bars(ex)
         assert f.data[0].error_y.array is None and "standard error" not in (f.layout.title.text or "")
+
+
+def test_titled_figures_keep_the_title_above_the_legend_band():
+    """Title in the top band of the figure (container coordinates), the horizontal legend just
+    above the plot, and a top margin that holds both (a chart title overlapped its legend)."""
+    from engine.cases import model_figures as MF
+    from engine.trust import figures as TF
+
+    for layout_fn in (F._layout, TF._layout):
+        fig = go.Figure(data=[go.Scatter(x=[0, 1], y=[0, 1], name="a"), go.Scatter(x=[0, 1], y=[1, 0], name="b")])
+        fig = layout_fn(fig, "A long chart title that used to run into the legend", 300)
+        lay = fig.layout
+        assert lay.title.yref == "container" and lay.title.yanchor == "top" and lay.title.y >= 0.95
+        assert lay.legend.orientation == "h" and lay.legend.yanchor == "bottom" and lay.legend.y == 1.0
+        # title text (~20 px at 14 px font) + legend row (~24 px) fit in the margin
+        assert lay.margin.t >= 28 + 24 + 12
+        untitled = layout_fn(go.Figure(), None, 300)
+        assert untitled.layout.title.text is None and untitled.layout.margin.t < lay.margin.t
+    assert MF._layout is F._layout  # the Model page's charts use the same layout
