@@ -70,7 +70,10 @@ def _case(name: str, data: Path, rows: int, model: Path, partitions: int, tmp: P
     out.unlink()
     if written != rows:
         raise RuntimeError(f"{name}: {written:,} rows written for {rows:,} input rows")
+    from engine.model.checkpoint import load_checkpoint
+
     r.update(case=name, rows=rows, partitions=partitions, memory_limit=memory_limit if partitions else "",
+             model_sha256=load_checkpoint(model).sha256,
              rows_per_s=rows / r["wall_s"], rows_per_cpu_s=rows / r["cpu_s"],
              finished=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return r
@@ -84,11 +87,16 @@ def run(model: Path, handbook: Path, rows: list[int], tmp: Path, *, seed: int = 
 
     tmp.mkdir(parents=True, exist_ok=True)
     store = RESULTS / "scale.json"
-    done = {r["case"]: r for r in json.loads(store.read_text())} if store.exists() else {}
+    from engine.model.checkpoint import load_checkpoint
+
+    sha = load_checkpoint(model).sha256
+    # cases of another model are dropped: throughput depends on the architecture (a table mixing
+    # models would compare unlike things)
+    done = {r["case"]: r for r in json.loads(store.read_text()) if r.get("model_sha256") == sha} if store.exists() else {}
 
     def keep(r: dict) -> None:
         if store.exists():  # another bench run may have added cases meanwhile
-            done.update({x["case"]: x for x in json.loads(store.read_text())})
+            done.update({x["case"]: x for x in json.loads(store.read_text()) if x.get("model_sha256") == sha})
         done[r["case"]] = r
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(sorted(done.values(), key=lambda x: (x["rows"], x["partitions"])), indent=1))
