@@ -19,7 +19,7 @@ amount             float64          signed amount in spec.amount.currency; negat
 <field.name>       float64          numeric fields
 <field.name>       object (str)     multi-valued fields: sorted values joined with "|", "" = none
 label              Int8 (nullable)  1 fraud, 0 legit, <NA> unknown (column absent if no label)
-<passthrough>      as read          spec.passthrough columns, original names, never model input
+<passthrough>      as read          spec.passthrough columns, original names, never model input; None if not in file
 =================  ===============  ==========================================================
 
 ``LoadResult.rejected`` has columns file, row_number, column, value, reason (one row per
@@ -33,7 +33,7 @@ Details of the parsing rules (beyond the contract):
   merchant id stays exact). Parquet columns keep their stored types; they are turned into text
   where a role needs text (integers and floats as their shortest exact text, ``1.0`` -> ``"1"``).
 * Before parsing, :func:`engine.data.sniff.probe` checks the file: a directory, a device, a zip
-  archive, UTF-16 text, NUL bytes or a non-UTF-8 header line fail with one line naming the cause;
+  archive, UTF-16 text, binary data or a non-UTF-8 header line fail with one line naming the cause;
   gzip/bzip2/xz are read by their magic bytes; a semicolon-, tab- or pipe-delimited file is
   detected from its header line.
 * CSV records: rows read is the file's record count. A quoted cell may contain a line break, but
@@ -96,6 +96,7 @@ from engine.data.validate import (
     _is_text,
     _join_keys,
     _LazyText,
+    _missing_passthrough_note as _pass_note,
     _multi,
     _numbers,
     _Problems,
@@ -426,19 +427,19 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
         FileNotFoundError: ``path`` does not exist.
         ValueError: not a regular file or not UTF-8 CSV / Parquet (:func:`engine.data.sniff.probe`),
             the file is empty, has duplicate column names, lacks a column the spec requires (the
-            message names the file, the missing column(s) and the columns found), or a quote lost
-            sync (the message names the line).
+            message names the file, the missing column(s) and the columns found; a missing
+            passthrough column is None in the frame and a note), or a quote lost sync (the line).
     """
     p = Path(path)
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"max_rows must be >= 0, got {max_rows}")
     pr = probe(p, spec.format)
     if pr.format == "csv":
-        _check_columns(p, spec, _csv_header(p, pr))
+        no_pass = _check_columns(p, spec, _csv_header(p, pr))
         raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
     else:
         schema = _parquet_file(p).schema_arrow
-        _check_columns(p, spec, schema.names)
+        no_pass = _check_columns(p, spec, schema.names)
         _check_parquet_types(p, spec, schema)
         raw, row_numbers, pre_rejected = _read_parquet(p, max_rows)
     n = len(raw)
@@ -559,8 +560,8 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     if label_kind is not None:
         lk = label_kind[order]
         cols["label"] = pd.Series(pd.arrays.IntegerArray(np.where(lk == 1, 1, 0).astype(np.int8), lk == -1))
-    for c in spec.passthrough:
-        cols[c] = raw[c].iloc[order].reset_index(drop=True)
+    for c in spec.passthrough:  # a passthrough column the file lacks: None (a note says so)
+        cols[c] = raw[c].iloc[order].reset_index(drop=True) if c in raw else pd.Series([None] * len(order), dtype=object)
     frame = pd.DataFrame(cols, copy=False)
     if spec.aggregates:  # delayed-label history features of other keys (engine.data.aggregates)
         from engine.data.aggregates import add_aggregates
@@ -589,6 +590,6 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     assert rows_read == len(frame) + len(rej)
     mentioned = set(spec.roles())
     unused = [c for c in raw.columns if c not in mentioned]
-    notes = [pr.note] if pr.format == "csv" and pr.note else []
+    notes = ([pr.note] if pr.format == "csv" and pr.note else []) + ([_pass_note(p, no_pass)] if no_pass else [])
     return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused,
                       notes=notes)

@@ -9,8 +9,14 @@ being parsed into mojibake column names:
   transparently (``data.csv`` that is really gzip works), a zip archive is refused;
 * Parquet is recognised by its ``PAR1`` magic (whatever the suffix); a ``.parquet`` name on a file
   without it is refused;
-* text must be UTF-8 (a UTF-8 byte-order mark is fine): a UTF-16/UTF-32 byte-order mark, NUL bytes
-  (UTF-16 without a mark, or binary data) or a header line that is not UTF-8 are refused;
+* text must be UTF-8 (a UTF-8 byte-order mark is fine): a UTF-16/UTF-32 byte-order mark, UTF-16
+  without a mark (NUL bytes at every other position), a header line that is not UTF-8 or holds a
+  NUL byte are refused;
+* binary data is refused: a known binary signature (PNG, JPEG, GIF, PDF, ELF, SQLite, OLE2 / old
+  Excel, 7-Zip, HDF5, as :func:`binary_kind`), or more than :data:`MAX_CONTROL_FRACTION` of the first
+  :data:`SAMPLE_BYTES` being NUL or other control bytes (at least 8 of them). A few NUL bytes in an
+  otherwise textual CSV do not refuse the file: the records holding them are rejected by the
+  reader, naming row and column ("cell contains a NUL character");
 * the delimiter is ``","`` unless the header has one column with a comma but several with one
   of ``";"``, tab or ``"|"`` (a semicolon-delimited export from a spreadsheet): then that one is
   used and :attr:`Probe.note` says so.
@@ -26,10 +32,19 @@ import lzma
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Probe", "probe", "SAMPLE_BYTES"]
+__all__ = ["Probe", "probe", "SAMPLE_BYTES", "binary_kind", "MAX_CONTROL_FRACTION"]
 
 #: bytes (after decompression) looked at to judge encoding and delimiter
 SAMPLE_BYTES = 1 << 16
+#: above this share of NUL / control bytes (not tab, line feed, carriage return) the sample is binary
+MAX_CONTROL_FRACTION = 0.01
+#: signatures of binary formats, refused by name (:func:`binary_kind`)
+_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF87a", "a GIF image"),
+               (b"GIF89a", "a GIF image"), (b"%PDF-", "a PDF document"), (b"\x7fELF", "an executable (ELF)"),
+               (b"SQLite format 3\x00", "a SQLite database"), (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",
+                                                                "an OLE2 file (old Excel .xls or Word .doc)"),
+               (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"), (b"\x89HDF\r\n\x1a\n", "an HDF5 file"))
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"
 _OPENERS = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}
 _OTHER_DELIMITERS = (";", "\t", "|")
 _DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
@@ -76,6 +91,23 @@ def _compression(head: bytes) -> str | None:
     return None
 
 
+def binary_kind(sample: bytes) -> str | None:
+    """What binary data ``sample`` (the first bytes of a file, decompressed) is, or None for text.
+
+    ``"a PNG image"`` (etc.) for a known signature (:data:`_SIGNATURES`); ``"NUL bytes"`` or
+    ``"control bytes"`` when more than :data:`MAX_CONTROL_FRACTION` of the sample (and at least 8
+    bytes) are NUL or control bytes other than tab, line feed and carriage return. A text CSV with
+    a few stray NUL bytes is text (its affected records are rejected by the reader).
+    """
+    for sig, name in _SIGNATURES:
+        if sample.startswith(sig):
+            return name
+    n = len(sample) - len(sample.translate(None, _CONTROL))  # NUL and control bytes
+    if n >= 8 and n > MAX_CONTROL_FRACTION * len(sample):
+        return "NUL bytes" if b"\x00" in sample else "control bytes"
+    return None
+
+
 def probe(path: str | Path, spec_format: str = "auto") -> Probe:
     """Check that ``path`` is a readable CSV or Parquet file and find its format, compression and delimiter.
 
@@ -86,8 +118,9 @@ def probe(path: str | Path, spec_format: str = "auto") -> Probe:
     Raises:
         FileNotFoundError: no such file.
         ValueError: a directory or special file; a zip archive; a ``.parquet`` file without the
-            Parquet magic; UTF-16/UTF-32 text; NUL bytes (binary data); a header line that is not
-            UTF-8. The message names the file and the cause, never the file's contents.
+            Parquet magic; UTF-16/UTF-32 text; binary data (:func:`binary_kind`); a header line
+            that is not UTF-8 or holds a NUL byte. The message names the file and the cause, never
+            the file's contents.
     """
     p = Path(path)
     _check_regular(p)
@@ -117,17 +150,22 @@ def probe(path: str | Path, spec_format: str = "auto") -> Probe:
         raise ValueError(f"{p}: the file is UTF-32 text; save it as UTF-8 (e.g. 'CSV UTF-8')")
     if sample[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise ValueError(f"{p}: the file is UTF-16 text; save it as UTF-8 (e.g. 'CSV UTF-8')")
+    kind = binary_kind(sample)
+    if kind is not None and kind[0] == "a":  # a known signature
+        raise ValueError(f"{p}: the file is {kind}: binary data, not a CSV text file")
     if b"\x00" in sample:
         half = sample[: len(sample) - len(sample) % 2]
-        utf16 = half and (half[1::2].count(0) > 0.4 * len(half) / 2 or half[0::2].count(0) > 0.4 * len(half) / 2)
-        raise ValueError(
-            f"{p}: the file looks like UTF-16 text without a byte-order mark; save it as UTF-8"
-            if utf16 else f"{p}: the file contains NUL bytes: binary data, not a CSV text file"
-        )
+        if half and (half[1::2].count(0) > 0.4 * len(half) / 2 or half[0::2].count(0) > 0.4 * len(half) / 2):
+            raise ValueError(f"{p}: the file looks like UTF-16 text without a byte-order mark; save it as UTF-8")
+    if kind is not None:
+        raise ValueError(f"{p}: the file contains {kind}: binary data, not a CSV text file")
     if sample.startswith(b"\xef\xbb\xbf"):
         sample = sample[3:]
     end = min((i for i in (sample.find(b"\n"), sample.find(b"\r")) if i >= 0), default=len(sample))
     header = sample[:end]
+    if b"\x00" in header:
+        raise ValueError(f"{p}: the header line (line 1, the column names) contains a NUL byte: binary data or a "
+                         "damaged file; the column names must be text")
     try:
         header.decode("utf-8")
     except UnicodeDecodeError as e:

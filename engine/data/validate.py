@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.data.spec import DatasetSpec, FieldSpec
+from engine.data.spec import ColumnRole, DatasetSpec, FieldSpec
 
 _MAX_VALUE_CHARS = 200
 #: longest cell (characters) read in a column the spec uses; a longer one rejects its row. Real
@@ -311,11 +311,19 @@ def _timestamps(raw: pd.DataFrame, spec: DatasetSpec, probs: _Problems) -> np.nd
 # ---------------------------------------------------------------------------------------------
 # the reader
 # ---------------------------------------------------------------------------------------------
-def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> None:
+def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> list[str]:
+    """Refuse a file that lacks a column the spec reads, passthrough columns excepted (they are
+    never model input, and a file stripped of personal data may lack them): returns those
+    missing, for :func:`_missing_passthrough_note`.
+
+    Raises:
+        ValueError: names the file, each missing column with its role (and a close match among
+            the columns found), and the columns found.
+    """
     roles = spec.roles()
-    missing = [c for c in spec.required_columns() if c not in found]
+    missing = [c for c in spec.required_columns() if c not in found and roles[c] is not ColumnRole.PASSTHROUGH]
     if not missing:
-        return
+        return [c for c in spec.passthrough if c not in found]
     parts = []
     for c in missing:
         hint = difflib.get_close_matches(c, found, n=1, cutoff=0.6)
@@ -327,6 +335,13 @@ def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> None:
         + "; ".join(parts)
         + f". Columns found: {_clip_names(found)}"
     )
+
+
+def _missing_passthrough_note(path: Path, missing: list[str]) -> str:
+    """The note (a warning) of a file read without some of the spec's passthrough columns."""
+    return (f"warning: {path}: passthrough column{'s' if len(missing) > 1 else ''} {_clip_names(missing)} not in the "
+            f"file: {'they are' if len(missing) > 1 else 'it is'} empty (None) in every row (never model input; "
+            "views and evaluations that show them show nothing)")
 
 
 def _check_cells(raw: pd.DataFrame, columns: list[str], probs: "_Problems") -> None:
@@ -354,7 +369,7 @@ def _clip_names(names: list[str], n: int = 30) -> str:
 
 def _check_parquet_types(p: Path, spec: DatasetSpec, schema: pa.Schema) -> None:
     """Refuse a Parquet column the spec reads that cannot hold one text or number per cell."""
-    for c in spec.required_columns():
+    for c in [c for c in spec.required_columns() if c in schema.names]:  # a missing passthrough column: none
         t = schema.field(c).type
         if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
                 or pa.types.is_fixed_size_binary(t):

@@ -20,12 +20,18 @@ Tables:
 * ``meta``: key/value (the case worker's cursor).
 
 One :class:`HistoryStore` per thread (SQLite connections are not shared between threads here).
+
+One server per history file: :class:`HistoryLock` holds an exclusive ``fcntl.flock`` on
+``<history>.lock`` for the service's lifetime, so a second ``fraudlens serve`` on the same file is
+refused (two writers would interleave rows out of order). The folders the store creates (the
+data dir, its ``serve/`` folder) are mode 0700 whatever the umask (:func:`private_dirs`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 from datetime import datetime, timezone
@@ -96,11 +102,86 @@ def row_from_json(text: str) -> dict[str, Any]:
 SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
 
 
+def private_dirs(folder: str | Path) -> Path:
+    """Create ``folder`` and its missing parents with mode 0700 (``chmod`` after ``mkdir``, so the
+    umask cannot widen or narrow it); folders that already exist keep their mode (a shared
+    ``$FRAUDLENS_DATA_DIR`` stays as its owner set it). Returns ``folder``.
+
+    Raises:
+        OSError: from the file system (e.g. a parent is a file).
+    """
+    folder = Path(folder)
+    missing = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:  # created meanwhile by another process: keep its mode
+            continue
+        os.chmod(d, 0o700)
+    return folder
+
+
+class HistoryLocked(RuntimeError):
+    """Another process (a second ``fraudlens serve``) holds the history store's lock."""
+
+
+class HistoryLock:
+    """An exclusive, non-blocking ``fcntl.flock`` on ``<history>.lock`` (file mode 0600, holding
+    the owner's pid), held until :meth:`release` or the process ends (the kernel drops a
+    flock when its process dies, so a ``kill -9`` leaves no stale lock).
+
+    On platforms without :mod:`fcntl` (Windows) no lock is taken and :attr:`supported` is False:
+    there, running two servers on one history file is not prevented.
+
+    Raises:
+        HistoryLocked: another process holds the lock (the message names the history file,
+            the lock file and the other server's pid when known).
+    """
+
+    def __init__(self, history_path: str | Path):
+        self.path = Path(str(history_path) + ".lock")
+        self.fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            self.supported = False
+            return
+        self.supported = True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                other = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            finally:
+                os.close(fd)
+            pid = f" (pid {other})" if other.isdigit() else ""
+            raise HistoryLocked(f"the history store {history_path} is in use: another fraudlens serve{pid} holds "
+                                f"its lock {self.path}; one server per history file (stop the other one, or pass "
+                                "--history with another file)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        """Drop the lock (the lock file stays: removing it would race with a new server)."""
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor releases the flock
+            self.fd = None
+
+    def __del__(self) -> None:  # a service whose construction failed half way
+        self.release()
+
+
 class HistoryStore:
     """The durable history of accepted transactions (see the module docstring).
 
     Args:
-        path: the SQLite file (created with its folder; mode 0600).
+        path: the SQLite file (created mode 0600; missing folders 0700: :func:`private_dirs`).
         sync: ``"full"`` (default) or ``"normal"`` (:data:`SYNC_MODES`).
     Raises:
         sqlite3.DatabaseError: not a SQLite file.
@@ -108,7 +189,7 @@ class HistoryStore:
 
     def __init__(self, path: str | Path, sync: str = "full"):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
         new = not self.path.exists()
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
         if new:
@@ -230,11 +311,16 @@ class HistoryStore:
             "SELECT entity_id FROM transactions GROUP BY entity_id ORDER BY max(seq) DESC LIMIT ?", (int(limit),))]
 
 
+class RecordsRefused(ValueError):
+    """The history store could not hold a request's records (not a storage failure)."""
+
+
 class Ticket:
     """Records waiting for a group commit (:meth:`GroupCommitter.wait`)."""
 
     def __init__(self, records: list[tuple]):
         self.records, self.done, self.error = records, False, None
+        self.refused = False  # True: the store could not hold these records (the committer still works)
 
 
 class GroupCommitter:
@@ -267,31 +353,56 @@ class GroupCommitter:
             self.queue.append(t)
         return t
 
+    def _append(self, records: list[tuple]) -> None:
+        if records:
+            self.store.append(records)
+            self.commits += 1
+            self.rows += len(records)
+
     def _lead(self) -> None:
-        """Commit everything queued (``write_lock`` held)."""
+        """Commit everything queued (``write_lock`` held). A storage failure (``sqlite3.Error``,
+        ``OSError``) breaks the committer; any other error (a record the store cannot bind, e.g.
+        text that cannot be encoded as UTF-8) fails only the request that holds it: the group is
+        rolled back and committed again request by request. Every ticket is marked done with its
+        error (never acknowledged without its commit)."""
         with self.qlock:
             group, self.queue = self.queue, []
-        recs = [r for g in group for r in g.records]
-        err = self.broken
-        if recs and err is None:
-            try:
-                self.store.append(recs)
-                self.commits += 1
-                self.rows += len(recs)
-            except (sqlite3.Error, OSError) as e:
-                err = self.broken = f"{type(e).__name__}: {e}"
-        for g in group:
-            g.error, g.done = err, True
+        try:
+            if self.broken is None:
+                try:
+                    self._append([r for g in group for r in g.records])
+                    for g in group:
+                        g.done = True
+                except (sqlite3.Error, OSError) as e:
+                    self.broken = f"{type(e).__name__}: {e}"
+                except Exception:  # noqa: BLE001 - retried request by request below
+                    for g in group:
+                        try:
+                            self._append(g.records)
+                        except (sqlite3.Error, OSError) as e:
+                            self.broken = f"{type(e).__name__}: {e}"
+                            break
+                        except Exception as e:  # noqa: BLE001 - this request's records only
+                            g.error, g.refused = f"{type(e).__name__}: {e}", True
+                        g.done = True
+        finally:
+            for g in group:
+                if not g.done:
+                    g.error, g.done = self.broken or "the commit was interrupted", True
 
     def wait(self, ticket: Ticket) -> None:
         """Return once ``ticket``'s records are committed.
 
         Raises:
+            RecordsRefused: the store could not hold this ticket's records (nothing of them was
+                committed; other requests are unaffected).
             OSError: the commit failed (then every later one fails too: :attr:`broken`).
         """
         with self.write_lock:
             if not ticket.done:
                 self._lead()
+        if ticket.refused:
+            raise RecordsRefused(f"the history store refused the records: {ticket.error}")
         if ticket.error is not None:
             raise OSError(f"history store commit failed: {ticket.error}")
 

@@ -22,6 +22,11 @@ connection are single-threaded; scoring is CPU-bound, so a lock costs no through
    is answered as a duplicate; a cache rebuild first waits for in-flight commits). If a commit
    fails the request gets 503 and the service refuses every request until restarted.
 
+The entity cache never holds a row the history store lacks: when anything fails after a
+request's first cache step (any exception, not only a refusal), every entity the request touched
+is evicted and rebuilt from the committed history on its next use. One server per history file:
+the service holds :class:`engine.serve.history.HistoryLock` from construction to :meth:`close`.
+
 Flagged transactions (probability >= review threshold) wake the :class:`engine.serve.casework.CaseWorker`
 unless ``shadow``: in shadow mode transactions are scored and logged to the history store, the
 response says ``"shadow": true``, and no case or explanation is ever written.
@@ -42,7 +47,8 @@ from engine.cases.thresholds import decision_band, thresholds_in_force
 from engine.model.checkpoint import ModelBundle
 from engine.model.scoring import NonFiniteScoreError
 from engine.serve.casework import DEFAULT_EXPLAIN_CPU, CaseWorker
-from engine.serve.history import GroupCommitter, HistoryStore, row_json, utcnow
+from engine.serve.history import (GroupCommitter, HistoryLock, HistoryStore, RecordsRefused, private_dirs,
+                                  row_json, utcnow)
 from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
 from engine.serve.state import EntityCache
 
@@ -86,6 +92,9 @@ class ScoringService:
         sync: ``"full"`` (fsync per commit) or ``"normal"`` (:data:`engine.serve.history.SYNC_MODES`).
         explain_cpu: CPU budget of the background explanations, a fraction of one core
             (:class:`engine.serve.casework.CaseWorker`).
+    Raises:
+        engine.serve.history.HistoryLocked: another server holds ``history_path``'s lock.
+        sqlite3.DatabaseError: the file is not a SQLite database.
     """
 
     def __init__(self, bundle: ModelBundle, history_path: str | Path, *, cache_bytes: int = 256 * 2**20,
@@ -94,8 +103,14 @@ class ScoringService:
         self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
         self.calibrated = bool(getattr(bundle, "calibrated", False))
         self.history_path = Path(history_path)
-        self.history = HistoryStore(self.history_path, sync)
-        self.committer = GroupCommitter(self.history_path, sync)
+        private_dirs(self.history_path.parent)
+        self.history_lock = HistoryLock(self.history_path)  # before any write: one server per file
+        try:
+            self.history = HistoryStore(self.history_path, sync)
+            self.committer = GroupCommitter(self.history_path, sync)
+        except BaseException:
+            self.history_lock.release()
+            raise
         self.inflight: dict[str, dict] = {}  # transaction id -> staged row, until its commit returns
         self.cache = EntityCache(bundle, self.history, cache_bytes)
         self.cache.before_rebuild = self.committer.flush  # a rebuild reads history: in-flight rows first
@@ -122,8 +137,13 @@ class ScoringService:
             self.worker.stop()
         self.committer.stop()
         self.history.close()
+        self.history_lock.release()
 
     # ------------------------------------------------------------------ scoring
+    def probability(self, logit: float) -> float:
+        """The answered probability of a logit: the checkpoint's calibration map, else the sigmoid."""
+        return float(self.bundle.probability(np.array([logit]))[0]) if self.calibrated else _sigmoid(logit)
+
     def _stored_body(self, stored: dict[str, Any]) -> dict[str, Any]:
         return {"transaction_id": stored["transaction_id"], "entity_id": stored["entity_id"],
                 "probability": stored["probability"], "decision": stored["decision"], "reasons": [],
@@ -159,7 +179,7 @@ class ScoringService:
         except NonFiniteScoreError as err:
             raise ServiceError(500, [{"loc": ["body"], "msg": str(err), "type": "non_finite_score",
                                       "input": tid}]) from None
-        prob = float(self.bundle.probability(np.array([logit]))[0]) if self.calibrated else _sigmoid(logit)
+        prob = self.probability(logit)
         thr = self.thresholds
         decision = decision_band(prob, thr["review"], thr["decline"])
         flagged = prob >= thr["review"]
@@ -180,20 +200,37 @@ class ScoringService:
             self.inflight[tid] = stored
         return self.committer.submit([rec for rec, _ in pending.values()])
 
+    def _forget(self, entities, pending: dict[str, tuple]) -> None:
+        """Undo a request that failed after its first cache step (lock held): evict the entities
+        it touched (rebuilt from the committed history on next use) and drop its in-flight rows."""
+        for e in entities:
+            self.cache.evict(e)
+        for tid in pending:
+            self.inflight.pop(tid, None)
+
     def _durable(self, ticket, pending: dict[str, tuple]) -> None:
         """Wait for the commit of ``ticket``; 503 if it failed (the service then refuses all
-        requests: :attr:`GroupCommitter.broken`)."""
+        requests: :attr:`GroupCommitter.broken`), 500 if the store refused this request's rows.
+        On any failure the request's entities are evicted (:meth:`_forget`)."""
         if ticket is None:
             return
+        ok = False
         try:
             self.committer.wait(ticket)
+            ok = True
+        except RecordsRefused as err:
+            raise ServiceError(500, [{"loc": ["body"], "msg": f"{err}; nothing was accepted",
+                                      "type": "history_refused"}]) from None
         except OSError as err:
             raise ServiceError(503, [{"loc": ["body"], "msg": f"{err}; nothing was accepted; the service refuses "
                                       "requests until restarted", "type": "history_unavailable"}]) from None
         finally:
             with self.lock:
-                for tid in pending:
-                    self.inflight.pop(tid, None)
+                if ok:
+                    for tid in pending:
+                        self.inflight.pop(tid, None)
+                else:
+                    self._forget({rec[1] for rec, _ in pending.values()}, pending)
 
     def _check_open(self) -> None:
         if self.committer.broken:
@@ -205,7 +242,8 @@ class ScoringService:
 
         Raises:
             ServiceError: 422 malformed (names the column and reason), 409 out of order or a
-                reused transaction id, 500 non-finite score, 503 history store unavailable.
+                reused transaction id, 500 non-finite score or rows the store refused, 503 history
+                store unavailable. Any other exception propagates (HTTP 500) with the entity evicted.
         """
         try:
             row = canonical_row(rec, self.spec)
@@ -217,10 +255,13 @@ class ScoringService:
             self._check_open()
             try:
                 out = self._score_row(row, pending)
-            except RecordError as err:
+                ticket = self._submit(pending)
+            except RecordError as err:  # raised before any cache step: nothing to undo
                 self.counts["rejected"] += 1
                 raise ServiceError(409, [err.detail()]) from None
-            ticket = self._submit(pending)
+            except BaseException:
+                self._forget([row["entity_id"]], pending)
+                raise
         self._durable(ticket, pending)
         with self.lock:
             self._count(out)
@@ -254,20 +295,20 @@ class ScoringService:
         with self.lock:
             self._check_open()
             entities: set[str] = set()
-            for i, row in rows:
-                try:
+            try:
+                for i, row in rows:
                     entities.add(row["entity_id"])
-                    out = self._score_row(row, pending)
-                except RecordError as err:
-                    rejected.append({"index": i, **err.detail(), "type": "conflict"})
-                    continue
-                except ServiceError:
-                    for e in entities:
-                        self.cache.evict(e)
-                    raise
-                outs.append(out)
-                results.append({"index": i, **out.body})
-            ticket = self._submit(pending)
+                    try:
+                        out = self._score_row(row, pending)
+                    except RecordError as err:  # before the row's cache step: the item alone is refused
+                        rejected.append({"index": i, **err.detail(), "type": "conflict"})
+                        continue
+                    outs.append(out)
+                    results.append({"index": i, **out.body})
+                ticket = self._submit(pending)
+            except BaseException:  # any failure: nothing of the batch is accepted, its entities rebuilt
+                self._forget(entities, pending)
+                raise
         self._durable(ticket, pending)
         with self.lock:
             for out in outs:

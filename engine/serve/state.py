@@ -3,8 +3,11 @@
 Each cached entity holds the key/value caches of :class:`engine.model.incremental.IncrementalScorer`
 (at most ``ceil(T / S)`` windows of ``[L, H, <=T, dh]`` float32 keys and values) plus the last
 :data:`FACTS` transactions' time, amount and merchant-like value for the cheap reasons. The cache
-is bounded by ``max_bytes`` (the arrays' bytes plus a fixed per-entity overhead); the least
-recently used entity is dropped when the total is over the cap.
+is bounded by ``max_bytes``: per entity, the bytes of its arrays (keys, values, times, amounts,
+first-seen codes), of its id's text and of its cached facts (each fact's tuple, number and
+merchant objects, ``sys.getsizeof``: the text of a long id or merchant counts in full), plus a
+fixed overhead (:data:`ENTITY_OVERHEAD`); the least recently used entity is dropped when the
+total is over the cap.
 
 A miss (an entity not in the cache: evicted, or the service restarted) is rebuilt from the
 history store without re-scoring its whole history: the windows open after the entity's ``n``
@@ -17,6 +20,7 @@ open window's start (at most ``T + S`` rows; the scores of the replayed rows are
 from __future__ import annotations
 
 import statistics
+import sys
 from collections import OrderedDict, deque
 from typing import Any
 
@@ -26,8 +30,9 @@ from engine.serve.history import HistoryStore
 
 #: recent transactions kept per entity for the cheap reasons
 FACTS = 50
-#: bytes counted per cached entity besides its key/value arrays (dicts, deque, window objects)
+#: bytes counted per cached entity besides its arrays, id and facts (dict entries, deque, window objects)
 ENTITY_OVERHEAD = 2048
+_TUPLE3 = sys.getsizeof((0, 0.0, None))
 _NOVELTY_FIELDS = ("merchant", "terminal")
 
 
@@ -50,6 +55,7 @@ class EntityCache:
         self.T, self.S = cfg.context_length, cfg.context_length - cfg.min_history
         self.sizes: OrderedDict[str, int] = OrderedDict()  # entity -> bytes, least recently used first
         self.facts: dict[str, deque] = {}
+        self.fact_bytes: dict[str, int] = {}  # entity -> bytes of its facts (kept as facts come and go)
         self.bytes = 0
         self.hits = self.misses = self.evictions = 0
         self.before_rebuild = lambda: None  # the service waits for in-flight commits here
@@ -59,9 +65,19 @@ class EntityCache:
 
     # ------------------------------------------------------------------ cache
     def _size(self, entity_id: str) -> int:
+        """Bytes held for ``entity_id``: arrays + id text + facts + :data:`ENTITY_OVERHEAD`."""
         st = self.scorer.entities.get(entity_id)
-        arrays = 0 if st is None else sum(w.keys.nbytes + w.values.nbytes + w.times.nbytes for w in st.windows)
-        return arrays + ENTITY_OVERHEAD + 96 * len(self.facts.get(entity_id, ()))
+        arrays = 0 if st is None else sum(w.keys.nbytes + w.values.nbytes + w.times.nbytes + w.zs.nbytes
+                                          + w.cats.nbytes for w in st.windows)
+        return arrays + ENTITY_OVERHEAD + sys.getsizeof(entity_id) + self.fact_bytes.get(entity_id, 0)
+
+    def _push_fact(self, entity_id: str, facts: deque, fact: tuple) -> None:
+        """Append ``fact`` to the entity's bounded deque, keeping :attr:`fact_bytes` exact."""
+        b = self.fact_bytes.get(entity_id, 0) + _fact_size(fact)
+        if len(facts) == facts.maxlen:
+            b -= _fact_size(facts[0])
+        facts.append(fact)
+        self.fact_bytes[entity_id] = b
 
     def _account(self, entity_id: str) -> None:
         new = self._size(entity_id)
@@ -78,6 +94,7 @@ class EntityCache:
         self.bytes -= self.sizes.pop(entity_id, 0)
         self.scorer.entities.pop(entity_id, None)
         self.facts.pop(entity_id, None)
+        self.fact_bytes.pop(entity_id, None)
 
     def ensure(self, entity_id: str) -> bool:
         """Load ``entity_id``'s caches (from history on a miss); True on a cache hit."""
@@ -96,6 +113,7 @@ class EntityCache:
         n = self.history.count(entity_id)
         facts: deque = deque(maxlen=FACTS)
         self.facts[entity_id] = facts
+        self.fact_bytes[entity_id] = 0
         if n == 0:
             self._account(entity_id)
             return 0
@@ -103,7 +121,7 @@ class EntityCache:
         off = max(0, min(start - 1, n - FACTS))
         rows = self.history.entity_rows(entity_id, off)
         for r in rows[max(0, n - FACTS - off):]:
-            facts.append(self._fact(r))
+            self._push_fact(entity_id, facts, self._fact(r))
         prev = rows[start - 1 - off]["ts_ns"] / 1e9 if start > 0 else None  # as FeatureEncoder.transform_row's time_s
         replay = rows[start - off:]
         try:
@@ -141,13 +159,18 @@ class EntityCache:
             self.evict(entity_id)
             raise
         reasons = cheap_reasons(row, list(facts), self.novelty, self.noun)
-        facts.append(self._fact(row))
+        self._push_fact(entity_id, facts, self._fact(row))
         self._account(entity_id)
         return logit, reasons
 
     def stats(self) -> dict[str, int]:
         return {"entities": len(self.sizes), "bytes": self.bytes, "max_bytes": self.max_bytes, "hits": self.hits,
                 "misses": self.misses, "evictions": self.evictions}
+
+
+def _fact_size(fact: tuple) -> int:
+    """Bytes of one cached fact ``(ts_ns, amount, merchant-like value)``: the tuple and its objects."""
+    return _TUPLE3 + sys.getsizeof(fact[0]) + sys.getsizeof(fact[1]) + (0 if fact[2] is None else sys.getsizeof(fact[2]))
 
 
 def cheap_reasons(row: dict[str, Any], previous: list[tuple], novelty: str | None, noun: str) -> list[dict[str, str]]:

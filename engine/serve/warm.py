@@ -72,52 +72,113 @@ def frame_rows(frame: pd.DataFrame, spec) -> list[dict[str, Any]]:
     return rows
 
 
-def warm_start(service, path: str | Path, log=print) -> dict[str, int]:
+def warm_ids(frame: pd.DataFrame, spec, path: str | Path) -> pd.DataFrame:
+    """The warm-start transaction ids of a canonical frame read from ``path``: the file's own id
+    column when ``spec.id`` is set, else ``"<first 12 hex of the file's SHA-256>:r<row_number>"``
+    (the reader's ``"r<row_number>"`` would collide across files: row 5 of two files).
+    Re-warming the same file gives the same ids (its rows are then "already there")."""
+    if spec.id or not len(frame):
+        return frame
+    from engine.data.io import file_sha256
+
+    tag = file_sha256(path)[:12]
+    return frame.assign(transaction_id=[f"{tag}:r{n}" for n in frame["row_number"].tolist()])
+
+
+def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
     """Load ``path`` into ``service``'s history and cache (module docstring).
 
+    Every row read is appended, already there (its transaction id is in the history store with
+    the same content), or rejected with its reason: rejected by the reader
+    (:func:`engine.data.io.read_transactions`), a transaction id already in the history store
+    with other content, or a row older than its entity's last transaction in the store. If
+    anything fails half way, the entities the warm start touched are evicted from the cache
+    (rebuilt from what was committed).
+
     Returns:
-        ``{"rows_read", "rejected", "appended", "skipped" (ids already in history), "cached"}``.
+        ``{"rows_read", "rejected", "appended", "skipped" (same rows already in history),
+        "conflicts" (ids in history with other content; counted in "rejected"), "cached"}`` (ints;
+        ``rows_read == appended + skipped + rejected``) and ``"rejected_rows"``: a frame of
+        :data:`engine.data.io.REJECTED_COLUMNS`, sorted by row.
     Raises:
-        ValueError / FileNotFoundError: from reading the file; ValueError for a row older than
-            its entity's history in the store.
+        ValueError / FileNotFoundError: from reading the file.
     """
-    from engine.data.io import read_transactions
+    from engine.data.io import REJECTED_COLUMNS, read_transactions
     from engine.model.scoring import score_frame
 
     res = read_transactions(path, service.spec)
-    frame = res.frame
-    h = service.history
+    frame = warm_ids(res.frame, service.spec, path)
+    rows, numbers = frame_rows(frame, service.spec), frame["row_number"].tolist()
+    id_col = service.spec.id or ""
+    h, cache = service.history, service.cache
+    rejected = [dict(r) for r in res.rejected.to_dict("records")]
+
+    def reject(k: int, column: str, value: str, reason: str) -> None:
+        rejected.append({"file": str(path), "row_number": numbers[k], "column": column, "value": value,
+                         "reason": reason})
+
+    touched: set[str] = set()
     with service.lock:
-        known = {t for t in frame["transaction_id"] if h.get(t) is not None}
-        new = frame[~frame["transaction_id"].isin(known)].reset_index(drop=True)
+        service.committer.flush()  # rows in flight first: the history store is read below
+        keep, skipped, conflicts = [], 0, 0
+        for k, row in enumerate(rows):
+            stored = h.get(row["transaction_id"])
+            if stored is None:
+                keep.append(k)
+            elif stored["row_json"] == row_json(row):
+                skipped += 1
+            else:
+                conflicts += 1
+                reject(k, id_col, row["transaction_id"], "transaction id already in the history store with "
+                       "different content (another transaction)")
+        new = frame.iloc[keep].reset_index(drop=True)
         had_history = any(h.count(e) for e in new["entity_id"].unique()[:10_000])
         thr = service.thresholds
         recs = []
-        if not had_history and len(new):
-            probs = score_frame(service.bundle, new)
-            for row, logit, p in zip(frame_rows(new, service.spec), probs["logit"], probs["probability"]):
-                recs.append(_record(service, row, float(logit), float(p), thr))
-        else:
-            for row in frame_rows(new, service.spec):
-                last = service.cache.last_time_ns(row["entity_id"])
-                if last is not None and row["ts_ns"] < last:
-                    raise ValueError(f"{path}: transaction {row['transaction_id']} is older than entity "
-                                     f"{row['entity_id']}'s history in the store")
-                logit, _ = service.cache.score(row["entity_id"], row)
-                recs.append(_record(service, row, logit, 1.0 / (1.0 + math.exp(-logit)), thr))
-        for i in range(0, len(recs), 5000):
-            h.append(recs[i:i + 5000])
+        try:
+            if not had_history and len(new):
+                touched.update(new["entity_id"].unique().tolist())
+                probs = score_frame(service.bundle, new)
+                for k, logit, p in zip(keep, probs["logit"], probs["probability"]):
+                    recs.append(_record(service, rows[k], float(logit), float(p), thr))
+            else:
+                for k in keep:
+                    row = rows[k]
+                    last = cache.last_time_ns(row["entity_id"])
+                    if last is not None and row["ts_ns"] < last:
+                        reject(k, service.ts_column, str(row["timestamp"]), f"older than entity {row['entity_id']}'s "
+                               "last transaction in the history store (an entity's history is kept in time order)")
+                        continue
+                    touched.add(row["entity_id"])
+                    logit, _ = cache.score(row["entity_id"], row)
+                    recs.append(_record(service, row, logit, service.probability(logit), thr))
+            for i in range(0, len(recs), 5000):
+                h.append(recs[i:i + 5000])
+            if not had_history:  # scored as a whole file: a cached (empty) state of these entities is stale
+                for e in touched:
+                    cache.evict(e)
+        except BaseException:
+            for e in touched:
+                cache.evict(e)
+            raise
         cached = 0
         for e in h.entities_by_recency(100_000):
-            if service.cache.bytes >= 0.9 * service.cache.max_bytes:
+            if cache.bytes >= 0.9 * cache.max_bytes:
                 break
-            if e not in service.cache.sizes:
-                service.cache.rebuild(e)
+            if e not in cache.sizes:
+                cache.rebuild(e)
             cached += 1
-    out = {"rows_read": res.rows_read, "rejected": len(res.rejected), "appended": len(recs), "skipped": len(known),
-           "cached": cached}
+    rej = pd.DataFrame(rejected, columns=REJECTED_COLUMNS).sort_values("row_number", kind="stable")
+    out = {"rows_read": res.rows_read, "rejected": len(rej), "appended": len(recs), "skipped": skipped,
+           "conflicts": conflicts, "cached": cached, "rejected_rows": rej.reset_index(drop=True)}
+    assert out["rows_read"] == out["appended"] + out["skipped"] + out["rejected"]
     log(f"warm start from {path}: {out['rows_read']:,} rows read, {out['rejected']:,} rejected, "
         f"{out['appended']:,} appended to history, {out['skipped']:,} already there, {cached:,} entities cached")
+    for r in rej.head(10).to_dict("records"):
+        log(f"  rejected row {r['row_number']}" + (f", column {r['column']!r}" if r["column"] else "")
+            + f": {r['reason']}")
+    if len(rej) > 10:
+        log(f"  ... and {len(rej) - 10:,} more rejected rows")
     return out
 
 

@@ -184,10 +184,26 @@ def test_demo_spec_passthrough(tmp_path):
     tab = read_transactions(p, load_spec("tabformer"))
     assert len(tab.frame) == 2 and "Fraud Kind" not in tab.frame
     assert tab.unused_columns == ["Fraud Episode", "Fraud Kind", "Fraud Cause"]
-    # and demo needs them
-    p2 = write_csv(tmp_path / "plain.csv", [tab_row()])
-    with pytest.raises(ValueError, match="'Fraud Episode' \\(passthrough\\)"):
-        read_transactions(p2, load_spec("demo"))
+    # a file without them (e.g. stripped of personal or evaluation columns) is read: the
+    # passthrough columns are None in every row and a note says which were missing
+    p2 = write_csv(tmp_path / "plain.csv", [tab_row(), tab_row(Day="3")])
+    plain = read_transactions(p2, load_spec("demo"))
+    check_contract(plain)
+    assert plain.rows_read == 2 == len(plain.frame) and len(plain.rejected) == 0
+    for c in ("Fraud Episode", "Fraud Kind", "Fraud Cause"):
+        assert plain.frame[c].tolist() == [None, None]
+    assert plain.notes == [f"warning: {p2}: passthrough columns ['Fraud Episode', 'Fraud Kind', 'Fraud Cause'] not "
+                           "in the file: they are empty (None) in every row (never model input; views and "
+                           "evaluations that show them show nothing)"]
+    assert demo.notes == []
+    # the same from Parquet; a column with another role is still required
+    pq = tmp_path / "plain.parquet"
+    pd.DataFrame([tab_row()]).to_parquet(pq, index=False)
+    assert read_transactions(pq, load_spec("demo")).frame["Fraud Kind"].tolist() == [None]
+    p3 = write_csv(tmp_path / "no_mcc.csv", [{k: v for k, v in tab_row().items() if k != "MCC"}],
+                   [h for h in TABFORMER_HEADER if h != "MCC"])
+    with pytest.raises(ValueError, match="'MCC' \\(categorical\\)"):
+        read_transactions(p3, load_spec("demo"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -214,6 +214,26 @@ def test_empty_separator_refused():
         EntitySpec(columns=["User", "Card"], separator="")
 
 
+@pytest.mark.parametrize("multiline", [False, True])
+def test_a_nul_byte_rejects_only_its_record(tmp_path, multiline):
+    """A NUL byte inside a CSV cell rejects that record, naming row and column; every other row is
+    read (fast reader, and the record-by-record reader a quoted line break switches to)."""
+    rows = with_cell(with_cell(ROWS, 5, "Merchant City", "Hia\x00leah"), 8, "Amount", "$1\x002.00")
+    if multiline:
+        rows = with_cell(rows, 20, "Merchant City", '"Two\nLines"')
+    p = tmp_path / "nul.csv"
+    p.write_text(text(rows))
+    res = read_transactions(p, SPEC)
+    assert res.rows_read == len(ROWS) == len(res.frame) + 2
+    assert only(res) == [{"row_number": 6, "column": "Merchant City", "reason": "cell contains a NUL character (binary data)"},
+                         {"row_number": 9, "column": "Amount", "reason": "cell contains a NUL character (binary data)"}]
+    assert res.rejected["value"].tolist() == ["Hia\x00leah", "$1\x002.00"]
+    # a NUL in a column the spec does not read rejects nothing
+    q = tmp_path / "nul_unused.csv"
+    q.write_text(text([r + ",x\x00y" for r in ROWS], HEADER + ",Comment"))
+    assert len(read_transactions(q, SPEC).frame) == len(ROWS)
+
+
 # ---------------------------------------------------------------------------------------------
 # item 15: files that are not UTF-8 CSV, broken values
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +253,7 @@ FILE_CASES = {
     "binary_garbage": (lambda: random.Random(0).randbytes(3000),
                        "the file contains NUL bytes: binary data, not a CSV text file"),
     "binary_no_nul": (lambda: bytes(b for b in random.Random(1).randbytes(4000) if b)[:3000],
-                      r"the header line is not UTF-8 text \(byte \d+\): binary data or another encoding"),
+                      "the file contains control bytes: binary data, not a CSV text file"),
     "latin1_header": (lambda: text(ROWS, HEADER.replace("Merchant City", "Merchant Cit\xe9")).encode("latin-1"),
                       r"the header line is not UTF-8 text \(byte 73\)"),
     "zip_archive": (lambda: _zip(BASE), "a zip archive, not a CSV or Parquet file; unzip it and give the file inside"),
@@ -246,6 +266,13 @@ FILE_CASES = {
     "duplicate_header": (lambda: text([r + ",1" for r in ROWS], HEADER + ",MCC").encode(),
                          r"duplicate column names in the header: \['MCC'\]"),
     "truncated_gzip": (lambda: gzip.compress(BASE.encode())[:40], "a gzip file that cannot be decompressed"),
+    # binary files are still refused, though a few NUL bytes in a text CSV are not (test below)
+    "png": (lambda: b"\x89PNG\r\n\x1a\n" + BASE.encode(), re.escape("the file is a PNG image: binary data, not a CSV")),
+    "sqlite": (lambda: b"SQLite format 3\x00" + bytes(4000), "the file is a SQLite database: binary data"),
+    "many_nuls": (lambda: BASE.replace(",", ",\x00").encode(), "the file contains NUL bytes: binary data, not a CSV"),
+    "control_bytes": (lambda: BASE.replace(",", ",\x01\x02").encode(), "the file contains control bytes: binary data"),
+    "nul_in_header": (lambda: text(ROWS, HEADER.replace("Merchant City", "Merchant\x00City")).encode(),
+                      re.escape("the header line (line 1, the column names) contains a NUL byte")),
 }
 
 
@@ -346,14 +373,8 @@ VALUE_CASES = {
 def test_bad_value_rejected_with_row_and_column(tmp_path, case):
     column, value, reason = VALUE_CASES[case]
     p = tmp_path / f"{case}.csv"
-    if case == "nul_cell":
-        # after more than 64 KiB of clean rows (a NUL within them refuses the whole file as binary)
-        pad = [r.replace("0,", f"{u},", 1) for u in (6, 7, 8, 9) for r in ROWS]  # other users: no duplicates
-        p.write_text(text(ROWS + pad + [with_cell(ROWS, 5, column, value)[5]]))
-        row = 1001
-    else:
-        p.write_text(text(with_cell(ROWS, 5, column, value)))
-        row = 6
+    p.write_text(text(with_cell(ROWS, 5, column, value)))  # a NUL too: in the first bytes, the file is read
+    row = 6
     res = read_transactions(p, SPEC)
     assert res.rows_read == record_count(p) == len(res.frame) + len(res.rejected)
     assert only(res) == [{"row_number": row, "column": column, "reason": reason}]
