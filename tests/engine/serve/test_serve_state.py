@@ -1,0 +1,276 @@
+"""The scoring service's state against its history store: a failed request leaves no uncommitted
+row in the entity cache, warm-start ids and content checks, one server per history file, the
+cache's byte accounting with long strings, private folders."""
+
+import os
+import socket
+import stat
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from engine.data.io import file_sha256, read_transactions
+from engine.model.checkpoint import load_checkpoint
+from engine.model.scoring import score_frame
+from engine.serve.history import GroupCommitter, HistoryLocked, RecordsRefused, row_json
+from engine.serve.service import ScoringService, ServiceError
+from engine.serve.state import EntityCache
+from engine.serve.warm import warm_start
+from serve_helpers import id_spec, make_checkpoint, raw_records, write_raw
+from tiny_models import tiny_checkpoint, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return load_checkpoint(make_checkpoint(tmp_path_factory.mktemp("state-ck")))
+
+
+@pytest.fixture(scope="module")
+def records():
+    return raw_records()
+
+
+@pytest.fixture(scope="module")
+def batch_probs(bundle, records, tmp_path_factory):
+    """Whole-file scoring of the records: transaction id -> probability."""
+    res = read_transactions(write_raw(records, tmp_path_factory.mktemp("raw") / "all.parquet"), id_spec())
+    s = score_frame(bundle, res.frame)
+    return dict(zip(s["transaction_id"], s["probability"]))
+
+
+def make(bundle, tmp_path, name="history.sqlite3", **kw):
+    kw.setdefault("case_db", tmp_path / "cases.sqlite3")
+    kw.setdefault("start_worker", False)
+    return ScoringService(bundle, tmp_path / name, **kw)
+
+
+def max_diff(svc, recs, batch_probs) -> float:
+    """Score ``recs`` as one batch; the largest difference to whole-file scoring."""
+    out = svc.score_batch(recs)
+    assert out["rejected"] == [] and out["accepted"] == len(recs)
+    return max(abs(r["probability"] - batch_probs[r["transaction_id"]]) for r in out["results"])
+
+
+# ------------------------------------------------------------------ finding 2: failed requests
+def test_a_batch_failing_part_way_leaves_no_uncommitted_row_in_the_cache(bundle, records, batch_probs, tmp_path,
+                                                                         monkeypatch):
+    svc = make(bundle, tmp_path)
+    first, second = records[0], next(r for r in records if r["card"] != records[0]["card"])
+    real_get = svc.history.get
+
+    def get(tid):
+        if tid == second["tid"]:
+            raise UnicodeEncodeError("utf-8", "bad\ud800", 3, 4, "surrogates not allowed")
+        return real_get(tid)
+
+    monkeypatch.setattr(svc.history, "get", get)
+    with pytest.raises(UnicodeEncodeError):  # not a ServiceError: the API answers 500
+        svc.score_batch([first, second])
+    assert svc.history.count() == 0 and not svc.inflight
+    assert first["card"] not in svc.cache.sizes  # its uncommitted row was evicted with it
+    monkeypatch.setattr(svc.history, "get", real_get)
+    # the first item's entity scores like a fresh entity: as whole-file scoring of the committed rows
+    assert max_diff(svc, records, batch_probs) < 1e-5
+    svc.close()
+
+
+def test_score_one_failing_after_the_cache_step_evicts_the_entity(bundle, records, batch_probs, tmp_path,
+                                                                  monkeypatch):
+    svc = make(bundle, tmp_path)
+    for r in records[:5]:
+        svc.score_one(r)
+    e = records[5]["card"]
+    real = svc.committer.submit
+    monkeypatch.setattr(svc.committer, "submit", lambda recs: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        svc.score_one(records[5])
+    with pytest.raises(RuntimeError, match="boom"):
+        svc.score_batch(records[5:8])
+    assert e not in svc.cache.sizes and not svc.inflight and svc.history.count() == 5
+    monkeypatch.setattr(svc.committer, "submit", real)
+    got = {r["tid"]: svc.score_one(r).body["probability"] for r in records[5:]}
+    assert max(abs(p - batch_probs[t]) for t, p in got.items()) < 1e-5
+    svc.close()
+
+
+def test_records_the_store_cannot_hold_fail_only_their_request(bundle, records, tmp_path):
+    """One group commit holding a record SQLite cannot bind (a lone surrogate) commits the other
+    requests' records, refuses that one and stays usable; nothing is acknowledged uncommitted."""
+    c = GroupCommitter(tmp_path / "h.sqlite3")
+
+    def rec(tid):
+        return (tid, "c0", 1, "{}", 0.0, 0.5, "below_review", 0, "sha", "2026-01-01")
+
+    good, bad, later = c.submit([rec("a")]), c.submit([rec("b\ud800")]), c.submit([rec("c")])
+    c.wait(good)
+    with pytest.raises(RecordsRefused, match="history store refused the records: UnicodeEncodeError"):
+        c.wait(bad)
+    c.wait(later)
+    assert c.broken is None and c.store.count() == 2 and c.store.get("c") is not None
+    c.stop()
+
+
+def test_a_refused_commit_answers_500_and_evicts_the_entity(bundle, records, batch_probs, tmp_path, monkeypatch):
+    svc = make(bundle, tmp_path)
+    svc.score_one(records[0])
+    real = svc.committer.store.append
+
+    def append(recs):
+        if any(r[0] == records[1]["tid"] for r in recs):
+            raise ValueError("cannot bind")
+        real(recs)
+
+    monkeypatch.setattr(svc.committer.store, "append", append)
+    with pytest.raises(ServiceError) as ei:
+        svc.score_one(records[1])
+    assert ei.value.status == 500 and "refused the records: ValueError: cannot bind" in ei.value.detail[0]["msg"]
+    assert records[1]["card"] not in svc.cache.sizes and not svc.inflight and svc.committer.broken is None
+    monkeypatch.setattr(svc.committer.store, "append", real)
+    got = {r["tid"]: svc.score_one(r).body["probability"] for r in records[1:]}
+    assert max(abs(p - batch_probs[t]) for t, p in got.items()) < 1e-5
+    svc.close()
+
+
+# ------------------------------------------------------------------ finding 3: warm start
+@pytest.fixture(scope="module")
+def noid_bundle(records, tmp_path_factory):
+    """A checkpoint whose spec has no transaction id column (ids from row numbers)."""
+    tmp = tmp_path_factory.mktemp("noid-ck")
+    frame = read_transactions(write_raw(records, tmp / "fit.parquet"), tiny_spec()).frame
+    return load_checkpoint(tiny_checkpoint(frame, tiny_spec(), tmp / "model", {"name": "tiny-noid"}))
+
+
+def test_warm_ids_do_not_collide_across_files_without_an_id_column(noid_bundle, records, tmp_path):
+    svc = make(noid_bundle, tmp_path)
+    strip = [{k: v for k, v in r.items() if k != "tid"} for r in records]
+    a, b = write_raw(strip[:40], tmp_path / "a.parquet"), write_raw(strip[40:80], tmp_path / "b.parquet")
+    out_a = warm_start(svc, a, log=lambda m: None)
+    out_b = warm_start(svc, b, log=lambda m: None)
+    assert (out_a["appended"], out_b["appended"], out_b["skipped"], out_b["rejected"]) == (40, 40, 0, 0)
+    assert svc.history.count() == 80
+    ids = [r[0] for r in svc.history.conn.execute("SELECT transaction_id FROM transactions ORDER BY seq")]
+    tags = {file_sha256(a)[:12], file_sha256(b)[:12]}
+    assert len(set(ids)) == 80 and {i.split(":r")[0] for i in ids} == tags
+    assert f"{file_sha256(b)[:12]}:r5" in ids
+    again = warm_start(svc, b, log=lambda m: None)  # the same file again: the same ids, the same rows
+    assert (again["appended"], again["skipped"], again["rejected"]) == (0, 40, 0)
+    # a live transaction "r5" of another customer is not taken for a warm row
+    live = svc.score_one(dict(strip[80], transaction_id="r5", card="live-card"))
+    assert live.body["duplicate"] is False and svc.history.count() == 81
+    svc.close()
+
+
+def test_warm_rows_already_there_must_have_the_same_content(bundle, records, batch_probs, tmp_path):
+    svc = make(bundle, tmp_path)
+    out = warm_start(svc, write_raw(records[:30], tmp_path / "a.parquet"), log=lambda m: None)
+    assert out["appended"] == 30
+    changed = [dict(r) for r in records[:40]]
+    changed[3]["amt"] = 99999.0  # same transaction id, other content
+    first = next(r for r in records[:30] if r["card"] == records[35]["card"])
+    changed.append(dict(first, tid="late-1"))  # older than its entity's history in the store
+    logged = []
+    out = warm_start(svc, write_raw(changed, tmp_path / "b.parquet"), log=logged.append)
+    assert (out["rows_read"], out["appended"], out["skipped"], out["conflicts"], out["rejected"]) == (41, 10, 29, 1, 2)
+    rej = out["rejected_rows"].set_index("row_number")
+    assert rej.loc[4, "column"] == "tid" and rej.loc[4, "value"] == records[3]["tid"]
+    assert rej.loc[4, "reason"] == "transaction id already in the history store with different content (another transaction)"
+    assert rej.loc[41, "column"] == "ts" and "older than entity" in rej.loc[41, "reason"]
+    assert any("rejected row 4, column 'tid': transaction id already in the history store" in m for m in logged)
+    stored = svc.history.get(records[3]["tid"])
+    assert stored["row_json"] != row_json({**stored, "amount": 99999.0}) and '"amount":99999.0' not in stored["row_json"]
+    assert svc.history.count() == 40
+    # the appended rows were scored on the entities' history: as whole-file scoring
+    assert max_diff(svc, records[40:], batch_probs) < 1e-5
+    svc.close()
+
+
+def test_warm_after_live_scoring_finds_the_same_rows(bundle, records, tmp_path):
+    svc = make(bundle, tmp_path)
+    for r in records[:20]:
+        svc.score_one(r)
+    out = warm_start(svc, write_raw(records[:20], tmp_path / "a.parquet"), log=lambda m: None)
+    assert (out["skipped"], out["conflicts"], out["appended"]) == (20, 0, 0)
+    svc.close()
+
+
+# ------------------------------------------------------------------ finding 7: one server per file
+def test_one_server_per_history_file(bundle, tmp_path):
+    svc = make(bundle, tmp_path)
+    path = tmp_path / "history.sqlite3"
+    with pytest.raises(HistoryLocked) as ei:
+        make(bundle, tmp_path)
+    msg = str(ei.value)
+    assert f"the history store {path} is in use: another fraudlens serve (pid {os.getpid()}) holds its lock" in msg
+    assert f"{path}.lock" in msg
+    other = make(bundle, tmp_path, name="other.sqlite3")  # another file: fine
+    other.close()
+    svc.close()
+    again = make(bundle, tmp_path)  # released at close
+    again.close()
+
+
+def test_the_cli_refuses_a_second_server(bundle, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    svc = make(bundle, tmp_path)
+    with socket.socket() as busy:  # without the lock the second server would fail to listen instead
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = CliRunner().invoke(app, ["serve", "--model", str(bundle.path), "--history", str(tmp_path / "history.sqlite3"),
+                                     "--cases", str(tmp_path / "cases.sqlite3"), "--port", str(busy.getsockname()[1])])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "is in use: another fraudlens serve" in out and "holds its lock" in out, out
+    svc.close()
+
+
+# ------------------------------------------------------------------ finding 8: byte accounting
+def test_cache_bytes_count_long_ids_and_merchants(bundle, records, tmp_path):
+    """With 4,000-character entity ids and merchants the accounted bytes stay within 2x of the
+    memory the cache holds (tracemalloc)."""
+    svc = make(bundle, tmp_path)
+    cache = EntityCache(bundle, svc.history, 1 << 40)
+    base = [r for r in records if r["card"] == records[0]["card"]][:30]
+    from engine.serve.record import canonical_row
+
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for e in range(40):
+        for i, r in enumerate(base):
+            row = canonical_row(dict(r, tid=f"{e}-{i}", card=f"{e:04d}" + "E" * 3996, m=f"{e}.{i}." + "M" * 3990),
+                                bundle.spec)
+            cache.ensure(row["entity_id"])
+            cache.score(row["entity_id"], row)
+            del row
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(cache.sizes) == 40
+    assert held / 2 <= cache.bytes <= 2 * held, (cache.bytes, held)
+    assert cache.bytes > 40 * 30 * 4000  # the merchants' text is counted
+    svc.close()
+
+
+# ------------------------------------------------------------------ finding 10: private folders
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_folders_the_service_creates_are_private(bundle, tmp_path, monkeypatch, umask):
+    from engine.serve.commands import default_history_path
+
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "data"))
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    old = os.umask(umask)
+    try:
+        svc = ScoringService(bundle, default_history_path(bundle), case_db=tmp_path / "c.sqlite3", start_worker=False)
+        svc2 = ScoringService(bundle, shared / "new" / "h.sqlite3", case_db=tmp_path / "c.sqlite3", start_worker=False)
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "data", tmp_path / "data" / "serve", shared / "new"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755  # an existing folder keeps its mode
+    assert stat.S_IMODE(default_history_path(bundle).stat().st_mode) == 0o600
+    assert stat.S_IMODE(Path(str(default_history_path(bundle)) + ".lock").stat().st_mode) == 0o600
+    svc.close()
+    svc2.close()
