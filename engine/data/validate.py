@@ -339,7 +339,7 @@ def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> list[str]
 
 def _missing_passthrough_note(path: Path, missing: list[str]) -> str:
     """The note (a warning) of a file read without some of the spec's passthrough columns."""
-    return (f"warning: {path}: passthrough column{'s' if len(missing) > 1 else ''} {_clip_names(missing)} not in the "
+    return (f"{path}: passthrough column{'s' if len(missing) > 1 else ''} {_clip_names(missing)} not in the "
             f"file: {'they are' if len(missing) > 1 else 'it is'} empty (None) in every row (never model input; "
             "views and evaluations that show them show nothing)")
 

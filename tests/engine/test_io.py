@@ -192,7 +192,7 @@ def test_demo_spec_passthrough(tmp_path):
     assert plain.rows_read == 2 == len(plain.frame) and len(plain.rejected) == 0
     for c in ("Fraud Episode", "Fraud Kind", "Fraud Cause"):
         assert plain.frame[c].tolist() == [None, None]
-    assert plain.notes == [f"warning: {p2}: passthrough columns ['Fraud Episode', 'Fraud Kind', 'Fraud Cause'] not "
+    assert plain.notes == [f"{p2}: passthrough columns ['Fraud Episode', 'Fraud Kind', 'Fraud Cause'] not "
                            "in the file: they are empty (None) in every row (never model input; views and "
                            "evaluations that show them show nothing)"]
     assert demo.notes == []
