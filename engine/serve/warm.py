@@ -132,7 +132,7 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
                 reject(k, id_col, row["transaction_id"], "transaction id already in the history store with "
                        "different content (another transaction)")
         new = frame.iloc[keep].reset_index(drop=True)
-        had_history = any(h.count(e) for e in new["entity_id"].unique()[:10_000])
+        had_history = any(h.count(e) for e in new["entity_id"].unique())  # every entity: one with history is stepped
         thr = service.thresholds
         recs = []
         try:
