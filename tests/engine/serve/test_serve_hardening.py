@@ -20,6 +20,7 @@ from engine.serve.record import RecordError, canonical_row, json_finite
 from engine.serve.service import ScoringService
 from engine.serve.warm import TokenError, resolve_token
 from serve_helpers import id_spec, make_checkpoint, raw_records
+from tiny_models import tiny_spec
 
 TOKEN = "Zq3-8vLk_p2Rt7YwXe5NmB4cHj6DfG9sUa1"
 
@@ -232,6 +233,15 @@ def test_canonical_row_overflow_and_surrogates_directly():
     assert e.column == "m" and e.value == "x\\ud800y"
     e.value.encode("utf-8")  # the echoed input always encodes
     assert math.isclose(canonical_row(dict(rec, amt=10**3), spec)["amount"], 1000.0)
+    # a spec without an id column: the id is the "transaction_id" key (BankSim's case in the trial)
+    plain = tiny_spec()
+    assert plain.id is None
+    base = {k: v for k, v in rec.items() if k != "tid"}
+    assert canonical_row(dict(base, transaction_id="t-1"), plain)["transaction_id"] == "t-1"
+    for bad, word in ((["t"], "got a list"), ({"t": 1}, "got an object"), ("t\ud800", "lone surrogate")):
+        with pytest.raises(RecordError, match=word) as e:
+            canonical_row(dict(base, transaction_id=bad), plain)
+        assert e.value.column == "transaction_id"
 
 
 # ---------------------------------------------------------------- 9: /healthz and 409 disclosures
