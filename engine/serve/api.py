@@ -116,8 +116,12 @@ def _error(status: int, detail: list[dict[str, Any]]) -> Response:
     return Response(json.dumps({"detail": detail}), status_code=status, media_type="application/json")
 
 
+class _NonFiniteLiteral(ValueError):
+    pass
+
+
 def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
+    raise _NonFiniteLiteral(f"{name} is not a JSON number; numbers must be finite")
 
 
 def parse_body(raw: bytes) -> Any:
@@ -133,6 +137,8 @@ def parse_body(raw: bytes) -> Any:
         msg = f"the body is not UTF-8 text ({e})"
     except RecursionError:
         msg = "the body is nested too deeply to parse"
+    except _NonFiniteLiteral as e:
+        msg = f"not valid JSON: {e}"
     except ValueError as e:
         msg = f"not valid JSON ({e})"
     raise ServiceError(422, [{"loc": ["body"], "msg": msg, "type": "json_invalid"}])
