@@ -275,6 +275,13 @@ def test_explanations_of_ids_with_slashes(bundle, records, tmp_path):
         assert r.status_code == 200, (path, r.text)
         assert r.json()["transaction_id"] == tid
     assert c.get("/v1/explanations/acct/2024").status_code == 404
+    from urllib.parse import quote
+
+    odd = "q?x=1#f%/ü"  # "?", "#" and "%" must be percent-encoded in the path
+    b = c.post("/v1/score", json=dict(records[1], tid=odd)).json()
+    svc.history.put_explanation(odd, b["entity_id"], None, "occlusion", {"explanation": {}, "reasons": []})
+    r = c.get("/v1/explanations/" + quote(odd, safe=""))
+    assert r.status_code == 200 and r.json()["transaction_id"] == odd
     svc.close()
 
 
