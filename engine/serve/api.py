@@ -222,7 +222,8 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
             recs = [(i, x) for i, x in enumerate(items) if isinstance(x, dict)]
             pre = [{"index": i, "loc": ["body", "transactions", i], "msg": "expected a JSON object (one transaction)",
                     "type": "model_type", "input": None} for i, x in enumerate(items) if not isinstance(x, dict)]
-            out = await call(service.score_batch, [r for _, r in recs])
+            # always in the thread pool: a batch of 1,000 takes ~1 s, which would block the event loop
+            out = await run_in_threadpool(service.score_batch, [r for _, r in recs])
         except ServiceError as e:
             return _error(e.status, e.detail)
         index = [i for i, _ in recs]
