@@ -153,6 +153,8 @@ class Guard:
                 await self._refuse(send_status, 500, [], f"internal error ({type(e).__name__}); see the service "
                                    "log", "internal_error")
         finally:
+            if not started[0] and state.get("disconnected"):
+                status[0] = 499
             self.requests.labels(route, str(status[0])).inc()
             self.latency.labels(route).observe(time.perf_counter() - t0)
 
@@ -195,7 +197,8 @@ class Guard:
             chunks, size = [], 0
             while True:
                 msg = await receive()
-                if msg["type"] == "http.disconnect":
+                if msg["type"] == "http.disconnect":  # counted as 499 (client closed the request)
+                    state["disconnected"] = True
                     return
                 chunk = msg.get("body", b"")
                 size += len(chunk)

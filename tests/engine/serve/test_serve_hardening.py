@@ -116,6 +116,10 @@ def test_posts_need_application_json_utf8(bundle, records, tmp_path):
     assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid"
     assert "UTF-8" in r.json()["detail"][0]["msg"]
     assert post_raw(c, "/v1/score", body, ctype='application/JSON; charset="UTF-8"').status_code == 200
+    # the CORS preflight a browser needs before a cross-site application/json POST is never approved
+    pre = c.options("/v1/score", headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
+                                          "Access-Control-Request-Headers": "content-type"})
+    assert pre.status_code >= 400 and not any(k.lower().startswith("access-control-") for k in pre.headers)
     assert svc.history.count() == 1
     svc.close()
 
@@ -233,6 +237,16 @@ def test_canonical_row_overflow_and_surrogates_directly():
     assert e.column == "m" and e.value == "x\\ud800y"
     e.value.encode("utf-8")  # the echoed input always encodes
     assert math.isclose(canonical_row(dict(rec, amt=10**3), spec)["amount"], 1000.0)
+    # a counter timestamp (BankSim's "step", unit days): a 400-digit step names the column
+    from engine.data.spec import DatasetSpec
+
+    stepped = DatasetSpec.model_validate({**spec.model_dump(mode="json"), "timestamp": {
+        "column": "step", "unit": "D", "origin": "2000-01-01"}})
+    srec = dict({k: v for k, v in rec.items() if k != "ts"}, step=3)
+    assert canonical_row(srec, stepped)["timestamp"].isoformat() == "2000-01-04T00:00:00"
+    with pytest.raises(RecordError, match="timestamp offset is not a number") as e:
+        canonical_row(dict(srec, step=10**400), stepped)
+    assert e.value.column == "step"
     # a spec without an id column: the id is the "transaction_id" key (BankSim's case in the trial)
     plain = tiny_spec()
     assert plain.id is None
