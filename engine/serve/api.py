@@ -7,10 +7,13 @@ Routes:
   ``transaction_id``, ``entity_id``, ``probability`` (fraud probability in [0, 1]), ``logit``,
   ``decision`` (``below_review`` / ``review`` / ``decline``), ``reasons`` (``[{code, text}]``,
   facts of the entity's recent history), ``model_sha256``, ``latency_ms`` (server time from the
-  request's arrival to the response, milliseconds), ``duplicate``, ``shadow``.
+  request's arrival to the response, milliseconds), ``duplicate``, ``shadow``, ``calibrated``
+  (a duplicate is answered from the stored row, its reasons not recomputed: ``[]``).
   Errors: 422 (malformed: ``detail[0].loc = ["body", column]``, ``msg`` = the reason, the file
-  reader's wording), 409 (out of order, or a transaction id reused with other content), 401
-  (token), 500 (non-finite score), 503 (history store unavailable).
+  reader's wording; ``json_invalid`` for a body that does not parse), 409 (out of order, or a
+  transaction id reused with other content), 401 (token), 413 (body over the cap), 415 (not
+  ``application/json``), 421 (Host not loopback on a loopback service), 500 (non-finite score,
+  or an unexpected error, as JSON), 503 (history store unavailable).
 * ``POST /v1/score/batch`` - ``{"transactions": [...]}`` (at most 1,000), scored in order, one
   durable commit; every item is in ``results`` or ``rejected`` (index, column, reason).
 * ``GET /v1/explanations/{transaction_id}`` - the background explanation of a flagged transaction
