@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 
-def _request(path: str, body: bytes) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+def _request(path: str, body: bytes, port: int) -> bytes:
+    # Host with the port: the service bound to loopback refuses any other Host (engine/serve/guard.py)
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
@@ -61,7 +62,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 async def _client(port: int, bodies: list[bytes], path: str, rate: float | None, t_end: float,
                   start: asyncio.Event, offset: float = 0.0) -> dict:
-    reqs = [_request(path, b) for b in bodies]
+    reqs = [_request(path, b, port) for b in bodies]
     cms, sms, acked, errors = [], [], [], {}
 
     def err(kind: str) -> None:

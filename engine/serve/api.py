@@ -7,22 +7,28 @@ Routes:
   ``transaction_id``, ``entity_id``, ``probability`` (fraud probability in [0, 1]), ``logit``,
   ``decision`` (``below_review`` / ``review`` / ``decline``), ``reasons`` (``[{code, text}]``,
   facts of the entity's recent history), ``model_sha256``, ``latency_ms`` (server time from the
-  request's arrival to the response, milliseconds), ``duplicate``, ``shadow``.
+  request's arrival to the response, milliseconds), ``duplicate``, ``shadow``, ``calibrated``
+  (a duplicate is answered from the stored row, its reasons not recomputed: ``[]``).
   Errors: 422 (malformed: ``detail[0].loc = ["body", column]``, ``msg`` = the reason, the file
-  reader's wording), 409 (out of order, or a transaction id reused with other content), 401
-  (token), 500 (non-finite score), 503 (history store unavailable).
+  reader's wording; ``json_invalid`` for a body that does not parse), 409 (out of order, or a
+  transaction id reused with other content), 401 (token), 413 (body over the cap), 415 (not
+  ``application/json``), 421 (Host not loopback on a loopback service), 500 (non-finite score,
+  or an unexpected error, as JSON), 503 (history store unavailable).
 * ``POST /v1/score/batch`` - ``{"transactions": [...]}`` (at most 1,000), scored in order, one
   durable commit; every item is in ``results`` or ``rejected`` (index, column, reason).
-* ``GET /v1/explanations/{transaction_id}`` - the background explanation of a flagged transaction.
-* ``GET /healthz`` (no token needed), ``GET /metrics`` (Prometheus text), ``GET /openapi.json``, ``/docs``.
+* ``GET /v1/explanations/{transaction_id}`` - the background explanation of a flagged transaction
+  (the id may contain ``/``, sent as is or as ``%2F``); non-finite numbers are ``null``.
+* ``GET /healthz`` (no token needed: then only ``{"status": "ok"}``), ``GET /metrics`` (Prometheus
+  text), ``GET /openapi.json``, ``/docs``.
 
-Token: when the app is created with a token, every route but ``/healthz`` needs
-``Authorization: Bearer <token>`` (compared with :func:`hmac.compare_digest`); otherwise 401.
+Every request first passes :class:`engine.serve.guard.Guard` (Host check on loopback, token,
+``Content-Type: application/json`` for POSTs, body caps before parsing, metrics of every
+status). Bodies are decoded as UTF-8 only; ``NaN`` / ``Infinity`` literals, and JSON nested too
+deeply to parse, are ``422 json_invalid``.
 """
 
 # no "from __future__ import annotations": FastAPI resolves the local request models from the annotations
 
-import hmac
 import json
 import time
 from typing import Any, Optional, Union
@@ -36,12 +42,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from engine.data.spec import DatasetSpec
-from engine.serve.record import aggregate_columns, required_keys
+from engine.serve.guard import Guard
+from engine.serve.record import aggregate_columns, json_finite, required_keys
 from engine.serve.service import MAX_BATCH, ScoringService, ServiceError
 
 Cell = Optional[Union[str, int, float, bool]]
 #: latency histogram buckets, seconds
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
+#: bodies larger than this are parsed in the thread pool, not in the event loop (bytes)
+PARSE_INLINE_BYTES = 64 * 2**10
 
 
 def transaction_model(spec: DatasetSpec) -> type[BaseModel]:
@@ -63,31 +72,6 @@ def transaction_model(spec: DatasetSpec) -> type[BaseModel]:
                          **fields)
     model.__doc__ = f"One transaction with the raw column names of spec {spec.name!r}."
     return model
-
-
-class _Auth:
-    """Pure ASGI middleware: the request start time for ``latency_ms``, and the bearer token."""
-
-    def __init__(self, app, token: str | None):
-        self.app, self.token = app, (token or "").encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            scope.setdefault("state", {})["t0"] = time.perf_counter()
-            if self.token and scope["path"] != "/healthz":
-                got = b""
-                for k, v in scope["headers"]:
-                    if k == b"authorization":
-                        got = v
-                        break
-                scheme, _, cred = got.partition(b" ")
-                if scheme.lower() != b"bearer" or not hmac.compare_digest(cred.strip(), self.token):
-                    resp = JSONResponse({"detail": [{"loc": ["header", "Authorization"], "msg": "a valid bearer "
-                                         "token is required", "type": "unauthorized"}]}, status_code=401,
-                                        headers={"WWW-Authenticate": "Bearer"})
-                    await resp(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
 
 
 class _CacheCollector:
@@ -130,17 +114,55 @@ class _CacheCollector:
             yield g
 
 
-def _error(status: int, detail: list[dict[str, Any]]) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status)
+def _error(status: int, detail: list[dict[str, Any]]) -> Response:
+    # ASCII JSON (json.dumps escapes any text, lone surrogates included), so it always encodes
+    return Response(json.dumps({"detail": detail}), status_code=status, media_type="application/json")
 
 
-def create_app(service: ScoringService, token: str | None = None) -> FastAPI:
-    """The FastAPI app of ``service`` (routes in the module docstring); ``token`` None = no token."""
+class _NonFiniteLiteral(ValueError):
+    pass
+
+
+def _reject_constant(name: str):
+    raise _NonFiniteLiteral(f"{name} is not a JSON number; numbers must be finite")
+
+
+def parse_body(raw: bytes) -> Any:
+    """The JSON value of a request body: UTF-8 only, no ``NaN`` / ``Infinity`` / ``-Infinity``.
+
+    Raises:
+        ServiceError: 422 ``json_invalid`` (not UTF-8, not JSON, a non-finite literal, or nested
+            too deeply for the parser).
+    """
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as e:
+        msg = f"the body is not UTF-8 text ({e})"
+    except RecursionError:
+        msg = "the body is nested too deeply to parse"
+    except _NonFiniteLiteral as e:
+        msg = f"not valid JSON: {e}"
+    except ValueError as e:
+        msg = f"not valid JSON ({e})"
+    raise ServiceError(422, [{"loc": ["body"], "msg": msg, "type": "json_invalid"}])
+
+
+def create_app(service: ScoringService, token: str | None = None, loopback_port: int | None = None) -> FastAPI:
+    """The FastAPI app of ``service`` (routes in the module docstring).
+
+    Args:
+        service: the scoring service.
+        token: the bearer token; None = no token.
+        loopback_port: the port of a service bound to a loopback address: then the ``Host``
+            header must name a loopback host with this port (:class:`engine.serve.guard.Guard`);
+            None = no Host check (a service bound to another interface, or in-process use).
+    """
     spec = service.spec
     Txn = transaction_model(spec)
 
     registry = CollectorRegistry()
-    requests = Counter("fraudlens_serve_requests", "HTTP requests", ["route", "status"], registry=registry)
+    requests = Counter("fraudlens_serve_requests", "HTTP requests by route and response status", ["route", "status"],
+                       registry=registry)
     latency = Histogram("fraudlens_serve_latency_seconds", "server-side request latency (seconds)", ["route"],
                         buckets=LATENCY_BUCKETS, registry=registry)
     registry.register(_CacheCollector(service))
@@ -150,16 +172,11 @@ def create_app(service: ScoringService, token: str | None = None) -> FastAPI:
                               "(incremental, per-entity state).")
     app.state.service = service
 
-    def done(request: Request, route: str, status: int) -> float:
-        dt = time.perf_counter() - request.scope["state"]["t0"]
-        requests.labels(route, str(status)).inc()
-        latency.labels(route).observe(dt)
-        return dt * 1000.0
+    def elapsed_ms(request: Request) -> float:
+        return (time.perf_counter() - request.scope["state"]["t0"]) * 1000.0
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        route = request.url.path
-        done(request, route, 422)
         service.counts["rejected"] += 1
         detail = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
         return _error(422, detail)
@@ -175,32 +192,29 @@ def create_app(service: ScoringService, token: str | None = None) -> FastAPI:
     async def call(fn, arg):
         return fn(arg) if inline else await run_in_threadpool(fn, arg)
 
-    async def body_json(request: Request, route: str):
-        try:
-            return json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ServiceError(422, [{"loc": ["body"], "msg": f"not valid JSON ({e})", "type": "json_invalid"}]) from None
+    async def body_json(request: Request):
+        raw = await request.body()  # already read and size-capped by the Guard
+        return parse_body(raw) if len(raw) <= PARSE_INLINE_BYTES else await run_in_threadpool(parse_body, raw)
 
     @app.post("/v1/score", summary="score one transaction",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": txn_schema}}}})
     async def score(request: Request) -> Response:
         try:
-            rec = await body_json(request, "/v1/score")
+            rec = await body_json(request)
             if not isinstance(rec, dict):
                 raise ServiceError(422, [{"loc": ["body"], "msg": "expected a JSON object (one transaction)",
                                           "type": "model_type"}])
             out = await call(service.score_one, rec)
         except ServiceError as e:
-            done(request, "/v1/score", e.status)
             return _error(e.status, e.detail)
-        out.body["latency_ms"] = done(request, "/v1/score", 200)
+        out.body["latency_ms"] = elapsed_ms(request)
         return Response(json.dumps(out.body), media_type="application/json")
 
     @app.post("/v1/score/batch", summary="score transactions in order (one durable commit)",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": batch_schema}}}})
     async def score_batch(request: Request) -> Response:
         try:
-            body = await body_json(request, "/v1/score/batch")
+            body = await body_json(request)
             items = body.get("transactions") if isinstance(body, dict) else None
             if not isinstance(items, list):
                 raise ServiceError(422, [{"loc": ["body", "transactions"], "msg": "expected {\"transactions\": [...]}",
@@ -211,9 +225,9 @@ def create_app(service: ScoringService, token: str | None = None) -> FastAPI:
             recs = [(i, x) for i, x in enumerate(items) if isinstance(x, dict)]
             pre = [{"index": i, "loc": ["body", "transactions", i], "msg": "expected a JSON object (one transaction)",
                     "type": "model_type", "input": None} for i, x in enumerate(items) if not isinstance(x, dict)]
-            out = await call(service.score_batch, [r for _, r in recs])
+            # always in the thread pool: a batch of 1,000 takes ~1 s, which would block the event loop
+            out = await run_in_threadpool(service.score_batch, [r for _, r in recs])
         except ServiceError as e:
-            done(request, "/v1/score/batch", e.status)
             return _error(e.status, e.detail)
         index = [i for i, _ in recs]
         for r in out["results"] + out["rejected"]:
@@ -221,26 +235,27 @@ def create_app(service: ScoringService, token: str | None = None) -> FastAPI:
         service.counts["rejected"] += len(pre)
         out["rejected"] = sorted(out["rejected"] + pre, key=lambda r: r["index"])
         out["rejected_count"] = len(out["rejected"])
-        out["latency_ms"] = done(request, "/v1/score/batch", 200)
+        out["latency_ms"] = elapsed_ms(request)
         return Response(json.dumps(out), media_type="application/json")
 
-    @app.get("/v1/explanations/{transaction_id}", summary="background explanation of a flagged transaction")
-    def explanation(request: Request, transaction_id: str) -> JSONResponse:
+    @app.get("/v1/explanations/{transaction_id:path}", summary="background explanation of a flagged transaction")
+    def explanation(request: Request, transaction_id: str) -> Response:
         e = service.explanation(transaction_id)
         if e is None:
-            done(request, "/v1/explanations", 404)
             return _error(404, [{"loc": ["path", "transaction_id"], "msg": "no explanation stored for this "
                                  "transaction (not flagged, shadow mode, or not yet computed)", "type": "not_found"}])
-        done(request, "/v1/explanations", 200)
-        return JSONResponse(e)
+        # stored before the NaN-safe storage (a NaN weight): null, so the answer is JSON
+        return Response(json.dumps(json_finite(e), allow_nan=False), media_type="application/json")
 
-    @app.get("/healthz", summary="liveness and state")
-    def healthz() -> dict:
+    @app.get("/healthz", summary="liveness; with the token (when one is set) also the state")
+    def healthz(request: Request) -> dict:
+        if token and not request.scope["state"].get("authorized"):
+            return {"status": "ok"}
         return service.health()
 
     @app.get("/metrics", summary="Prometheus metrics")
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(_Auth, token=token)
+    app.add_middleware(Guard, token=token, loopback_port=loopback_port, requests=requests, latency=latency)
     return app

@@ -16,7 +16,8 @@ loses no case of an acknowledged transaction), and for each batch:
    logit change when one earlier transaction of the window is removed) on the entity's history
    from the store, derives attribution-based reason codes (:func:`engine.trust.reasons.reason_codes`)
    and stores both in the history store's ``explanations`` table with the case id
-   (``GET /v1/explanations/{transaction_id}``);
+   (``GET /v1/explanations/{transaction_id}``), with the service's (calibrated) probability,
+   every number finite or ``null`` (:func:`explain_flagged`);
 3. advances the cursor.
 
 Explanations cost far more than scoring (occlusion: one forward pass per earlier transaction of
@@ -64,12 +65,21 @@ def explain_flagged(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: st
     """Occlusion explanation and reason codes of one transaction of an entity's history frame.
 
     Returns:
-        ``{"explanation": Explanation.to_dict() without extras, "reasons": [Reason as dict]}``.
+        ``{"explanation": Explanation.to_dict() without extras, "reasons": [Reason.to_dict()],
+        "probability": the fraud probability the service answered, "calibrated": bool}``, every
+        number finite or ``None`` (JSON-compliant). ``explanation.score_probability`` is the
+        sigmoid of the model's logit (uncalibrated, as in every explanation); ``probability`` is
+        the service's: the checkpoint's calibration map of the logit when it has one
+        (``calibrated`` true), the stored ``probability`` of the transaction when ``frame`` has
+        that column (the history store's frame), so it equals the ``POST /v1/score`` response.
+        A query reason with no measured weight has ``"weight": null`` (NaN in
+        :class:`engine.trust.reasons.Reason`; :meth:`~engine.trust.reasons.Reason.to_dict`).
     """
-    from dataclasses import asdict
+    import numpy as np
 
     from engine.explain.context import build_context
     from engine.explain.occlusion import explain
+    from engine.serve.record import json_finite
     from engine.trust.reasons import reason_codes
 
     ctx = build_context(bundle, frame, transaction_id)
@@ -77,7 +87,16 @@ def explain_flagged(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: st
     reasons = reason_codes(ctx, {"occlusion": expl})
     d = expl.to_dict()
     d.pop("extras", None)
-    return {"explanation": d, "reasons": [asdict(r) for r in reasons]}
+    calibrated = bool(getattr(bundle, "calibrated", False))
+    stored = frame.loc[frame["transaction_id"] == transaction_id, "probability"] if "probability" in frame else []
+    if len(stored):
+        prob = float(stored.iloc[-1])
+    elif calibrated:
+        prob = float(bundle.probability(np.array([expl.score_logit]))[0])
+    else:
+        prob = expl.score_probability
+    return json_finite({"explanation": d, "reasons": [r.to_dict() for r in reasons], "probability": prob,
+                        "calibrated": calibrated})
 
 
 class CaseWorker(threading.Thread):

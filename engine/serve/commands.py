@@ -85,7 +85,10 @@ def serve(
             warm_start(service, warm, log=lambda m: console.print(m, markup=False))
         except (FileNotFoundError, ValueError) as e:
             _fail(f"--warm {warm}: {e}")
-    app = create_app(service, token)
+    from engine.serve.access import is_loopback
+
+    # bound to loopback: the Host header must name loopback and this port (DNS rebinding)
+    app = create_app(service, token, loopback_port=port if is_loopback(host) else None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     console.print(f"fraudlens serve: model {bundle.short_sha} (spec {bundle.spec.name}), history {hist}, "

@@ -233,7 +233,7 @@ class HistoryStore:
             "INSERT INTO explanations(transaction_id, entity_id, case_id, method, explanation_json, created_at) "
             "VALUES (?,?,?,?,?,?) ON CONFLICT(transaction_id) DO UPDATE SET explanation_json = "
             "excluded.explanation_json, case_id = excluded.case_id, created_at = excluded.created_at",
-            (transaction_id, entity_id, case_id, method, json.dumps(explanation), utcnow()))
+            (transaction_id, entity_id, case_id, method, json.dumps(explanation, allow_nan=False), utcnow()))
 
     # ------------------------------------------------------------------ reads
     def get(self, transaction_id: str) -> dict[str, Any] | None:

@@ -20,7 +20,11 @@ Service-specific rules (a file has no equivalent):
 * the label column may be omitted (unknown at authorisation time);
 * a spec with ``[[aggregates]]`` (delayed terminal risk) needs its aggregate columns
   (:meth:`engine.data.spec.DelayedAggregateSpec.columns`) in the request, as finite numbers from
-  the caller's feature store: the service keeps no labels of other keys to compute them.
+  the caller's feature store: the service keeps no labels of other keys to compute them;
+* a JSON text can hold what no file can, each refused naming its key: a lone surrogate
+  (``"\\ud800"``, not Unicode text) in any key or text value; a list or object for a column the
+  spec reads; an integer too large for a float (``"amount is not finite"``, as the text
+  ``1e999`` in a file).
 """
 
 from __future__ import annotations
@@ -44,13 +48,23 @@ _TIME = re.compile(r"\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*")
 _PART_LIMITS = {"year": (1678, 2261), "month": (1, 12), "day": (1, 31), "hour": (0, 23), "minute": (0, 59)}
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _encodable(t: str) -> str:
+    """``t`` with lone surrogates written as ``\\udXXX`` escapes (so it encodes as UTF-8)."""
+    return t if t.isascii() or not _SURROGATE.search(t) else t.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class RecordError(ValueError):
     """A posted transaction is refused: ``column`` (raw column name, as in a file's rejected
-    rows), ``value`` (the cell text, clipped to 200 characters) and ``reason``."""
+    rows), ``value`` (the cell text, clipped to 200 characters) and ``reason``; lone
+    surrogates of the column or value are written as ``\\udXXX`` escapes."""
 
     def __init__(self, column: str, value: Any, reason: str):
+        column = _encodable(str(column))
         super().__init__(f"{column}: {reason}")
-        self.column, self.value, self.reason = column, _clip(str(value)), reason
+        self.column, self.value, self.reason = column, _encodable(_clip(str(value))), reason
 
     def detail(self) -> dict[str, Any]:
         """FastAPI-style error item: ``{"loc": ["body", column], "msg", "type", "input"}``."""
@@ -78,10 +92,26 @@ _EPOCH, _MICROSECOND = datetime(1970, 1, 1), timedelta(microseconds=1)
 _STRIP_TABLES: dict[str, dict] = {}  # characters to strip -> str.translate table
 
 
+def json_finite(v: Any) -> Any:
+    """``v`` (JSON-like: dicts, lists, numbers, text) with every non-finite float (NaN, +-inf)
+    replaced by ``None``, so ``json.dumps(..., allow_nan=False)`` accepts it."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: json_finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_finite(x) for x in v]
+    return v
+
+
 def _number(v: Any, strip: str = "") -> tuple[float, bool, str]:
-    """(value, empty, text) under :func:`engine.data.validate._numbers`' rules; NaN = not a number."""
+    """(value, empty, text) under :func:`engine.data.validate._numbers`' rules; NaN = not a
+    number; an integer beyond the float range is +-inf."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        x = float(v)
+        try:
+            x = float(v)
+        except OverflowError:  # a JSON integer of hundreds of digits
+            return (math.inf if v > 0 else -math.inf), False, _clip(str(v))
         return x, math.isnan(x), cell_text(v) if not math.isinf(x) else repr(x)
     t = cell_text(v)
     table = _STRIP_TABLES.get(strip)
@@ -98,12 +128,14 @@ def _number(v: Any, strip: str = "") -> tuple[float, bool, str]:
 _COLUMNS: dict[int, tuple] = {}
 
 
-def _columns(spec: DatasetSpec) -> tuple[list[str], list[str], list[str]]:
-    """(required keys, columns the spec reads, aggregate columns) of ``spec``, computed once per spec."""
+def _columns(spec: DatasetSpec) -> tuple[list[str], list[str], list[str], frozenset[str]]:
+    """(required keys, columns the spec reads, aggregate columns, all keys read) of ``spec``,
+    computed once per spec."""
     hit = _COLUMNS.get(id(spec))
     if hit is None or hit[0] is not spec:
-        hit = _COLUMNS[id(spec)] = (spec, required_keys(spec), spec.required_columns(), aggregate_columns(spec))
-    return hit[1], hit[2], hit[3]
+        req, cols, aggs = required_keys(spec), spec.required_columns(), aggregate_columns(spec)
+        hit = _COLUMNS[id(spec)] = (spec, req, cols, aggs, frozenset(req + cols + aggs))
+    return hit[1], hit[2], hit[3], hit[4]
 
 
 def required_keys(spec: DatasetSpec) -> list[str]:
@@ -197,17 +229,26 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
         "label": 1 | 0 | None, <aggregate column>: float, <passthrough>: as posted}``, the
         values :func:`engine.data.io.read_transactions` would put in its frame for this record.
     Raises:
-        RecordError: the first problem, in the file reader's order (cell length / NUL, entity,
-            timestamp, amount, id, fields, label), then missing aggregate columns.
+        RecordError: the first problem: a lone surrogate in a key or text value, a list or
+            object for a column read; then in the file reader's order (cell length / NUL,
+            entity, timestamp, amount, id, fields, label), then missing aggregate columns.
     """
-    required, columns, aggregates = _columns(spec)
+    required, columns, aggregates, read = _columns(spec)
+    for k, v in rec.items():
+        if not k.isascii() and _SURROGATE.search(k):
+            raise RecordError(k, "", "the key contains a lone surrogate (an escape such as \\ud800 that is not "
+                              "Unicode text)")
+        if isinstance(v, str):
+            if not v.isascii() and _SURROGATE.search(v):
+                raise RecordError(k, v, "text contains a lone surrogate (an escape such as \\ud800 that is not "
+                                  "Unicode text)")
+        elif k in read and isinstance(v, (list, dict)):
+            raise RecordError(k, v, f"expected a text or a number, got {'a list' if isinstance(v, list) else 'an object'}")
     for c in required:
         if c not in rec:
             raise RecordError(c, "", "field required")
     for c in columns:
         v = rec.get(c)
-        if isinstance(v, (list, dict)):
-            raise RecordError(c, v, f"expected a text or a number, got {type(v).__name__}")
         if isinstance(v, str):
             if len(v) > MAX_CELL_CHARS:
                 raise RecordError(c, v, f"cell has {len(v):,} characters; the limit is {MAX_CELL_CHARS:,}")

@@ -145,9 +145,11 @@ class ScoringService:
         return float(self.bundle.probability(np.array([logit]))[0]) if self.calibrated else _sigmoid(logit)
 
     def _stored_body(self, stored: dict[str, Any]) -> dict[str, Any]:
+        # reasons are not recomputed for a duplicate (docs/serving.md); calibrated is known for this model only
         return {"transaction_id": stored["transaction_id"], "entity_id": stored["entity_id"],
-                "probability": stored["probability"], "decision": stored["decision"], "reasons": [],
-                "model_sha256": stored["model_sha256"], "duplicate": True, "shadow": self.shadow}
+                "probability": stored["probability"], "logit": stored.get("logit"), "decision": stored["decision"],
+                "reasons": [], "model_sha256": stored["model_sha256"], "duplicate": True, "shadow": self.shadow,
+                "calibrated": self.calibrated if stored["model_sha256"] == self.bundle.sha256 else None}
 
     def _prepare(self, row: dict[str, Any], pending: dict[str, tuple]) -> Outcome | None:
         """Idempotency and order checks; an Outcome for a duplicate, None to score (lock held)."""
@@ -157,8 +159,7 @@ class ScoringService:
             stored = pending[tid][1]
         if stored is not None:
             if stored["row_json"] != row_json(row):
-                raise RecordError(self.id_column, tid, f"transaction id already used by a different transaction "
-                                  f"(accepted at {stored['received_at'][:23]} UTC)")
+                raise RecordError(self.id_column, tid, "transaction id already used by a different transaction")
             return Outcome(self._stored_body(stored), duplicate=True)
         last = self.cache.last_time_ns(row["entity_id"])
         if last is not None and row["ts_ns"] < last:
@@ -185,7 +186,7 @@ class ScoringService:
         flagged = prob >= thr["review"]
         received = utcnow()
         rec = (tid, e, row["ts_ns"], row_json(row), logit, prob, decision, int(flagged), self.bundle.sha256, received)
-        pending[tid] = (rec, {"transaction_id": tid, "entity_id": e, "row_json": rec[3], "probability": prob,
+        pending[tid] = (rec, {"transaction_id": tid, "entity_id": e, "row_json": rec[3], "logit": logit, "probability": prob,
                               "decision": decision, "model_sha256": self.bundle.sha256, "received_at": received})
         body = {"transaction_id": tid, "entity_id": e, "probability": prob, "logit": logit, "decision": decision,
                 "reasons": reasons, "model_sha256": self.bundle.sha256, "duplicate": False, "shadow": self.shadow,

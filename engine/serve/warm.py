@@ -25,7 +25,10 @@ from engine.serve.history import row_json, utcnow
 #: environment variable holding the service token
 ENV_TOKEN = "FRAUDLENS_SERVE_TOKEN"
 #: shortest token accepted (characters)
-MIN_TOKEN_CHARS = 16
+MIN_TOKEN_CHARS = 32
+#: fewest distinct characters in a token (refuses "aaaa..." and other repeated patterns)
+MIN_TOKEN_DISTINCT = 10
+_TOKEN_HINT = "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
 
 
 class TokenError(ValueError):
@@ -33,26 +36,39 @@ class TokenError(ValueError):
 
 
 def resolve_token(token_file: Path | None, host: str, env: dict | None = None) -> str | None:
-    """The bearer token: from ``token_file`` (first line, stripped), else ``$FRAUDLENS_SERVE_TOKEN``.
+    """The bearer token: from ``token_file`` (its first non-empty line, stripped), else
+    ``$FRAUDLENS_SERVE_TOKEN`` (stripped).
+
+    A token needs at least :data:`MIN_TOKEN_CHARS` characters, :data:`MIN_TOKEN_DISTINCT` of
+    them distinct.
 
     Raises:
-        TokenError: the file is unreadable or the token shorter than :data:`MIN_TOKEN_CHARS`;
-            or ``host`` is not a loopback address and there is no token.
+        TokenError: the file is unreadable or has no non-empty line; the token is too short or
+            has too few distinct characters; or ``host`` is not a loopback address and there is
+            no token.
     """
     from engine.serve.access import is_loopback
 
     env = os.environ if env is None else env
-    token = None
+    token, where = None, f"${ENV_TOKEN}"
     if token_file is not None:
+        where = f"--token-file {token_file}"
         try:
-            token = token_file.read_text(encoding="utf-8").splitlines()[0].strip() if token_file.stat().st_size else ""
-        except (OSError, UnicodeDecodeError, IndexError) as e:
-            raise TokenError(f"--token-file {token_file}: cannot be read ({e})") from None
+            lines = token_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise TokenError(f"{where}: cannot be read ({e})") from None
+        token = next((ln.strip() for ln in lines if ln.strip()), None)
+        if token is None:
+            raise TokenError(f"{where}: the file has no token (every line is empty); put the token on its first "
+                             f"non-empty line ({_TOKEN_HINT})")
     elif env.get(ENV_TOKEN):
         token = env[ENV_TOKEN].strip()
     if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise TokenError(f"the service token must have at least {MIN_TOKEN_CHARS} characters (e.g. `python -c "
-                         "'import secrets; print(secrets.token_urlsafe(32))'`)")
+        raise TokenError(f"{where}: the service token has {len(token)} characters; it must have at least "
+                         f"{MIN_TOKEN_CHARS} characters, at least {MIN_TOKEN_DISTINCT} of them distinct ({_TOKEN_HINT})")
+    if token is not None and len(set(token)) < MIN_TOKEN_DISTINCT:
+        raise TokenError(f"{where}: the service token has only {len(set(token))} distinct characters; it must have "
+                         f"at least {MIN_TOKEN_DISTINCT} distinct characters ({_TOKEN_HINT})")
     if token is None and not is_loopback(host):
         raise TokenError(f"refusing to listen on {host} without a token: pass --token-file FILE or set ${ENV_TOKEN} "
                          "(clients then send 'Authorization: Bearer <token>')")

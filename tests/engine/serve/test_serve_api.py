@@ -161,17 +161,17 @@ def test_token_required_off_loopback(bundle, records, tmp_path):
     with pytest.raises(TokenError, match="refusing to listen on 0.0.0.0 without a token"):
         resolve_token(None, "0.0.0.0", env={})
     assert resolve_token(None, "127.0.0.1", env={}) is None
-    with pytest.raises(TokenError, match="at least 16"):
+    with pytest.raises(TokenError, match="at least 32 characters"):
         resolve_token(None, "0.0.0.0", env={"FRAUDLENS_SERVE_TOKEN": "short"})
     f = tmp_path / "token"
-    f.write_text("s3cret-token-0123456789\n")
-    assert resolve_token(f, "10.0.0.5", env={}) == "s3cret-token-0123456789"
-    svc, c = make(bundle, tmp_path, token="s3cret-token-0123456789")
+    f.write_text("s3cret-token-0123456789-abcdefghij\n")
+    assert resolve_token(f, "10.0.0.5", env={}) == "s3cret-token-0123456789-abcdefghij"
+    svc, c = make(bundle, tmp_path, token="s3cret-token-0123456789-abcdefghij")
     assert c.post("/v1/score", json=records[0]).status_code == 401
     assert c.post("/v1/score", json=records[0], headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert c.get("/metrics").status_code == 401
     assert c.get("/healthz").status_code == 200
-    ok = c.post("/v1/score", json=records[0], headers={"Authorization": "Bearer s3cret-token-0123456789"})
+    ok = c.post("/v1/score", json=records[0], headers={"Authorization": "Bearer s3cret-token-0123456789-abcdefghij"})
     assert ok.status_code == 200 and svc.history.count() == 1
     svc.close()
 
