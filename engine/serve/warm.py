@@ -11,6 +11,7 @@ their entities has history yet; otherwise one incremental step each, in order) a
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from pathlib import Path
@@ -88,17 +89,18 @@ def frame_rows(frame: pd.DataFrame, spec) -> list[dict[str, Any]]:
     return rows
 
 
-def warm_ids(frame: pd.DataFrame, spec, path: str | Path) -> pd.DataFrame:
-    """The warm-start transaction ids of a canonical frame read from ``path``: the file's own id
-    column when ``spec.id`` is set, else ``"<first 12 hex of the file's SHA-256>:r<row_number>"``
-    (the reader's ``"r<row_number>"`` would collide across files: row 5 of two files).
-    Re-warming the same file gives the same ids (its rows are then "already there")."""
-    if spec.id or not len(frame):
-        return frame
-    from engine.data.io import file_sha256
+def content_id(row: dict[str, Any], spec) -> str:
+    """The warm-start transaction id of a row of a spec without an id column:
+    ``"sha256:<16 hex>"`` of the row's entity, timestamp, amount and fields (canonical JSON,
+    :func:`engine.serve.history.row_json`), not its label, passthrough or aggregate columns.
 
-    tag = file_sha256(path)[:12]
-    return frame.assign(transaction_id=[f"{tag}:r{n}" for n in frame["row_number"].tolist()])
+    A transaction is then known by its content, as the reader knows an exact duplicate: the
+    same row in two files (an export that grew) is the same transaction ("already there"), a row
+    whose label was corrected later is a conflict (reported), and row 5 of two files never share
+    an id (the reader's ``"r<row_number>"`` would)."""
+    key = {"entity_id": row["entity_id"], "ts_ns": row["ts_ns"], "amount": row["amount"],
+           **{f.name: row.get(f.name) for f in spec.fields}}
+    return "sha256:" + hashlib.sha256(row_json(key).encode("utf-8")).hexdigest()[:16]
 
 
 def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
@@ -107,7 +109,8 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
     Every row read is appended, already there (its transaction id is in the history store with
     the same content), or rejected with its reason: rejected by the reader
     (:func:`engine.data.io.read_transactions`), a transaction id already in the history store
-    with other content, or a row older than its entity's last transaction in the store. If
+    with other content, a row older than its entity's last transaction in the store, or
+    (without an id column) a row with the same :func:`content_id` as an earlier one. If
     anything fails half way, the entities the warm start touched are evicted from the cache
     (rebuilt from what was committed).
 
@@ -122,10 +125,19 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
     from engine.data.io import REJECTED_COLUMNS, read_transactions
     from engine.model.scoring import score_frame
 
-    res = read_transactions(path, service.spec)
-    frame = warm_ids(res.frame, service.spec, path)
-    rows, numbers = frame_rows(frame, service.spec), frame["row_number"].tolist()
-    id_col = service.spec.id or ""
+    spec = service.spec
+    res = read_transactions(path, spec)
+    frame = res.frame
+    rows, numbers = frame_rows(frame, spec), frame["row_number"].tolist()
+    same_as: dict[int, int] = {}  # no id column: row -> the earlier row with the same content id
+    if not spec.id:
+        first: dict[str, int] = {}
+        for k, row in enumerate(rows):
+            row["transaction_id"] = tid = content_id(row, spec)
+            same_as[k] = first.setdefault(tid, k)
+        same_as = {k: f for k, f in same_as.items() if f != k}
+        frame = frame.assign(transaction_id=[r["transaction_id"] for r in rows])
+    id_col = spec.id or ""
     h, cache = service.history, service.cache
     rejected = [dict(r) for r in res.rejected.to_dict("records")]
 
@@ -138,6 +150,10 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
         service.committer.flush()  # rows in flight first: the history store is read below
         keep, skipped, conflicts = [], 0, 0
         for k, row in enumerate(rows):
+            if k in same_as:
+                reject(k, "", "", f"the same transaction as row {numbers[same_as[k]]} (entity, time, amount and "
+                       "fields equal; without an id column a transaction is known by them)")
+                continue
             stored = h.get(row["transaction_id"])
             if stored is None:
                 keep.append(k)
@@ -145,8 +161,9 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
                 skipped += 1
             else:
                 conflicts += 1
-                reject(k, id_col, row["transaction_id"], "transaction id already in the history store with "
-                       "different content (another transaction)")
+                reject(k, id_col, row["transaction_id"], "transaction id already in the history store with different "
+                       "content (another transaction)" if spec.id else "the same transaction (entity, time, amount, "
+                       "fields) is in the history store with other label or passthrough values")
         new = frame.iloc[keep].reset_index(drop=True)
         had_history = any(h.count(e) for e in new["entity_id"].unique())  # every entity: one with history is stepped
         thr = service.thresholds

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.data.io import file_sha256, read_transactions
+from engine.data.io import read_transactions
 from engine.model.checkpoint import load_checkpoint
 from engine.model.scoring import score_frame
 from engine.serve.history import GroupCommitter, HistoryLocked, RecordsRefused, row_json
@@ -150,14 +150,28 @@ def test_warm_ids_do_not_collide_across_files_without_an_id_column(noid_bundle, 
     assert (out_a["appended"], out_b["appended"], out_b["skipped"], out_b["rejected"]) == (40, 40, 0, 0)
     assert svc.history.count() == 80
     ids = [r[0] for r in svc.history.conn.execute("SELECT transaction_id FROM transactions ORDER BY seq")]
-    tags = {file_sha256(a)[:12], file_sha256(b)[:12]}
-    assert len(set(ids)) == 80 and {i.split(":r")[0] for i in ids} == tags
-    assert f"{file_sha256(b)[:12]}:r5" in ids
-    again = warm_start(svc, b, log=lambda m: None)  # the same file again: the same ids, the same rows
+    assert len(set(ids)) == 80 and all(i.startswith("sha256:") and len(i) == 23 for i in ids)
+    # the same file again, or a file that grew: its earlier rows are the same transactions
+    again = warm_start(svc, b, log=lambda m: None)
     assert (again["appended"], again["skipped"], again["rejected"]) == (0, 40, 0)
+    grown = warm_start(svc, write_raw(strip[:90], tmp_path / "grown.parquet"), log=lambda m: None)
+    assert (grown["appended"], grown["skipped"], grown["rejected"]) == (10, 80, 0)
+    # a corrected label is the same transaction with other content: rejected with its reason, not appended
+    def flip(r):
+        return dict(r, y="0" if r["y"] == "1" else "1")
+
+    # rows 1 and 3 as stored, row 2 with its label flipped, row 4 = row 3 with its label flipped
+    fixed = [strip[0], flip(strip[1]), strip[2], flip(strip[2])]
+    out = warm_start(svc, write_raw(fixed, tmp_path / "fixed.parquet"), log=lambda m: None)
+    assert (out["appended"], out["skipped"], out["conflicts"], out["rejected"]) == (0, 2, 1, 2)
+    reasons = out["rejected_rows"].set_index("row_number")["reason"].to_dict()
+    assert reasons[2] == ("the same transaction (entity, time, amount, fields) is in the history store with other "
+                          "label or passthrough values")
+    assert reasons[4].startswith("the same transaction as row 3 (entity, time, amount and fields equal")
+    assert svc.history.count() == 90
     # a live transaction "r5" of another customer is not taken for a warm row
-    live = svc.score_one(dict(strip[80], transaction_id="r5", card="live-card"))
-    assert live.body["duplicate"] is False and svc.history.count() == 81
+    live = svc.score_one(dict(strip[95], transaction_id="r5", card="live-card"))
+    assert live.body["duplicate"] is False and svc.history.count() == 91
     svc.close()
 
 
