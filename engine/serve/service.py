@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,9 @@ class ScoringService:
         self.history_path = Path(history_path)
         private_dirs(self.history_path.parent)
         self.history_lock = HistoryLock(self.history_path)  # before any write: one server per file
+        if not self.history_lock.supported:  # pragma: no cover - Windows
+            warnings.warn(f"no lock on the history store {self.history_path}: this platform has no fcntl; run only "
+                          "one server per history file", RuntimeWarning, stacklevel=2)
         try:
             self.history = HistoryStore(self.history_path, sync)
             self.committer = GroupCommitter(self.history_path, sync)

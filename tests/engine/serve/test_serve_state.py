@@ -288,3 +288,13 @@ def test_folders_the_service_creates_are_private(bundle, tmp_path, monkeypatch, 
     assert stat.S_IMODE(Path(str(default_history_path(bundle)) + ".lock").stat().st_mode) == 0o600
     svc.close()
     svc2.close()
+
+
+def test_without_fcntl_the_service_says_there_is_no_lock(bundle, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # as on Windows: import fcntl fails
+    with pytest.warns(RuntimeWarning, match="no lock on the history store .*: this platform has no fcntl"):
+        svc = make(bundle, tmp_path)
+    assert svc.history_lock.supported is False
+    svc.close()
