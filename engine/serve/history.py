@@ -147,7 +147,7 @@ class HistoryLock:
         self.fd: int | None = None
         try:
             import fcntl
-        except ImportError:  # pragma: no cover - Windows
+        except ImportError:  # Windows
             self.supported = False
             return
         self.supported = True

@@ -106,7 +106,7 @@ class ScoringService:
         self.history_path = Path(history_path)
         private_dirs(self.history_path.parent)
         self.history_lock = HistoryLock(self.history_path)  # before any write: one server per file
-        if not self.history_lock.supported:  # pragma: no cover - Windows
+        if not self.history_lock.supported:  # Windows
             warnings.warn(f"no lock on the history store {self.history_path}: this platform has no fcntl; run only "
                           "one server per history file", RuntimeWarning, stacklevel=2)
         try:
