@@ -105,18 +105,21 @@ st.caption(f"Colour and size: fraud {WORD} · ★ the transaction being explaine
 
 c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
 qopts = cv.query_options(tl, query)
+qlabels = cv.option_labels(tl, qopts)  # one pass over the timeline (not one scan per option)
 ss["case_query_pick"] = query
 c1.selectbox("Flagged transactions (▲ ≥ threshold), highest first", qopts, key="case_query_pick",
-             format_func=lambda t: cv.option_label(tl, t),
+             format_func=lambda t: qlabels.get(t) or cv.mask(t),
              on_change=lambda: state.set_query(ss["case_query_pick"]))
 
-c2.caption(f"{len(tl):,} transactions below (time order); select a row to explain it.")
+c2.caption(f"{len(tl):,} transactions below (time order); select a row to explain it (the selected row "
+           "is the transaction explained).")
 table_key = f"tx_{entity}_{query}"
 show = tl.drop(columns=["transaction_id", "logit"])
 qpos = ids.index(query)
+# a plain frame, no pandas Styler: styling every cell of a long card cost seconds per page run
+# (9,391 rows: ~3 s of CPU); the query's row is the table's selected row instead
 st.dataframe(
-    show.style.apply(lambda row: ["background-color: #ffe0b2" if row.name == qpos else "" for _ in row],
-                     axis=1),
+    show,
     key=table_key, on_select=partial(state.on_query_table_select, table_key, ids), selection_mode="single-row",
     selection_default={"selection": {"rows": [qpos]}}, hide_index=True, height=280,
     column_config={
