@@ -11,7 +11,8 @@ Caching (keys are the function arguments):
 
 Session-state keys (the single source of truth; widgets write them through callbacks):
 ``source`` (dict path/spec/label/max_rows), ``model_path`` (str, "" = demo model), ``entity_id``,
-``query_id``.
+``query_id``; the Case page's transaction table: ``tx_sort`` (its order) and ``tx_table_gen``
+(see :func:`set_query`, :func:`tx_table_key`).
 What-if (owner: dashboard/components/trust.py): ``whatif_edits`` (dict query transaction id ->
 list of ``engine.trust.whatif.Edit.to_dict()`` dicts, applied in order; read by the export) and
 ``whatif_result`` (dict query transaction id -> last what-if score); see that module's docstring.
@@ -33,6 +34,9 @@ from engine.cases import view as cv
 from engine.serve import paths as sp
 
 ENTITY, QUERY, SOURCE, MODEL = "entity_id", "query_id", "source", "model_path"
+#: Case page transaction table: the sort choice (a key of engine.cases.timeline_table.TX_SORTS) and
+#: the table generation (bumped when the query changes other than through the table)
+TX_SORT, TX_GEN = "tx_sort", "tx_table_gen"
 log = logging.getLogger("fraudlens.dashboard")
 
 
@@ -127,8 +131,14 @@ def set_entity(entity_id: str | None) -> None:
         ss[QUERY] = None
 
 
-def set_query(transaction_id: str | None) -> None:
-    st.session_state[QUERY] = transaction_id
+def set_query(transaction_id: str | None, from_table: bool = False) -> None:
+    """Explain ``transaction_id``. Unless the choice came from the transaction table itself
+    (``from_table``), the table is drawn anew (:func:`tx_table_key` changes) so its selected row
+    is the new query; a choice made in the table keeps the table (and the analyst's sort in it)."""
+    ss = st.session_state
+    if not from_table and ss.get(QUERY) != transaction_id:
+        ss[TX_GEN] = int(ss.get(TX_GEN, 0)) + 1
+    ss[QUERY] = transaction_id
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -179,7 +189,7 @@ def on_query_table_select(key: str, ids: list[str]) -> None:
     """Callback of the transaction table: explain the selected transaction."""
     t = selected_row_id(key, ids)
     if t is not None:
-        set_query(t)
+        set_query(t, from_table=True)
 
 
 def on_query_chart_select(key: str, ids: list[str]) -> None:

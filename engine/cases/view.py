@@ -303,30 +303,6 @@ def option_label(timeline: pd.DataFrame, transaction_id: str) -> str:
     return f"{mark} {r['probability']:.3f} · {r['when']}{fraud}"
 
 
-def option_labels(timeline: pd.DataFrame, transaction_ids: list[str]) -> dict[str, str]:
-    """``{transaction_id: option_label(timeline, transaction_id)}`` for many ids in one pass over
-    the timeline (``option_label`` per id scans the whole timeline each time: with a 9,391-row
-    card and ~400 flagged options that was ~0.5 s per page run). Ids not in the timeline get
-    their masked id, as there."""
-    tid = timeline["transaction_id"].astype(str).to_numpy()
-    first: dict[str, int] = {}
-    for i, t in enumerate(tid):
-        first.setdefault(t, i)
-    prob = timeline["probability"].to_numpy(dtype=float)
-    flag = timeline["flagged"].to_numpy(dtype=bool)
-    when = timeline["when"].astype(str).to_numpy()
-    lab = timeline["label"].to_numpy() if "label" in timeline else None
-    out = {}
-    for t in transaction_ids:
-        i = first.get(str(t))
-        if i is None:
-            out[t] = mask_card_number(str(t))
-            continue
-        fraud = " · known fraud" if lab is not None and not pd.isna(lab[i]) and int(lab[i]) == 1 else ""
-        out[t] = f"{'▲' if flag[i] else '·'} {prob[i]:.3f} · {when[i]}{fraud}"
-    return out
-
-
 # -------------------------------------------------------------------------------- explanations
 def entity_rows(frame: pd.DataFrame, transaction_id: str) -> pd.DataFrame:
     """The canonical rows of the entity that ``transaction_id`` belongs to (its whole history,
