@@ -186,7 +186,8 @@ def on_entity_table_select(key: str, ids: list[str]) -> None:
 
 
 def on_query_table_select(key: str, ids: list[str]) -> None:
-    """Callback of the transaction table: explain the selected transaction."""
+    """Callback form for a transaction table: explain the selected transaction (the table is kept). The
+    Case page converts its table's selection at the top of the run instead (components/tx_table.py)."""
     t = selected_row_id(key, ids)
     if t is not None:
         set_query(t, from_table=True)
