@@ -45,8 +45,26 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(data: Path, work: Path, precompute_s: float) -> tuple[subprocess.Popen, str]:
-    """The dashboard server on a free port; returns (process, URL) once healthy."""
+def spec_for(data: Path) -> str:
+    """The built-in spec whose required columns the file's header has: ``demo`` first (the demo
+    data), then ``tabformer`` (the TabFormer file lacks the demo's ground-truth columns), then the
+    others. Raises ValueError when none fits (pass ``--spec``)."""
+    import csv
+
+    from engine.data.spec import builtin_specs, load_spec
+
+    with open(data, encoding="utf-8", newline="") as f:
+        header = set(next(csv.reader(f), []))
+    names = builtin_specs()
+    for name in ["demo", "tabformer"] + [n for n in names if n not in ("demo", "tabformer")]:
+        if name in names and set(load_spec(name).required_columns()) <= header:
+            return name
+    raise ValueError(f"{data}: no built-in spec fits its columns; pass --spec")
+
+
+def start_server(data: Path, work: Path, precompute_s: float, spec: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The dashboard server on a free port, reading ``data`` with ``spec`` (default
+    :func:`spec_for`); returns (process, URL) once healthy."""
     from engine.serve.access import add_user
 
     users = work / "users.toml"
@@ -54,7 +72,7 @@ def start_server(data: Path, work: Path, precompute_s: float) -> tuple[subproces
         add_user(users, USER, "analyst", PASSWORD)
     port = _port()
     env = {**os.environ, "FRAUDLENS_DATA_DIR": str(work / "data"), "FRAUDLENS_USERS": str(users),
-           "FRAUDLENS_DATA": str(data), "FRAUDLENS_SPEC": "demo", "FRAUDLENS_PSEUDONYM_SALT": "bench",
+           "FRAUDLENS_DATA": str(data), "FRAUDLENS_SPEC": spec or spec_for(data), "FRAUDLENS_PSEUDONYM_SALT": "bench",
            "FRAUDLENS_PRECOMPUTE_S": str(precompute_s), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
            "OMP_NUM_THREADS": "1"}
     env.pop("FRAUDLENS_MODEL", None)
@@ -131,16 +149,19 @@ def wait_lead(page, title_prefix: str | None, old_lead: str | None, timeout: flo
                 if old_lead is not None and lead == old_lead:
                     stale += 1  # settled on the previous case's content
                 return time.perf_counter() - t0, stale
-        if "The reasons could not be built" in _text(page, '[data-testid="stAlert"]'):
+        alert = _text(page, '[data-testid="stAlert"]')
+        if "The reasons could not be built" in alert:
             raise RuntimeError("the page could not build the reasons")
+        err = _text(page, '[data-testid="stAlertContentError"]')
+        if err and _settled(page):  # e.g. the data could not be read with this spec: fail now, not at the timeout
+            raise RuntimeError(f"the page shows an error: {err[:200]}")
         page.wait_for_timeout(50)
     raise TimeoutError(f"reasons not visible after {timeout} s")
 
 
-def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, precompute_s: float) -> dict:
-    from engine.cases import view as cv
-
-    proc, url = start_server(data, work, precompute_s)
+def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, precompute_s: float,
+               spec: str | None = None) -> dict:
+    proc, url = start_server(data, work, precompute_s, spec)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         sign_in(page, url)
@@ -194,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precompute-s", type=float, default=600.0, help="precompute budget (0 = off)")
     ap.add_argument("--data", action="append", type=Path, help="data files (default: demo data + TabFormer)")
     ap.add_argument("--timeout-s", type=float, default=TIMEOUT_S, help="seconds to wait for one case")
+    ap.add_argument("--spec", help="spec for every --data file (default: the built-in spec whose columns fit)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "browser.md")
     a = ap.parse_args(argv)
     TIMEOUT_S = a.timeout_s
@@ -206,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         for f in files:
             try:
-                r = bench_file(browser, f, Path(tmp), a.cases, a.warm_s, a.precompute_s)
+                r = bench_file(browser, f, Path(tmp), a.cases, a.warm_s, a.precompute_s, a.spec)
             except Exception as e:  # noqa: BLE001 - report it in the table, keep the other files
                 print(f"{f.name}: FAILED {type(e).__name__}: {e}", flush=True)
                 lines_failed.append(f"| {f.name} | | failed: {type(e).__name__}: {e} | | | | |")

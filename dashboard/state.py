@@ -11,7 +11,8 @@ Caching (keys are the function arguments):
 
 Session-state keys (the single source of truth; widgets write them through callbacks):
 ``source`` (dict path/spec/label/max_rows), ``model_path`` (str, "" = demo model), ``entity_id``,
-``query_id``.
+``query_id``; the Case page's transaction table: ``tx_sort`` (its order) and ``tx_table_gen``
+(see :func:`set_query`, :func:`tx_table_key`).
 What-if (owner: dashboard/components/trust.py): ``whatif_edits`` (dict query transaction id ->
 list of ``engine.trust.whatif.Edit.to_dict()`` dicts, applied in order; read by the export) and
 ``whatif_result`` (dict query transaction id -> last what-if score); see that module's docstring.
@@ -33,6 +34,9 @@ from engine.cases import view as cv
 from engine.serve import paths as sp
 
 ENTITY, QUERY, SOURCE, MODEL = "entity_id", "query_id", "source", "model_path"
+#: Case page transaction table: the sort choice (a key of engine.cases.timeline_table.TX_SORTS) and
+#: the table generation (bumped when the query changes other than through the table)
+TX_SORT, TX_GEN = "tx_sort", "tx_table_gen"
 log = logging.getLogger("fraudlens.dashboard")
 
 
@@ -127,8 +131,14 @@ def set_entity(entity_id: str | None) -> None:
         ss[QUERY] = None
 
 
-def set_query(transaction_id: str | None) -> None:
-    st.session_state[QUERY] = transaction_id
+def set_query(transaction_id: str | None, from_table: bool = False) -> None:
+    """Explain ``transaction_id``. Unless the choice came from the transaction table itself
+    (``from_table``), the table is drawn anew (:func:`tx_table_key` changes) so its selected row
+    is the new query; a choice made in the table keeps the table (and the analyst's sort in it)."""
+    ss = st.session_state
+    if not from_table and ss.get(QUERY) != transaction_id:
+        ss[TX_GEN] = int(ss.get(TX_GEN, 0)) + 1
+    ss[QUERY] = transaction_id
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -176,10 +186,11 @@ def on_entity_table_select(key: str, ids: list[str]) -> None:
 
 
 def on_query_table_select(key: str, ids: list[str]) -> None:
-    """Callback of the transaction table: explain the selected transaction."""
+    """Callback form for a transaction table: explain the selected transaction (the table is kept). The
+    Case page converts its table's selection at the top of the run instead (components/tx_table.py)."""
     t = selected_row_id(key, ids)
     if t is not None:
-        set_query(t)
+        set_query(t, from_table=True)
 
 
 def on_query_chart_select(key: str, ids: list[str]) -> None:
@@ -438,25 +449,22 @@ def _cache_ids(source: Any, spec: str, max_rows: int | None, params: tuple) -> t
 @st.cache_data(show_spinner="Explaining the transaction…", max_entries=64)
 def _explanations(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
                   params: tuple, _path: str, _model_path: str):
-    import time
-
     source = _source(_path, spec, data_sha, max_rows)
     sid, cparams = _cache_ids(source, spec, max_rows, params)
+
+    def compute():
+        return cv.explain_query(get_bundle(_model_path), source.frame, transaction_id, **dict(params))
+
     try:
         cache = _cache()
-        hit = cache.get(model_sha, sid, transaction_id, cparams)
+        cache.get(model_sha, sid, transaction_id, cparams)  # readable?
     except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss, never an error page
         log.warning("explanation cache unavailable: %s", e)
-        cache, hit = None, None
-    if hit is not None:
-        return hit
-    t0 = time.perf_counter()
-    out = cv.explain_query(get_bundle(_model_path), source.frame, transaction_id, **dict(params))
-    if cache is not None:
-        try:
-            cache.put(model_sha, sid, transaction_id, cparams, out, time.perf_counter() - t0)
-        except Exception as e:  # noqa: BLE001
-            log.warning("explanation cache write failed: %s", e)
+        return compute()
+    # stored -> read; being computed by the background precompute (or another session) -> wait for
+    # that result; else computed here and stored: never the same transaction twice at once
+    out, how = cache.get_or_compute(model_sha, sid, transaction_id, cparams, compute)
+    log.info("explanations of %s: %s", transaction_id, how)
     return out
 
 
@@ -477,15 +485,34 @@ def precompute_budget_s() -> float:
         return PRECOMPUTE_S_DEFAULT
 
 
-def flagged_order(scores: Any) -> list[str]:
+def flagged_order(scores: Any, ranking: Any = None) -> list[str]:
     """Transaction ids of the flagged transactions, most risky case first: every entity's
-    highest-scored flagged transaction (the one its case opens on), by descending probability,
-    then every entity's second, and so on."""
-    f = scores.loc[scores["flagged"].to_numpy(dtype=bool), ["entity_id", "transaction_id", "probability"]]
-    f = f.sort_values("probability", ascending=False, kind="stable")
+    highest-scored transaction (the one its case opens on: latest on ties, as
+    :func:`engine.cases.view.default_query`), then every entity's second, and so on; entities in
+    ``ranking``'s order (the Case page's entity order, :func:`engine.cases.view.rank_entities`;
+    default: by descending highest probability). The transaction the Case page opens first (top
+    entity, its default query) always comes first, flagged or not.
+
+    ``scores``: frame order (entities contiguous, time order within an entity), with
+    ``entity_id``, ``transaction_id``, ``probability``, ``flagged``."""
+    import numpy as np
+
+    f = scores[["entity_id", "transaction_id", "probability"]].assign(
+        _pos=np.arange(len(scores)), _flag=scores["flagged"].to_numpy(dtype=bool),
+        _p=scores["probability"].fillna(-1.0).to_numpy())
+    if ranking is not None and len(ranking):
+        rank = {str(e): i for i, e in enumerate(ranking["entity_id"])}
+    else:
+        mx = f.groupby("entity_id", sort=False)["_p"].max().sort_values(ascending=False, kind="stable")
+        rank = {str(e): i for i, e in enumerate(mx.index)}
+    f = f.assign(_rank=f["entity_id"].astype(str).map(rank).fillna(len(rank)).to_numpy())
+    f = f.sort_values(["_p", "_pos"], ascending=[False, False], kind="stable")  # latest on ties
+    first = f.loc[f["_rank"] == f["_rank"].min()].head(1) if len(f) else f
+    f = f.loc[f["_flag"]]
     f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())
-    return [str(t) for t in f.sort_values(["_nth", "probability"], ascending=[True, False],
-                                          kind="stable")["transaction_id"]]
+    ids = [str(t) for t in f.sort_values(["_nth", "_rank"], kind="stable")["transaction_id"]]
+    lead = [str(t) for t in first["transaction_id"]]
+    return lead + [t for t in ids if t not in lead]
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -503,7 +530,7 @@ def _precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: s
     bundle = get_bundle(_model_path)
     scores = _scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
     flagged = scores.assign(flagged=scores["probability"].to_numpy() >= review)
-    ids = flagged_order(flagged)
+    ids = flagged_order(flagged, _ranking(_path, spec, data_sha, max_rows, _model_path, model_sha, review))
     sid, cparams = _cache_ids(source, spec, max_rows, ())
     cache = explanation_cache(_data_dir)
     job: dict[str, Any] = {"stop": threading.Event(), "n": len(ids), "counts": None}

@@ -9,7 +9,9 @@ import streamlit as st
 from dashboard import components as comp
 from dashboard import state
 from dashboard.components import lead as lead_ui
+from dashboard.components import tx_table as tx_ui
 from dashboard.components.safe import csv_download, error_text, md
+from engine.cases import timeline_table as tt
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.explain.base import ATTENTION_CAVEAT
@@ -51,6 +53,7 @@ max_p = dict(zip(ranking["entity_id"], ranking["max_probability"]))
 # appears together with its reasons, never above the previous case's (no stale content).
 tl = state.get_timeline(loaded, entity)
 ids = tl["transaction_id"].tolist()
+tx_ui.apply_selection(entity, tl)  # a row selected in the transaction table: its id is the query, now
 if ss.get(state.QUERY) not in set(ids):
     state.set_query(cv.default_query(tl))  # default: the highest-scored transaction
 query = ss[state.QUERY]
@@ -103,33 +106,19 @@ st.plotly_chart(
 st.caption(f"Colour and size: fraud {WORD} · ★ the transaction being explained · ring: known fraud · "
            "click a point to explain it.")
 
-c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
+c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
 qopts = cv.query_options(tl, query)
+qlabels = tt.option_labels(tl, qopts)  # one pass over the timeline (not one scan per option)
 ss["case_query_pick"] = query
 c1.selectbox("Flagged transactions (▲ ≥ threshold), highest first", qopts, key="case_query_pick",
-             format_func=lambda t: cv.option_label(tl, t),
+             format_func=lambda t: qlabels.get(t) or cv.mask(t),
              on_change=lambda: state.set_query(ss["case_query_pick"]))
-
-c2.caption(f"{len(tl):,} transactions below (time order); select a row to explain it.")
-table_key = f"tx_{entity}_{query}"
-show = tl.drop(columns=["transaction_id", "logit"])
-qpos = ids.index(query)
-st.dataframe(
-    show.style.apply(lambda row: ["background-color: #ffe0b2" if row.name == qpos else "" for _ in row],
-                     axis=1),
-    key=table_key, on_select=partial(state.on_query_table_select, table_key, ids), selection_mode="single-row",
-    selection_default={"selection": {"rows": [qpos]}}, hide_index=True, height=280,
-    column_config={
-        "transaction": st.column_config.TextColumn("Transaction"),
-        "when": None,
-        "timestamp": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
-        "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
-        "probability": st.column_config.ProgressColumn(f"Fraud {WORD}", min_value=0.0, max_value=1.0,
-                                                       format="%.3f"),
-        "flagged": st.column_config.CheckboxColumn("Flagged"),
-        "label": st.column_config.NumberColumn("Known fraud", format="%d"),
-    },
-)
+tx_ui.render_sort_control(c2, WORD)  # kept in session state: a row selection keeps the order
+st.caption(f"{len(tl):,} transactions below; select a row to explain it (the selected row is the transaction "
+           "explained).")
+# a plain frame, no pandas Styler (styling every cell of a 9,391-transaction card cost ~3 s of CPU per
+# page run), under a key that a selection in the table does not change (dashboard/components/tx_table.py)
+tx_ui.render_table(entity, tl, query, currency, WORD)
 
 # --------------------------------------------------------------------------------- the query
 qrow = tl.iloc[ids.index(query)]

@@ -34,6 +34,9 @@ from engine.explain.base import Explanation
 #: bump when what an explanation means changes (methods, baselines, estimators)
 CACHE_VERSION = 2  # 2: SHAP with standard errors (repeated KernelSHAP / exact), convergence_delta None
 MAX_PAYLOAD_BYTES = 64 * 2**20
+#: seconds a caller waits for another thread computing the same key (:meth:`ExplanationCache.get_or_compute`)
+#: before computing it itself
+WAIT_S = 120.0
 
 
 def _enc(x: Any) -> Any:
@@ -101,6 +104,8 @@ class ExplanationCache:
             fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
             os.close(fd)
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._inflight: dict[str, threading.Event] = {}  # key -> set when its computation ends
         with self._conn() as c:
             c.execute("CREATE TABLE IF NOT EXISTS explanations (key TEXT PRIMARY KEY, model_sha TEXT NOT NULL, "
                       "source_id TEXT NOT NULL, transaction_id TEXT NOT NULL, payload TEXT NOT NULL, "
@@ -135,6 +140,61 @@ class ExplanationCache:
                       (cache_key(model_sha, source_id, transaction_id, params), str(model_sha), str(source_id),
                        str(transaction_id), payload, float(seconds), time.time()))
 
+    def get_or_compute(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
+                       compute: Callable[[], Mapping[str, Explanation]], *,
+                       wait_s: float = WAIT_S) -> tuple[dict[str, Explanation], str]:
+        """The stored explanations of one transaction, else ``compute()`` stored - computed ONCE
+        per key in this process: a caller that finds the same key being computed by another
+        thread (the background :func:`precompute` and a page asking for the case it is on, or
+        two sessions) waits up to ``wait_s`` seconds for that result instead of computing it a
+        second time; after that wait, or when the other computation failed, it computes itself.
+
+        Returns:
+            ``(explanations, how)`` with ``how`` one of ``"stored"`` (read from the file),
+            ``"waited"`` (another thread's computation) or ``"computed"`` (by this call).
+        Raises:
+            whatever ``compute`` raises (nothing is stored then).
+        """
+        hit = self.get(model_sha, source_id, transaction_id, params)
+        if hit is not None:
+            return hit, "stored"
+        key = cache_key(model_sha, source_id, transaction_id, params)
+        with self._lock:
+            ev = self._inflight.get(key)
+            owner = ev is None
+            if owner:
+                ev = self._inflight[key] = threading.Event()
+        if not owner:
+            ev.wait(wait_s)
+            hit = self.get(model_sha, source_id, transaction_id, params)
+            if hit is not None:
+                return hit, "waited"
+            return self._compute_put(model_sha, source_id, transaction_id, params, compute), "computed"
+        try:
+            hit = self.get(model_sha, source_id, transaction_id, params)  # stored between the first get and the lock
+            if hit is not None:
+                return hit, "stored"
+            return self._compute_put(model_sha, source_id, transaction_id, params, compute), "computed"
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            ev.set()
+
+    def _compute_put(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
+                     compute: Callable[[], Mapping[str, Explanation]]) -> dict[str, Explanation]:
+        t0 = time.perf_counter()
+        out = dict(compute())
+        try:
+            self.put(model_sha, source_id, transaction_id, params, out, time.perf_counter() - t0)
+        except (OSError, sqlite3.Error):  # an unwritable cache: the result is still returned
+            pass
+        return out
+
+    def in_flight(self) -> int:
+        """How many keys are being computed now through :meth:`get_or_compute`."""
+        with self._lock:
+            return len(self._inflight)
+
     def count(self, model_sha: str | None = None) -> int:
         q, a = "SELECT COUNT(*) FROM explanations", ()
         if model_sha is not None:
@@ -161,7 +221,8 @@ def precompute(
         explain: ``transaction_id -> {method: Explanation}`` (e.g. a partial of
             :func:`engine.cases.view.explain_query` over the loaded frame).
     Returns:
-        ``{"computed", "cached", "failed", "left"}`` counts.
+        ``{"computed", "cached", "failed", "left"}`` counts ("cached": stored already, or computed
+        meanwhile by another thread of this process, :meth:`ExplanationCache.get_or_compute`).
     """
     t0 = time.perf_counter()
     counts = {"computed": 0, "cached": 0, "failed": 0, "left": 0}
@@ -170,21 +231,16 @@ def precompute(
         if (stop is not None and stop.is_set()) or time.perf_counter() - t0 > budget_s:
             counts["left"] = len(ids) - i
             break
-        if cache.get(model_sha, source_id, tid, params) is not None:
-            counts["cached"] += 1
-            continue
-        t1 = time.perf_counter()
-        try:
-            expls = explain(tid)
+        try:  # through get_or_compute: a transaction the page is computing now is not computed again
+            _, how = cache.get_or_compute(model_sha, source_id, tid, params, lambda: explain(tid))
         except (KeyError, ValueError, RuntimeError) as e:  # a bad row must not stop the others
             counts["failed"] += 1
             if log:
                 log(f"precompute {tid}: {type(e).__name__}: {e}")
             continue
-        cache.put(model_sha, source_id, tid, params, expls, time.perf_counter() - t1)
-        counts["computed"] += 1
+        counts["computed" if how == "computed" else "cached"] += 1
     return counts
 
 
-__all__ = ["CACHE_VERSION", "ExplanationCache", "cache_key", "decode_explanations", "encode_explanations",
+__all__ = ["CACHE_VERSION", "WAIT_S", "ExplanationCache", "cache_key", "decode_explanations", "encode_explanations",
            "precompute"]

@@ -168,6 +168,11 @@ def _units_title(expl: Explanation) -> str:
 
 
 # ------------------------------------------------------------------------------------ timeline
+#: above this many transactions the timeline's marker trace is WebGL (``scattergl``): thousands of
+#: SVG markers keep the browser busy for seconds (a 9,391-transaction card)
+WEBGL_MIN_POINTS = 2000
+
+
 def timeline_figure(
     timeline: pd.DataFrame,
     threshold: float,
@@ -191,7 +196,8 @@ def timeline_figure(
         hover_columns: extra columns shown on hover (already display-safe, e.g. masked).
     Returns:
         A figure whose first trace ("transactions") has one marker per row of ``timeline`` in
-        its order: colour = probability, size grows with probability, ``customdata[:, 0]`` = the
+        its order (``scattergl`` above :data:`WEBGL_MIN_POINTS` rows, else ``scatter``):
+        colour = probability, size grows with probability, ``customdata[:, 0]`` = the
         row position in ``timeline`` (selection events map back through it; raw ids never go to
         the browser). Known frauds get a ring ("known fraud" trace), the query a star ("query").
     """
@@ -210,8 +216,9 @@ def timeline_figure(
     yvals = df[y].to_numpy(dtype=float)
     size = 7 + 13 * np.nan_to_num(prob, nan=0.0)
     fig = go.Figure()
+    scatter = go.Scattergl if len(df) > WEBGL_MIN_POINTS else go.Scatter  # SVG markers stall the browser
     fig.add_trace(
-        go.Scatter(
+        scatter(
             name="transactions",
             x=df["timestamp"],
             y=yvals,

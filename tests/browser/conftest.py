@@ -39,10 +39,11 @@ def sign_in(page, url: str, user: str, password: str = PASSWORD, path: str = "")
     page.get_by_role("heading", name="Sign in to fraudlens").wait_for(state="detached")
 
 
-def tick_rows(page, rows: list[int]) -> None:
-    """Tick ``rows`` (0-based) of the visible work-queue table (st.dataframe with multi-row
-    selection, drawn on a canvas): a click on each row's marker cell at the left edge."""
-    grid = page.locator('[data-testid="stDataFrame"]:visible').first
+def tick_rows(page, rows: list[int], grid=None) -> None:
+    """Tick ``rows`` (0-based) of the visible work-queue table, or of ``grid`` (a locator of an
+    st.dataframe with row selection, drawn on a canvas): a click on each row's marker cell at the
+    left edge."""
+    grid = page.locator('[data-testid="stDataFrame"]:visible').first if grid is None else grid
     grid.scroll_into_view_if_needed()
     box = grid.bounding_box()
     header = row = 35  # px: Streamlit's default header and row heights

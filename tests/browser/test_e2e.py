@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
-from conftest import sign_in
+from conftest import sign_in, tick_rows
 from engine.cases import report as rp
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -22,6 +22,38 @@ T = 90_000  # ms: first explanation of a case on a shared 2-core machine
 
 def _subheader(page) -> str:
     return page.locator("h3", has_text=re.compile(r"^Transaction ")).first.inner_text(timeout=T)
+
+
+def _tx_grid(page):
+    """The Case page's transaction table (widget key ``tx_<entity>_<sort>_<generation>``)."""
+    return page.locator('[class*="st-key-tx_"]:not([class*="st-key-tx_sort"]) [data-testid="stDataFrame"]').first
+
+
+def _table_column(page, title: str, as_float: bool = True) -> list:
+    """The visible rows' values of the column whose header starts with ``title``, read from the
+    grid's accessibility table (the grid itself is drawn on a canvas)."""
+    grid = _tx_grid(page)
+    grid.locator('tbody tr[role="row"]').first.wait_for(state="attached")
+    heads = [h.text_content() or "" for h in grid.locator('thead th').all()]
+    col = next(i for i, h in enumerate(heads) if h.startswith(title))
+    vals = [(r.locator("td").all()[col].text_content() or "").strip() for r in grid.locator('tbody tr[role="row"]').all()]
+    return [float(v.replace(",", "")) for v in vals if v] if as_float else vals
+
+
+def _until(read, ok, timeout_s: float = 60.0):
+    """``read()`` again (every 0.5 s) until ``ok`` of it holds; its last value (asserted)."""
+    import time
+
+    t0, v = time.time(), None
+    while time.time() - t0 < timeout_s:
+        try:
+            v = read()
+            if ok(v):
+                return v
+        except (PlaywrightError, StopIteration, IndexError, ValueError):  # redrawn mid-read
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"not reached in {timeout_s} s: {v!r}")
 
 
 def _scroll_to(locator, tries: int = 5) -> None:
@@ -72,6 +104,29 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     page.get_by_text("Disposition", exact=True).first.wait_for()
     page.locator(".js-plotly-plot:visible").nth(1).wait_for(timeout=60_000)
     assert page.locator(".js-plotly-plot").count() >= 2
+
+    # the transaction table: the chosen order survives a row selection (issue 15 §8), and the row
+    # clicked is the transaction explained
+    sort_box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Sort rows by")
+    descending = lambda a: len(a) >= 4 and a == sorted(a, reverse=True)  # noqa: E731
+    for attempt in range(6):  # a click during a rerun (the page redraws the box) is lost: click again
+        try:
+            sort_box.click()
+            page.get_by_role("option", name="Amount, largest first").click(timeout=15_000)
+            amounts = _until(lambda: _table_column(page, "Amount"), descending, timeout_s=30)
+            break
+        except Exception:  # noqa: BLE001 - playwright TimeoutError, or the order not reached
+            if attempt == 5:
+                page.screenshot(path=str(output_dir / "case_sort_failed.png"), full_page=True)
+                raise
+            page.keyboard.press("Escape")
+    tick_rows(page, [2], grid=_tx_grid(page))
+    page.wait_for_function("s => ![...document.querySelectorAll('h3')].some(h => h.innerText === s)", arg=second)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    second = _subheader(page)
+    assert _table_column(page, "Amount") == amounts  # same order after the selection's rerun
+    clicked = _table_column(page, "Transaction", as_float=False)[2]
+    assert second.startswith(f"Transaction {clicked} · "), (second, clicked)
 
     # disposition with a note (hostile text: must stay literal in every export)
     note = '=HYPERLINK("http://evil.example","x") <b>checked</b> e2e note'

@@ -304,3 +304,72 @@ def test_selection_callbacks_turn_positions_into_ids():
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.text] == ["entity=e1 query=None", "table=t2", "chart=t1", "after-missing=t1"]
+
+
+def _tx_table(at: AppTest):
+    return next(d for d in at.dataframe if d.key and d.key.startswith("tx_"))
+
+
+def test_the_transaction_table_is_a_plain_frame_with_the_query_selected(env):
+    """No pandas Styler on the transaction table (styling every cell cost ~3 s of CPU per page run
+    on a 9,391-transaction card); the query is shown as the table's selected row."""
+    import json
+
+    at = _case(env)
+    _ok(at)
+    tx = _tx_table(at)
+    ent, q = at.session_state["entity_id"], at.session_state["query_id"]
+    tl = cv.entity_timeline(env["frame"], env["scores"], ent, env["bundle"].threshold, "USD")
+    assert len(tx.value) == len(tl) == int((env["scores"]["entity_id"] == ent).sum())
+    assert tx.proto.arrow_data.styler.styles == "" and not tx.proto.arrow_data.styler.uuid
+    rows = json.loads(tx.proto.selection_default)["selection"]["rows"]
+    assert [tl["transaction_id"].iloc[r] for r in rows] == [q]
+
+
+def test_the_table_sort_survives_a_row_selection_and_the_selected_row_is_explained(env):
+    """Issue 15 §8: a row selection reruns the page; the chosen order stays, the table (its widget
+    key, hence the browser's own column sort) stays, and the query is the clicked row's id."""
+    import json
+
+    from engine.cases import timeline_table as tt
+
+    at = _case(env)
+    _ok(at)
+    ent = at.session_state["entity_id"]
+    tl = cv.entity_timeline(env["frame"], env["scores"], ent, env["bundle"].threshold, "USD")
+    at.selectbox(key="tx_sort_pick").select("amount").run()
+    _ok(at)
+    assert at.session_state["tx_sort"] == "amount"
+    tx = _tx_table(at)
+    key = tx.key
+    by_amount = tt.sort_timeline(tl, "amount")
+    assert tx.value["amount"].tolist() == by_amount["amount"].tolist()  # drawn in the chosen order
+    assert tx.value["amount"].is_monotonic_decreasing
+    q0 = at.session_state["query_id"]
+    assert json.loads(tx.proto.selection_default)["selection"]["rows"] == [by_amount["transaction_id"].tolist().index(q0)]
+    # the analyst clicks row 3 of the table as shown (amount order): that transaction is explained
+    clicked = by_amount["transaction_id"].iloc[3]
+    assert clicked != q0
+    at.session_state[key] = {"selection": {"rows": [3], "columns": []}}
+    at.run()
+    _ok(at)
+    assert at.session_state["query_id"] == clicked  # not tl (time order) row 3
+    assert at.subheader[1].value.startswith(f"Transaction {md(cv.mask(clicked))} · ")
+    assert at.session_state["tx_sort"] == "amount" and at.selectbox(key="tx_sort_pick").value == "amount"
+    tx2 = _tx_table(at)
+    assert tx2.key == key  # the same table: a sort made in the browser is kept too
+    assert tx2.value.equals(tx.value)  # the same data
+    assert tx2.proto.selection_default == tx.proto.selection_default  # the element is unchanged
+    # a query chosen elsewhere (the flagged picker) redraws the table with that row selected, order kept
+    other = next(o for o in cv.query_options(tl, clicked) if o != clicked)
+    at.selectbox(key="case_query_pick").select(other).run()
+    _ok(at)
+    tx3 = _tx_table(at)
+    assert at.session_state["query_id"] == other and tx3.key != key
+    assert tx3.value["amount"].tolist() == by_amount["amount"].tolist()
+    assert json.loads(tx3.proto.selection_default)["selection"]["rows"] == [by_amount["transaction_id"].tolist().index(other)]
+    # an unknown sort in session state falls back to time order, never an error
+    at.session_state["tx_sort"] = "nonsense"
+    at.run()
+    _ok(at)
+    assert _tx_table(at).value["amount"].tolist() == tl["amount"].tolist()

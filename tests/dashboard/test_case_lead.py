@@ -261,3 +261,27 @@ def test_field_references_have_no_question_mark_and_merchants_in_full(env):
     merch = [k for k in fa["reference"] if "merchant" in k.lower()]
     for k in merch:  # a merchant reference is shown as it is, never masked as a card number
         assert "*" not in fa["reference"][k]
+
+
+def test_precompute_starts_with_the_transaction_the_case_page_opens_first():
+    """The page opens the top-ranked entity on its highest-scored transaction, the LATEST one on
+    ties (cv.default_query); the precompute must explain exactly that one first, flagged or not."""
+    import pandas as pd
+
+    from dashboard import state
+
+    ts = pd.date_range("2024-01-01", periods=5, freq="h")
+    scores = pd.DataFrame({"entity_id": ["e1", "e1", "e1", "e2", "e2"],
+                           "transaction_id": ["a1", "a2", "a3", "b1", "b2"],
+                           "probability": [0.9, 0.5, 0.9, 0.3, 0.7], "timestamp": ts})
+    scores["flagged"] = scores["probability"] >= 0.6
+    ranking = cv.rank_entities(scores, 0.6)
+    top = ranking["entity_id"].iloc[0]
+    opened = cv.default_query(scores[scores["entity_id"] == top].reset_index(drop=True))
+    assert opened == "a3"  # the tie goes to the latest
+    order = state.flagged_order(scores, ranking)
+    assert order == ["a3", "b2", "a1"]  # each case's opening transaction, most risky case first, then the rest
+    assert state.flagged_order(scores) == order  # without a ranking: by highest probability
+    # nothing flagged: still the transaction the page opens first
+    none = scores.assign(flagged=False)
+    assert state.flagged_order(none, cv.rank_entities(none, 0.99)) == ["a3"]

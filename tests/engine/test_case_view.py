@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.cases import timeline_table as tt
 from engine.cases import view as cv
 from tiny_models import demo_slice
 from tiny_models import tiny_checkpoint as _tiny_checkpoint
@@ -118,6 +119,10 @@ def test_default_query_and_options(world):
     probs = [tl.loc[tl["transaction_id"] == o, "probability"].iloc[0] for o in opts[:-1]]
     assert probs == sorted(probs, reverse=True)
     lab = cv.option_label(tl, q)
+    # one pass for the picker: the same label per id (an unknown id: its masked id)
+    many = opts + [tl["transaction_id"].iloc[3], "no-such-id"]
+    assert tt.option_labels(tl, many) == {t: cv.option_label(tl, t) for t in many}
+    assert tt.option_labels(tl, ["no-such-id"]) == {"no-such-id": "no-such-id"}
     assert lab.startswith("▲" if tl["probability"].max() >= bundle.threshold else "·") and " USD" in lab
     assert cv.default_query(tl.iloc[:0]) is None
 

@@ -65,3 +65,75 @@ def test_precompute_skips_stored_and_respects_stop(tmp_path):
     stop.set()
     assert precompute(explain, ["d", "e"], c, stop=stop, **kw)["left"] == 2
     assert c.count("m") == 3
+
+
+def test_the_same_transaction_is_computed_once_while_another_thread_computes_it(tmp_path):
+    """The page asking for the case the background precompute is on waits for that result
+    (``get_or_compute``): one computation, counted, not two."""
+    c = ExplanationCache(tmp_path / "e.sqlite")
+    calls, started, release = [], threading.Event(), threading.Event()
+
+    def slow():
+        calls.append("slow")
+        started.set()
+        assert release.wait(30)
+        return {"shap": expl("q")}
+
+    def must_not_run():
+        calls.append("second")
+        return {"shap": expl("q", v=(9.0, 9.0))}
+
+    got = {}
+    bg = threading.Thread(target=lambda: got.setdefault("bg", c.get_or_compute("m", "s", "q", {}, slow)))
+    bg.start()
+    assert started.wait(30)
+    assert c.in_flight() == 1
+    page = threading.Thread(target=lambda: got.setdefault("page", c.get_or_compute("m", "s", "q", {}, must_not_run)))
+    page.start()
+    page.join(0.3)
+    assert page.is_alive()  # waiting for the background result, not computing
+    release.set()
+    bg.join(30)
+    page.join(30)
+    assert calls == ["slow"]
+    assert got["bg"][1] == "computed" and got["page"][1] == "waited"
+    np.testing.assert_array_equal(got["page"][0]["shap"].values, expl("q").values)
+    assert c.in_flight() == 0
+    # stored now: read, never computed
+    assert c.get_or_compute("m", "s", "q", {}, must_not_run)[1] == "stored" and calls == ["slow"]
+    # the other computation failed: the waiter computes itself (nothing is stored by a failure)
+    started.clear()
+
+    def fails():
+        started.set()
+        assert release.wait(30)
+        raise RuntimeError("boom")
+
+    out = {}
+
+    def owner():
+        try:
+            c.get_or_compute("m", "s", "r", {}, fails)
+        except RuntimeError as e:
+            out["err"] = str(e)
+
+    t = threading.Thread(target=owner)
+    release.clear()
+    t.start()
+    assert started.wait(30)
+    w = threading.Thread(target=lambda: out.setdefault("w", c.get_or_compute("m", "s", "r", {}, lambda: {"shap": expl("r")})))
+    w.start()
+    release.set()
+    t.join(30)
+    w.join(30)
+    assert out["err"] == "boom" and out["w"][1] == "computed"
+    assert c.get("m", "s", "r", {}) is not None
+
+
+def test_precompute_counts_a_transaction_computed_by_another_thread_as_cached(tmp_path):
+    c = ExplanationCache(tmp_path / "e.sqlite")
+    c.put("m", "s", "a", {}, {"shap": expl("a")})
+    calls = []
+    counts = precompute(lambda t: calls.append(t) or {"shap": expl(t)}, ["a", "b"], c, model_sha="m",
+                        source_id="s", params={})
+    assert calls == ["b"] and counts == {"computed": 1, "cached": 1, "failed": 0, "left": 0}

@@ -291,3 +291,15 @@ def test_titled_figures_keep_the_title_above_the_legend_band():
         untitled = layout_fn(go.Figure(), None, 300)
         assert untitled.layout.title.text is None and untitled.layout.margin.t < lay.margin.t
     assert MF._layout is F._layout  # the Model page's charts use the same layout
+
+
+def test_a_long_timeline_is_drawn_with_webgl_markers_and_the_same_positions():
+    n = F.WEBGL_MIN_POINTS + 1
+    tl = pd.DataFrame({"transaction_id": [f"t{i}" for i in range(n)],
+                       "timestamp": pd.date_range("2024-01-01", periods=n, freq="h"),
+                       "amount": np.linspace(1, 100, n), "probability": np.linspace(0, 1, n)})
+    fig = F.timeline_figure(tl, 0.5, query_id="t7")
+    assert fig.data[0].type == "scattergl" and fig.data[0].name == "transactions"
+    assert list(fig.data[0].customdata[:3, 0].astype(float).astype(int)) == [0, 1, 2]
+    assert [t.name for t in fig.data] == ["transactions", "query"]
+    assert F.timeline_figure(tl.iloc[: F.WEBGL_MIN_POINTS], 0.5).data[0].type == "scatter"
