@@ -1,0 +1,176 @@
+"""Common point of compromise, per visit: did the other entities that used the same merchant /
+terminal around this entity's visit later have fraud more often than the entities active then?
+
+Pure pandas over a canonical frame (no case store, no model), so the reason codes
+(:mod:`engine.trust.patterns`, ``common_point``) and the planted-cause bench can use it;
+:mod:`engine.cases.links` wraps it with the case store's dispositions.
+
+Definitions (naive UTC; whole calendar days), for a query entity ``e`` at time ``t_q``:
+
+* **Visits tested**: ``e``'s transactions before ``t_q`` and at most ``lookback_days`` before it
+  (optionally only those of the query's context), one per (point, day); a missing point value is
+  skipped.
+* **Onsets** of the *other* entities (:func:`fraud_onsets`: first labelled fraud, else a case
+  disposed confirmed fraud). **The query entity's own labels and dispositions are never used**:
+  it is removed from the onsets and from every count.
+* For a visit to point ``P`` on day ``d``, window ``[d - W, d + W]`` (``W = window_days``):
+  ``n`` = other entities with a transaction at ``P`` in the window (**visitors**), ``k`` =
+  visitors whose onset falls in ``(first visit in the window, first visit + follow_days]``
+  (**later fraud**); ``n_active`` = other entities with any transaction in the window, of which
+  ``n_active_fraud`` had an onset within ``follow_days`` after their first transaction in the
+  window. Base rate ``r0 = (n_active_fraud + 0.5) / (n_active + 1)`` (a Jeffreys-style
+  pseudo-count, so a window without frauds gives a small positive rate, not 0).
+* ``rate_ratio = (k / n) / r0``; ``p_value = P(X >= k)``, ``X ~ Binomial(n, r0)``, one-sided
+  (``scipy.stats.binom.sf(k - 1, n, r0)``); ``p_adjusted = min(1, p_value * n_tested)``
+  (Bonferroni over the ``n_tested`` visits that had at least one other visitor).
+
+This is the observed-versus-expected comparison of :func:`engine.cases.links.rank_points`, but for
+one entity's visits rather than for all fraud entities at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+#: +- days around a visit in which other entities' visits to the same point count
+WINDOW_DAYS = 7
+#: a visitor's fraud counts when its onset is at most this many days after its visit
+FOLLOW_DAYS = 60
+#: visits at most this many days before the query are tested
+LOOKBACK_DAYS = 60
+
+
+def fraud_onsets(frame: pd.DataFrame, confirmed: Mapping[str, str] | None = None, *,
+                 use_labels: bool = True) -> pd.Series:
+    """The onset (first fraud time) of every fraud entity.
+
+    Args:
+        frame: canonical frame (``entity_id``, ``transaction_id``, ``timestamp``, optional ``label``).
+        confirmed: ``{entity_id: transaction_id}`` of the cases disposed ``confirmed_fraud`` (the
+            transaction is the case's highest-scored one; :func:`engine.cases.links.confirmed_from_store`).
+        use_labels: count entities with a ``label == 1`` transaction as fraud entities.
+    Returns:
+        ``pd.Series`` entity_id -> onset (``datetime64[ns]``), name ``onset``: the first labelled
+        fraud when there is one, else the confirmed case's transaction time. Entities of
+        ``confirmed`` not in ``frame`` are skipped.
+    """
+    empty = pd.Series([], dtype="datetime64[ns]", index=pd.Index([], name="entity_id", dtype=object))
+    lab = conf = empty
+    if use_labels and "label" in frame:
+        is_fraud = frame["label"].fillna(0).to_numpy(dtype=np.int64) == 1
+        lab = frame.loc[is_fraud].groupby("entity_id", sort=False)["timestamp"].min()
+    if confirmed:
+        want = pd.DataFrame({"entity_id": [str(k) for k in confirmed],
+                             "transaction_id": [str(v) for v in confirmed.values()]})
+        have = pd.DataFrame({"entity_id": frame["entity_id"].to_numpy(),
+                             "transaction_id": frame["transaction_id"].astype(str).to_numpy(),
+                             "timestamp": frame["timestamp"].to_numpy()})
+        conf = have.merge(want, on=["entity_id", "transaction_id"]).groupby("entity_id")["timestamp"].min()
+    s = lab.combine_first(conf) if len(conf) else lab  # a labelled first fraud wins
+    s = s.astype("datetime64[ns]")
+    s.name, s.index.name = "onset", "entity_id"
+    return s.sort_index()
+
+
+def _later(first: pd.Series, onsets: pd.Series, follow: pd.Timedelta) -> int:
+    """How many entities of ``first`` (entity -> first time in the window) have an onset in
+    ``(first, first + follow]``."""
+    o = first.index.map(onsets)
+    o = pd.to_datetime(pd.Series(o, index=first.index))
+    return int(((o > first) & (o <= first + follow)).sum())
+
+
+def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
+                transaction_ids: Iterable[str] | None = None, onsets: pd.Series | None = None,
+                confirmed: Mapping[str, str] | None = None, missing: str = "<empty>",
+                window_days: int = WINDOW_DAYS, follow_days: int = FOLLOW_DAYS,
+                lookback_days: int = LOOKBACK_DAYS) -> list[dict[str, Any]]:
+    """One fact per tested visit of ``entity_id`` (module docstring), smallest ``p_value`` first.
+
+    Args:
+        frame: canonical frame (``entity_id``, ``transaction_id``, ``timestamp``, ``point``, ``label``).
+        point: the point column (merchant, terminal: the spec's ``link_points``).
+        entity_id: the query's entity. until: the query's time (visits strictly before it).
+        transaction_ids: test only these of the entity's transactions (e.g. the query's context).
+        onsets / confirmed: as :func:`fraud_onsets` (default: from ``frame``'s labels and
+            ``confirmed``); the query entity is removed from them.
+        missing: the point field's missing marker (never a point).
+        window_days, follow_days, lookback_days: whole days >= 0 / >= 1 / >= 1.
+    Returns:
+        ``[dict]`` with ``point_field``, ``point``, ``transaction_id`` (the visit), ``visit_time``
+        (``pd.Timestamp``), ``n_visitors``, ``n_later_fraud``, ``n_active``, ``n_active_fraud``,
+        ``base_rate``, ``rate_ratio``, ``p_value``, ``p_adjusted``, ``n_tested``, ``window_days``,
+        ``follow_days``; only visits with at least one other visitor.
+    Raises:
+        ValueError: a missing column, bad day settings.
+    """
+    from scipy.stats import binom
+
+    need = [c for c in ("entity_id", "transaction_id", "timestamp", point) if c not in frame]
+    if need:
+        raise ValueError(f"frame: missing columns {need} (expected a canonical frame, engine.data.io)")
+    if window_days < 0 or follow_days < 1 or lookback_days < 1:
+        raise ValueError(f"window_days >= 0, follow_days >= 1, lookback_days >= 1 expected, got "
+                         f"{window_days!r}, {follow_days!r}, {lookback_days!r}")
+    ent, t_q = str(entity_id), pd.Timestamp(until)
+    if onsets is None:
+        onsets = fraud_onsets(frame, confirmed)
+    onsets = onsets[onsets.index != ent]  # never the query entity's own label
+    ts = frame["timestamp"]
+    mine = (frame["entity_id"] == ent).to_numpy()
+    own = frame.loc[mine & (ts < t_q).to_numpy() & (ts >= t_q - pd.Timedelta(days=lookback_days)).to_numpy()]
+    if transaction_ids is not None:
+        own = own[own["transaction_id"].astype(str).isin({str(t) for t in transaction_ids})]
+    own = own[own[point].astype(str) != missing]
+    if not len(own):
+        return []
+    own = own.assign(cp_point=own[point].astype(str), cp_day=own["timestamp"].dt.normalize())
+    own = own.sort_values("timestamp").drop_duplicates(["cp_point", "cp_day"], keep="last")
+    W, follow = pd.Timedelta(days=int(window_days)), pd.Timedelta(days=int(follow_days))
+    lo, hi = own["cp_day"].min() - W, own["cp_day"].max() + W + pd.Timedelta(days=1)
+    near = frame.loc[~mine & (ts >= lo).to_numpy() & (ts < hi).to_numpy(), ["entity_id", "timestamp", point]]
+    near = near.assign(cp_point=near[point].astype(str), cp_day=near["timestamp"].dt.normalize())
+    at_points = near[near["cp_point"].isin(set(own["cp_point"]))]
+    active_cache: dict[pd.Timestamp, tuple[int, int]] = {}
+    out = []
+    for r in own.itertuples():
+        in_w = (at_points["cp_point"] == r.cp_point) & (at_points["cp_day"] >= r.cp_day - W) & (at_points["cp_day"] <= r.cp_day + W)
+        first_v = at_points.loc[in_w].groupby("entity_id")["timestamp"].min()
+        if not len(first_v):
+            continue
+        if r.cp_day not in active_cache:
+            w = near[(near["cp_day"] >= r.cp_day - W) & (near["cp_day"] <= r.cp_day + W)]
+            first_a = w.groupby("entity_id")["timestamp"].min()
+            active_cache[r.cp_day] = (int(len(first_a)), _later(first_a, onsets, follow))
+        n_act, n_act_f = active_cache[r.cp_day]
+        n, k = int(len(first_v)), _later(first_v, onsets, follow)
+        r0 = (n_act_f + 0.5) / (n_act + 1.0)
+        out.append({"point_field": point, "point": r.cp_point, "transaction_id": str(r.transaction_id),
+                    "visit_time": pd.Timestamp(r.timestamp), "n_visitors": n, "n_later_fraud": k,
+                    "n_active": n_act, "n_active_fraud": n_act_f, "base_rate": float(r0),
+                    "rate_ratio": float(k / n / r0), "p_value": float(binom.sf(k - 1, n, r0)),
+                    "window_days": int(window_days), "follow_days": int(follow_days)})
+    for x in out:
+        x["n_tested"] = len(out)
+        x["p_adjusted"] = min(1.0, x["p_value"] * len(out))
+    return sorted(out, key=lambda x: (x["p_value"], -x["rate_ratio"]))
+
+
+def context_visit_facts(frame: pd.DataFrame, ctx, *, point: str | None = None, **kw) -> list[dict[str, Any]]:
+    """:func:`visit_facts` of the visits in a query context ``ctx``
+    (:class:`engine.explain.context.QueryContext`); ``point`` defaults to the spec's first
+    ``link_points`` (``[]`` when the spec has none). ``kw``: as :func:`visit_facts`."""
+    spec = ctx.bundle.spec
+    point = point or next(iter(getattr(spec, "link_points", []) or []), None)
+    if point is None or point not in frame:
+        return []
+    missing = next((f.missing for f in getattr(spec, "fields", []) if f.name == point), "<empty>")
+    until = pd.Timestamp(ctx.rows["timestamp"].iloc[-1])
+    return visit_facts(frame, point, ctx.entity_id, until, transaction_ids=ctx.transaction_ids[:-1],
+                       missing=missing, **kw)
+
+
+__all__ = ["FOLLOW_DAYS", "LOOKBACK_DAYS", "WINDOW_DAYS", "context_visit_facts", "fraud_onsets", "visit_facts"]
