@@ -51,4 +51,4 @@ def test_bench_rows_and_recency_misses_the_cause(frame):
     assert (rec.loc[rec["kind"] == "tested_then_cnp", "precision"] == 0).all()
     assert res["precision"].between(0, 1).all() and res["reason_top2"].isin([0.0, 1.0]).all()
     md = planted_markdown(res)
-    assert "| tested_then_cnp | recency |" in md and "top-2 reason codes cite the cause" in md
+    assert "| tested_then_cnp | recency |" in md and "top-2 reason codes name the planted pattern" in md
