@@ -408,15 +408,17 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
 def planted_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, name: str,
                     log=print, kinds: Iterable[str] | None = None) -> pd.DataFrame:
     """Run :func:`engine.trust.planted.planted_cause_bench` (reason codes with the entity's visit
-    facts, :func:`engine.trust.common_point.context_visit_facts`, for the common-point reason),
-    print it and write it as the section ``key + "|planted"`` of ``out``. Returns its result."""
+    facts, :func:`engine.trust.common_point.context_visit_facts`, for the common-point reason) and
+    its controls (:func:`engine.trust.planted.control_bench`: queries that must not name a planted
+    pattern), print them and write them as the section ``key + "|planted"`` of ``out``. Returns its result."""
     from engine.trust.common_point import context_visit_facts
-    from engine.trust.planted import planted_cause_bench, planted_markdown
+    from engine.trust.planted import control_bench, control_markdown, planted_cause_bench, planted_markdown
 
     t0 = time.perf_counter()
-    planted = planted_cause_bench(bundle, frame, log=log, kinds=kinds,
-                                  link_facts=lambda ctx: context_visit_facts(frame, ctx))
-    body = planted_markdown(planted)
+    facts = lambda ctx: context_visit_facts(frame, ctx)  # noqa: E731
+    planted = planted_cause_bench(bundle, frame, log=log, kinds=kinds, link_facts=facts)
+    controls = control_bench(bundle, frame, link_facts=facts, log=log)
+    body = planted_markdown(planted) + "\n\n" + control_markdown(controls)
     run = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     _write_section(out, f"{key}|planted", f"## {name} — model {bundle.short_sha}: planted causes\n\n"
                    "Queries: the first fraud after each planted cause (engine/trust/planted.py); truth: the "

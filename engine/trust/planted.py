@@ -140,6 +140,63 @@ def planted_cause_bench(bundle: ModelBundle, frame: pd.DataFrame, *,
     return pd.DataFrame(rows)
 
 
+def control_queries(bundle: ModelBundle, frame: pd.DataFrame, *, n_legit: int = 30, seed: int = 0) -> pd.DataFrame:
+    """Queries that must **not** get a planted-pattern reason: the first fraud of every episode of
+    a kind without planted cause (card testing, account takeover, skimming) and up to ``n_legit``
+    flagged legitimate transactions (probability >= the review threshold, label 0, drawn with
+    ``seed``). Columns ``kind`` (episode kind or ``"flagged legitimate"``), ``query``."""
+    from engine.model.scoring import score_encoded, sigmoid
+
+    kind = frame[KIND_COLUMN].astype("string").fillna("").str.strip()
+    planted = set(PATTERN_REASONS) | {"", "fraud_refund"}
+    ep = frame[~kind.isin(planted).to_numpy()].sort_values(["timestamp", "row_number"]).drop_duplicates(EPISODE_COLUMN)
+    out = [{"kind": str(r[KIND_COLUMN]), "query": str(r["transaction_id"])} for _, r in ep.iterrows()]
+    if n_legit > 0 and "label" in frame:
+        enc = bundle.encoder.transform(frame)
+        prob = sigmoid(score_encoded(bundle.model, enc, frame["entity_id"].to_numpy()).astype(np.float64))
+        legit = np.flatnonzero((prob >= bundle.threshold) & (frame["label"].fillna(0).to_numpy() == 0)
+                               & (kind == "").to_numpy())
+        pick = np.sort(np.random.default_rng(seed).choice(legit, size=min(n_legit, len(legit)), replace=False))
+        out += [{"kind": "flagged legitimate", "query": str(frame["transaction_id"].iloc[i])} for i in pick]
+    return pd.DataFrame(out, columns=["kind", "query"])
+
+
+def control_bench(bundle: ModelBundle, frame: pd.DataFrame, *, methods: Iterable[str] = ("integrated_gradients",
+                  "shap", "occlusion"), link_facts=None, n_legit: int = 30, seed: int = 0, log=None) -> pd.DataFrame:
+    """Reason codes of :func:`control_queries`: one row per query with ``kind``, ``query``,
+    ``reasons`` (kinds, " > " joined) and, per planted kind of :data:`PATTERN_REASONS`,
+    ``false_<kind>`` (1.0 / 0.0: a top-2 reason is of that pattern's kinds). ``link_facts`` as in
+    :func:`planted_cause_bench`."""
+    rows = []
+    for _, cq in control_queries(bundle, frame, n_legit=n_legit, seed=seed).iterrows():
+        ctx = build_context(bundle, frame, cq["query"])
+        if ctx.T < 2:
+            continue
+        expls = explain_all(ctx, list(methods))
+        reasons = reason_codes(ctx, expls, links=link_facts(ctx) if link_facts is not None else None)
+        row = {"kind": cq["kind"], "query": cq["query"], "reasons": " > ".join(r.kind for r in reasons)}
+        for k, kinds in PATTERN_REASONS.items():
+            row[f"false_{k}"] = float(any(r.kind in kinds for r in reasons[:2]))
+        rows.append(row)
+        if log:
+            log(f"control {cq['kind']} {cq['query']}: {row['reasons']}")
+    return pd.DataFrame(rows)
+
+
+def control_markdown(ctl: pd.DataFrame) -> str:
+    """Markdown: per control kind, how many queries got a planted-pattern reason in their top 2."""
+    if ctl.empty:
+        return "No control query."
+    pats = list(PATTERN_REASONS)
+    lines = ["| control queries (must not name a planted pattern) | cases | "
+             + " | ".join(f"top-2 has {' / '.join(PATTERN_REASONS[k])}" for k in pats) + " |",
+             "|---|---|" + "---|" * len(pats)]
+    for kind, g in ctl.groupby("kind", sort=True):
+        lines.append(f"| {kind} | {len(g)} | " + " | ".join(f"{int(g[f'false_{k}'].sum())} of {len(g)}" for k in pats)
+                     + " |")
+    return "\n".join(lines)
+
+
 def planted_markdown(res: pd.DataFrame) -> str:
     """Markdown: per kind and method, mean precision@|G| over the episodes (methods and the two
     model-free orders), then per kind the share of cases whose top-2 reason codes name the planted
@@ -164,4 +221,4 @@ def planted_markdown(res: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PATTERN_REASONS", "names_pattern", "planted_cause_bench", "planted_markdown", "planted_queries", "precision_at"]
+__all__ = ["PATTERN_REASONS", "control_bench", "control_markdown", "control_queries", "names_pattern", "planted_cause_bench", "planted_markdown", "planted_queries", "precision_at"]
