@@ -379,7 +379,8 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     if planted_only:
         if "Fraud Cause" not in loaded.frame:
             raise ValueError(f"{data}: no 'Fraud Cause' column: planted causes exist only in fraudlens-simulated data")
-        res = planted_section(bundle, loaded.frame, out, key=key, name=name, log=log)
+        res = planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
+                              data=f"{data} ({len(loaded.frame):,} rows)")
         log(f"written to {out}")
         return res
     res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed,
@@ -400,17 +401,19 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
                                   context={k: v for k, v in ctx.items() if k != "wall time"},
                                   max_cases=max_cases, seed=seed, log=log)
     if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
-        planted_section(bundle, loaded.frame, out, key=key, name=name, log=log)
+        planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
+                        data=f"{data} ({len(loaded.frame):,} rows)")
     log(f"written to {path}")
     return res
 
 
 def planted_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, name: str,
-                    log=print, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+                    log=print, kinds: Iterable[str] | None = None, data: str = "") -> pd.DataFrame:
     """Run :func:`engine.trust.planted.planted_cause_bench` (reason codes with the entity's visit
     facts, :func:`engine.trust.common_point.context_visit_facts`, for the common-point reason) and
     its controls (:func:`engine.trust.planted.control_bench`: queries that must not name a planted
-    pattern), print them and write them as the section ``key + "|planted"`` of ``out``. Returns its result."""
+    pattern), print them and write them as the section ``key + "|planted"`` of ``out`` (``data``: a
+    line naming the data file). Returns its result."""
     from engine.trust.common_point import context_visit_facts
     from engine.trust.planted import control_bench, control_markdown, planted_cause_bench, planted_markdown
 
@@ -424,7 +427,8 @@ def planted_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *
                    "Queries: the first fraud after each planted cause (engine/trust/planted.py); truth: the "
                    "`Fraud Cause` rows in the context; precision@|G| with k = |G|. A hit = one of the top-2 reason "
                    "codes is of the pattern's kind (`test_then_purchase` / `small_charges`; `common_point`) and "
-                   f"cites a cause row. Run {run}, {time.perf_counter() - t0:.0f} s.\n\n" + body)
+                   f"cites a cause row. Run {run}, {time.perf_counter() - t0:.0f} s."
+                   + (f" Data: {data}." if data else "") + "\n\n" + body)
     log(body)
     return planted
 

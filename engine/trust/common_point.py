@@ -83,6 +83,40 @@ def _later(first: pd.Series, onsets: pd.Series, follow: pd.Timedelta) -> int:
     return int(((o > first) & (o <= first + follow)).sum())
 
 
+class _ActiveWindows:
+    """Per window ``[d - W, d + W]``: other entities active in it and how many of them had an
+    onset within ``follow`` after their first transaction in it. An entities x days matrix of
+    first times per day, min-filtered over ``2W + 1`` days (one pass for every window). Times are
+    whole milliseconds after ``day0`` (exact in float64, which scipy's filter computes in)."""
+
+    _NONE = 2 ** 52  # "no transaction": above every time (ms after day0), exact as a float
+
+    def __init__(self, near: pd.DataFrame, day0: pd.Timestamp, n_days: int, W: int, onsets: pd.Series,
+                 follow: pd.Timedelta):
+        from scipy.ndimage import minimum_filter1d
+
+        self.day0 = day0
+        codes, ents = pd.factorize(near["entity_id"])
+        day = ((near["timestamp"] - day0) // pd.Timedelta(days=1)).to_numpy(np.int64)
+        ms = pd.Timedelta(milliseconds=1)
+        t = ((near["timestamp"] - day0) // ms).to_numpy(np.int64)
+        m = np.full((len(ents), max(int(n_days), int(day.max()) + 1 if len(day) else 1)), self._NONE, np.int64)
+        np.minimum.at(m, (codes, day), t)
+        self.first = minimum_filter1d(m, size=2 * W + 1, axis=1, mode="constant", cval=self._NONE)
+        on = pd.to_datetime(pd.Series(pd.Index(ents).map(onsets), dtype="datetime64[ns]"))
+        self.has = on.notna().to_numpy()
+        self.on = np.where(self.has, ((on - day0) // ms).fillna(0).to_numpy(np.int64), 0)
+        self.follow = int(follow // ms)
+
+    def counts(self, d: pd.Timestamp) -> tuple[int, int]:
+        """``(n_active, n_active_fraud)`` of the window around day ``d``."""
+        j = int((d - self.day0) // pd.Timedelta(days=1))
+        fa = self.first[:, j]
+        act = fa != self._NONE
+        later = act & self.has & (self.on > fa) & (self.on <= fa + self.follow)
+        return int(act.sum()), int(later.sum())
+
+
 def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
                 transaction_ids: Iterable[str] | None = None, onsets: pd.Series | None = None,
                 confirmed: Mapping[str, str] | None = None, missing: str = "<empty>",
@@ -132,20 +166,16 @@ def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
     W, follow = pd.Timedelta(days=int(window_days)), pd.Timedelta(days=int(follow_days))
     lo, hi = own["cp_day"].min() - W, own["cp_day"].max() + W + pd.Timedelta(days=1)
     near = frame.loc[~mine & (ts >= lo).to_numpy() & (ts < hi).to_numpy(), ["entity_id", "timestamp", point]]
-    near = near.assign(cp_point=near[point].astype(str), cp_day=near["timestamp"].dt.normalize())
-    at_points = near[near["cp_point"].isin(set(own["cp_point"]))]
-    active_cache: dict[pd.Timestamp, tuple[int, int]] = {}
+    at_points = near[near[point].isin(set(own[point]))]  # native dtype first (cheap), text on the few left
+    at_points = at_points.assign(cp_point=at_points[point].astype(str), cp_day=at_points["timestamp"].dt.normalize())
+    active = _ActiveWindows(near, lo, (hi - lo).days, int(window_days), onsets, follow)
     out = []
     for r in own.itertuples():
         in_w = (at_points["cp_point"] == r.cp_point) & (at_points["cp_day"] >= r.cp_day - W) & (at_points["cp_day"] <= r.cp_day + W)
         first_v = at_points.loc[in_w].groupby("entity_id")["timestamp"].min()
         if not len(first_v):
             continue
-        if r.cp_day not in active_cache:
-            w = near[(near["cp_day"] >= r.cp_day - W) & (near["cp_day"] <= r.cp_day + W)]
-            first_a = w.groupby("entity_id")["timestamp"].min()
-            active_cache[r.cp_day] = (int(len(first_a)), _later(first_a, onsets, follow))
-        n_act, n_act_f = active_cache[r.cp_day]
+        n_act, n_act_f = active.counts(r.cp_day)
         n, k = int(len(first_v)), _later(first_v, onsets, follow)
         r0 = (n_act_f + 0.5) / (n_act + 1.0)
         out.append({"point_field": point, "point": r.cp_point, "transaction_id": str(r.transaction_id),

@@ -238,3 +238,23 @@ def test_common_point_reason_and_cases_that_must_not_get_it(n_fraud, delay, expe
                                  "that used it within 7 days of that visit had fraud in the 60 days after (80%, "
                                  f"against {100 * m['base_rate']:.1f}% of the 105 other cards active")
         assert reasons[0].kind == "common_point"  # the only weighed reason here (occlusion all zero)
+
+
+def test_base_rate_counts_match_a_direct_computation_and_ties_are_not_later():
+    """n_active / n_active_fraud (vectorised over days) against plain pandas per window; an entity
+    whose first transaction in the window *is* its first fraud is active, not a later fraud."""
+    f = cpp_frame()
+    tie = pd.DataFrame({"entity_id": ["S"], "timestamp": [DAY0 + pd.Timedelta(days=9, hours=8)], "merchant": ["A"],
+                        "label": pd.array([1], dtype="Int8")})
+    f = pd.concat([f, tie.assign(row_number=len(f) + 1, transaction_id="tS")], ignore_index=True)
+    q = f.loc[f.entity_id == "Q", "timestamp"].max()
+    on = fraud_onsets(f)
+    for x in visit_facts(f, "merchant", "Q", q):
+        d = x["visit_time"].normalize()
+        w = f[(f.entity_id != "Q") & (f.timestamp >= d - pd.Timedelta(days=7)) & (f.timestamp < d + pd.Timedelta(days=8))]
+        first = w.groupby("entity_id")["timestamp"].min()
+        o = pd.to_datetime(pd.Series(first.index.map(on), index=first.index))
+        later = int(((o > first) & (o <= first + pd.Timedelta(days=60))).sum())
+        assert (x["n_active"], x["n_active_fraud"]) == (len(first), later)
+    m = next(x for x in visit_facts(f, "merchant", "Q", q) if x["point"] == "M")
+    assert (m["n_active"], m["n_active_fraud"]) == (106, 6)  # S is active, its fraud is not "later"
