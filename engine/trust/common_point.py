@@ -21,7 +21,7 @@ Definitions (naive UTC; whole calendar days), for a query entity ``e`` at time `
   window. Base rate ``r0 = (n_active_fraud + 0.5) / (n_active + 1)`` (a Jeffreys-style
   pseudo-count, so a window without frauds gives a small positive rate, not 0).
 * ``rate_ratio = (k / n) / r0``; ``p_value = P(X >= k)``, ``X ~ Binomial(n, r0)``, one-sided
-  (``scipy.stats.binom.sf(k - 1, n, r0)``); ``p_adjusted = min(1, p_value * n_tested)``
+  (``scipy.special.bdtrc(k - 1, n, r0)`` = ``scipy.stats.binom.sf(k - 1, n, r0)``); ``p_adjusted = min(1, p_value * n_tested)``
   (Bonferroni over the ``n_tested`` visits that had at least one other visitor).
 
 This is the observed-versus-expected comparison of :func:`engine.cases.links.rank_points`, but for
@@ -75,14 +75,6 @@ def fraud_onsets(frame: pd.DataFrame, confirmed: Mapping[str, str] | None = None
     return s.sort_index()
 
 
-def _later(first: pd.Series, onsets: pd.Series, follow: pd.Timedelta) -> int:
-    """How many entities of ``first`` (entity -> first time in the window) have an onset in
-    ``(first, first + follow]``."""
-    o = first.index.map(onsets)
-    o = pd.to_datetime(pd.Series(o, index=first.index))
-    return int(((o > first) & (o <= first + follow)).sum())
-
-
 class _ActiveWindows:
     """Per window ``[d - W, d + W]``: other entities active in it and how many of them had an
     onset within ``follow`` after their first transaction in it. An entities x days matrix of
@@ -100,6 +92,7 @@ class _ActiveWindows:
         day = ((near["timestamp"] - day0) // pd.Timedelta(days=1)).to_numpy(np.int64)
         ms = pd.Timedelta(milliseconds=1)
         t = ((near["timestamp"] - day0) // ms).to_numpy(np.int64)
+        self.codes, self.day, self.t = codes.astype(np.int64), day, t  # per row of ``near``
         m = np.full((len(ents), max(int(n_days), int(day.max()) + 1 if len(day) else 1)), self._NONE, np.int64)
         np.minimum.at(m, (codes, day), t)
         self.first = minimum_filter1d(m, size=2 * W + 1, axis=1, mode="constant", cval=self._NONE)
@@ -108,13 +101,16 @@ class _ActiveWindows:
         self.on = np.where(self.has, ((on - day0) // ms).fillna(0).to_numpy(np.int64), 0)
         self.follow = int(follow // ms)
 
+    def later(self, codes: np.ndarray, first: np.ndarray) -> int:
+        """How many of the entities ``codes`` have an onset in ``(first, first + follow]`` (ms)."""
+        return int((self.has[codes] & (self.on[codes] > first) & (self.on[codes] <= first + self.follow)).sum())
+
     def counts(self, d: pd.Timestamp) -> tuple[int, int]:
         """``(n_active, n_active_fraud)`` of the window around day ``d``."""
         j = int((d - self.day0) // pd.Timedelta(days=1))
         fa = self.first[:, j]
         act = fa != self._NONE
-        later = act & self.has & (self.on > fa) & (self.on <= fa + self.follow)
-        return int(act.sum()), int(later.sum())
+        return int(act.sum()), self.later(np.flatnonzero(act), fa[act])
 
 
 def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
@@ -141,7 +137,7 @@ def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
     Raises:
         ValueError: a missing column, bad day settings.
     """
-    from scipy.stats import binom
+    from scipy.special import bdtrc  # binomial survival function (light import; = scipy.stats.binom.sf(k - 1, n, p))
 
     need = [c for c in ("entity_id", "transaction_id", "timestamp", point) if c not in frame]
     if need:
@@ -153,9 +149,14 @@ def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
     if onsets is None:
         onsets = fraud_onsets(frame, confirmed)
     onsets = onsets[onsets.index != ent]  # never the query entity's own label
-    ts = frame["timestamp"]
-    mine = (frame["entity_id"] == ent).to_numpy()
-    own = frame.loc[mine & (ts < t_q).to_numpy() & (ts >= t_q - pd.Timedelta(days=lookback_days)).to_numpy()]
+    W, follow = pd.Timedelta(days=int(window_days)), pd.Timedelta(days=int(follow_days))
+    tv = frame["timestamp"].to_numpy()
+    t_lo = (t_q - pd.Timedelta(days=lookback_days)).normalize() - W
+    span = np.flatnonzero((tv >= t_lo.to_datetime64()) & (tv < (t_q.normalize() + W + pd.Timedelta(days=1)).to_datetime64()))
+    part = frame.iloc[span]  # every row any window can reach (cheap datetime test before the entity test)
+    mine = part["entity_id"].to_numpy() == ent
+    own = part.loc[mine & (part["timestamp"] < t_q).to_numpy()
+                   & (part["timestamp"] >= t_q - pd.Timedelta(days=lookback_days)).to_numpy()]
     if transaction_ids is not None:
         own = own[own["transaction_id"].astype(str).isin({str(t) for t in transaction_ids})]
     own = own[own[point].astype(str) != missing]
@@ -163,25 +164,34 @@ def visit_facts(frame: pd.DataFrame, point: str, entity_id: str, until: Any, *,
         return []
     own = own.assign(cp_point=own[point].astype(str), cp_day=own["timestamp"].dt.normalize())
     own = own.sort_values("timestamp").drop_duplicates(["cp_point", "cp_day"], keep="last")
-    W, follow = pd.Timedelta(days=int(window_days)), pd.Timedelta(days=int(follow_days))
     lo, hi = own["cp_day"].min() - W, own["cp_day"].max() + W + pd.Timedelta(days=1)
-    near = frame.loc[~mine & (ts >= lo).to_numpy() & (ts < hi).to_numpy(), ["entity_id", "timestamp", point]]
-    at_points = near[near[point].isin(set(own[point]))]  # native dtype first (cheap), text on the few left
-    at_points = at_points.assign(cp_point=at_points[point].astype(str), cp_day=at_points["timestamp"].dt.normalize())
+    pt_ = part["timestamp"]
+    near = part.loc[~mine & (pt_ >= lo).to_numpy() & (pt_ < hi).to_numpy(), ["entity_id", "timestamp", point]]
     active = _ActiveWindows(near, lo, (hi - lo).days, int(window_days), onsets, follow)
+    sel = np.flatnonzero(near[point].isin(set(own[point])).to_numpy())  # native dtype first, text on the few left
+    by_point = pd.Series(np.arange(len(sel))).groupby(near[point].to_numpy()[sel].astype(str)).indices if len(sel) else {}
     out = []
     for r in own.itertuples():
-        in_w = (at_points["cp_point"] == r.cp_point) & (at_points["cp_day"] >= r.cp_day - W) & (at_points["cp_day"] <= r.cp_day + W)
-        first_v = at_points.loc[in_w].groupby("entity_id")["timestamp"].min()
-        if not len(first_v):
+        idx = by_point.get(r.cp_point)
+        if idx is None:
             continue
+        rows = sel[idx]
+        j = int((r.cp_day - lo) // pd.Timedelta(days=1))
+        rows = rows[(active.day[rows] >= j - window_days) & (active.day[rows] <= j + window_days)]
+        if not len(rows):
+            continue
+        c, t = active.codes[rows], active.t[rows]
+        o = np.lexsort((t, c))
+        c, t = c[o], t[o]
+        first = np.r_[True, c[1:] != c[:-1]]  # each visitor's first visit in the window
+        c, t = c[first], t[first]
+        n, k = int(len(c)), active.later(c, t)
         n_act, n_act_f = active.counts(r.cp_day)
-        n, k = int(len(first_v)), _later(first_v, onsets, follow)
         r0 = (n_act_f + 0.5) / (n_act + 1.0)
         out.append({"point_field": point, "point": r.cp_point, "transaction_id": str(r.transaction_id),
                     "visit_time": pd.Timestamp(r.timestamp), "n_visitors": n, "n_later_fraud": k,
                     "n_active": n_act, "n_active_fraud": n_act_f, "base_rate": float(r0),
-                    "rate_ratio": float(k / n / r0), "p_value": float(binom.sf(k - 1, n, r0)),
+                    "rate_ratio": float(k / n / r0), "p_value": float(bdtrc(k - 1, n, r0)),
                     "window_days": int(window_days), "follow_days": int(follow_days)})
     for x in out:
         x["n_tested"] = len(out)
