@@ -34,6 +34,8 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     assert res.exit_code == 0, res.output
     text = out.read_text()
     main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
+    fields, planted = fields.split("<!-- /bench:", 1)  # then the planted-cause section (demo data)
+    assert "|planted -->" in planted and "must not name a planted pattern" in planted
     lines = main.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("| method | cases"))
     end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))

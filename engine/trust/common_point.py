@@ -96,9 +96,9 @@ class _ActiveWindows:
         m = np.full((len(ents), max(int(n_days), int(day.max()) + 1 if len(day) else 1)), self._NONE, np.int64)
         np.minimum.at(m, (codes, day), t)
         self.first = minimum_filter1d(m, size=2 * W + 1, axis=1, mode="constant", cval=self._NONE)
-        on = pd.to_datetime(pd.Series(pd.Index(ents).map(onsets), dtype="datetime64[ns]"))
+        on = onsets.astype("datetime64[ns]").reindex(pd.Index(ents, dtype=object))  # NaT: no onset
         self.has = on.notna().to_numpy()
-        self.on = np.where(self.has, ((on - day0) // ms).fillna(0).to_numpy(np.int64), 0)
+        self.on = np.where(self.has, ((on - day0) // ms).fillna(0).to_numpy(np.float64), 0).astype(np.int64)
         self.follow = int(follow // ms)
 
     def later(self, codes: np.ndarray, first: np.ndarray) -> int:

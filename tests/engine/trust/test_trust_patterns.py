@@ -258,3 +258,11 @@ def test_base_rate_counts_match_a_direct_computation_and_ties_are_not_later():
         assert (x["n_active"], x["n_active_fraud"]) == (len(first), later)
     m = next(x for x in visit_facts(f, "merchant", "Q", q) if x["point"] == "M")
     assert (m["n_active"], m["n_active_fraud"]) == (106, 6)  # S is active, its fraud is not "later"
+
+
+def test_visit_facts_without_any_fraud_label():
+    """No fraud entity at all (e.g. a short slice): facts with k = 0 and p = 1, no reason."""
+    f = cpp_frame(n_fraud_visitors=0)
+    f["label"] = pd.array(np.zeros(len(f), dtype=np.int8), dtype="Int8")
+    facts = visit_facts(f, "merchant", "Q", f.loc[f.entity_id == "Q", "timestamp"].max())
+    assert facts and all(x["n_later_fraud"] == 0 and x["n_active_fraud"] == 0 and x["p_value"] == 1.0 for x in facts)
