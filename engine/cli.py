@@ -167,6 +167,9 @@ def simulate(
     out: Path = typer.Option(DEMO_DATA, help="output CSV (TabFormer format + episode columns); with --rows a .parquet"),
     rows: Optional[int] = typer.Option(None, min=1, help="instead: exactly N Handbook-like rows (--spec handbook) "
                                        "written to a Parquet --out in chunks, in bounded memory"),
+    shared_compromise: int = typer.Option(0, min=0, help="other cards per compromised store that swipe there "
+                                          "within 3 days and get counterfeit fraud 7-30 days later (a common point "
+                                          "of compromise; 0 = off, the demo data)"),
 ):
     """Write synthetic TabFormer-format transactions with injected, tagged fraud episodes
     (or, with --rows, Handbook-format transactions with the Handbook's three fraud scenarios)."""
@@ -182,7 +185,7 @@ def simulate(
         return
     from engine.data.simulate import main
 
-    console.print(main(customers, seed, str(out)))
+    console.print(main(customers, seed, str(out), shared_compromise=shared_compromise))
 
 
 @app.command()

@@ -3,11 +3,13 @@ data with a tiny untrained model: the markdown it writes has one table row per m
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 from typer.testing import CliRunner
 
 from engine.cases import view as cv
 from engine.cli import app
+from engine.data.csv_writer import write_csv
 from tiny_models import demo_slice, tiny_checkpoint
 
 METHODS = ["attention", "integrated_gradients", "shap", "occlusion"]
@@ -32,6 +34,8 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     assert res.exit_code == 0, res.output
     text = out.read_text()
     main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
+    fields, planted = fields.split("<!-- /bench:", 1)  # then the planted-cause section (demo data)
+    assert "|planted -->" in planted and "must not name a planted pattern" in planted
     lines = main.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("| method | cases"))
     end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))
@@ -59,3 +63,31 @@ def test_bench_explanations_reports_a_missing_model(tmp_path):
                                    "--out", str(tmp_path / "x.md")])
     assert res.exit_code == 2, res.output  # reported by _fail, not a traceback
     assert not (tmp_path / "x.md").exists()
+
+
+def test_bench_explanations_planted_only_writes_only_the_planted_section(tmp_path):
+    data = demo_slice(tmp_path / "tx.csv", 3000)
+    spec = cv.demo_spec_name()
+    src = cv.load_source(data, spec)
+    tiny_checkpoint(src.frame, src.spec, tmp_path / "model", {"thresholds": {"review": 0.0}})
+    out = tmp_path / "explanations.md"
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(data), "--spec", spec,
+                                       "--model", str(tmp_path / "model"), "--out", str(out), "--planted-only"])
+    finally:
+        torch.set_num_threads(n)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert text.count("<!-- bench:") == 1 and "|planted -->" in text and "| method | cases | deletion" not in text
+    assert "top-2 reason codes name the planted pattern" in text or "No planted-cause episode" in text
+    assert "must not name a planted pattern" in text
+    # a file without planted causes is refused with a clear message
+    plain = tmp_path / "plain.csv"
+    raw = pd.read_csv(data, dtype=str, keep_default_na=False).drop(columns=["Fraud Episode", "Fraud Kind", "Fraud Cause"])
+    write_csv(raw, plain)
+    res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(plain), "--spec", "tabformer",
+                                   "--model", str(tmp_path / "model"), "--out", str(tmp_path / "y.md"),
+                                   "--planted-only"])
+    assert res.exit_code == 2 and "Fraud Cause" in res.output, res.output

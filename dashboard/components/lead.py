@@ -108,13 +108,14 @@ def _lead(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transa
           _loaded: Any) -> Lead:
     from engine.explain.context import build_context
     from engine.trust.evidence import key_evidence
-    from engine.trust.reasons import RANKING_METHODS, reason_codes
+    from engine.cases.links import case_reason_codes
+    from engine.trust.reasons import RANKING_METHODS
 
     expls = dict(state.get_explanations(_loaded, transaction_id))
     ctx = build_context(_loaded.bundle, cv.entity_rows(_loaded.source.frame, transaction_id), str(transaction_id))
     out = Lead(logit=float(ctx.score_logit()), rows=ctx.rows.reset_index(drop=True).copy())
     try:
-        out.reasons = list(reason_codes(ctx, expls))
+        out.reasons = list(case_reason_codes(ctx, expls, _loaded.source.frame))  # + common point of compromise
     except ValueError as e:
         out.error = str(e)
     method = next((m for m in RANKING_METHODS if m in expls), None)

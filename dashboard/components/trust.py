@@ -113,7 +113,7 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     from engine.trust.agreement import method_agreement
     from engine.trust.baselines import baseline_orders
     from engine.trust.faithfulness import evaluate_faithfulness
-    from engine.trust.reasons import reason_codes
+    from engine.cases.links import case_reason_codes
     from engine.trust.sanity import completeness_checks
     from engine.trust.whatif import what_if
 
@@ -138,7 +138,7 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
                                   attention=expls.get("attention")) if P >= 1 else {})
     agree = method_agreement(expls) if P >= 1 else None
     try:
-        reasons = reason_codes(ctx, expls) if P >= 1 else []
+        reasons = case_reason_codes(ctx, expls, source.frame) if P >= 1 else []  # + common point of compromise
     except ValueError:
         reasons = []
     return {

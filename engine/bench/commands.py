@@ -166,6 +166,9 @@ def bench_explanations(
     fields: bool = typer.Option(True, "--fields/--no-fields",
                                 help="also bench the query's per-field attributions against field ablation "
                                      "and the history effect (same cases)"),
+    planted_only: bool = typer.Option(False, "--planted-only",
+                                      help="only the planted-cause section (demo-simulator data: top-2 reason codes "
+                                           "naming the planted pattern, precision@|G|); minutes, not the full bench"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
     ground truth, completeness and time per method over flagged test-period cases, the SHAP
@@ -176,7 +179,8 @@ def bench_explanations(
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
-                          fields=fields, shap_reference_samples=shap_reference_samples or None)
+                          fields=fields, shap_reference_samples=shap_reference_samples or None,
+                          planted_only=planted_only)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 

@@ -49,6 +49,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from engine.trust.common_point import fraud_onsets  # noqa: F401  (the pure part lives in trust: re-exported)
+
 #: default window: whole days before the onset day (the onset day counts too unless include_onset=False)
 WINDOW_DAYS = 7
 #: pseudo-counts added to observed and expected visit-days in the lift
@@ -85,38 +87,6 @@ def _check_frame(frame: pd.DataFrame, point: str) -> None:
     missing = [c for c in ("entity_id", "transaction_id", "timestamp", point) if c not in frame]
     if missing:
         raise ValueError(f"frame: missing columns {missing} (expected a canonical frame, engine.data.io)")
-
-
-def fraud_onsets(frame: pd.DataFrame, confirmed: Mapping[str, str] | None = None, *,
-                 use_labels: bool = True) -> pd.Series:
-    """The onset (first fraud time) of every fraud entity.
-
-    Args:
-        frame: canonical frame (``entity_id``, ``transaction_id``, ``timestamp``, optional ``label``).
-        confirmed: ``{entity_id: transaction_id}`` of the cases disposed ``confirmed_fraud`` (the
-            transaction is the case's highest-scored one; :func:`confirmed_from_store`).
-        use_labels: count entities with a ``label == 1`` transaction as fraud entities.
-    Returns:
-        ``pd.Series`` entity_id -> onset (``datetime64[ns]``), name ``onset``: the first labelled
-        fraud when there is one, else the confirmed case's transaction time. Entities of
-        ``confirmed`` not in ``frame`` are skipped.
-    """
-    empty = pd.Series([], dtype="datetime64[ns]", index=pd.Index([], name="entity_id", dtype=object))
-    lab = conf = empty
-    if use_labels and "label" in frame:
-        is_fraud = frame["label"].fillna(0).to_numpy(dtype=np.int64) == 1
-        lab = frame.loc[is_fraud].groupby("entity_id", sort=False)["timestamp"].min()
-    if confirmed:
-        want = pd.DataFrame({"entity_id": [str(k) for k in confirmed],
-                             "transaction_id": [str(v) for v in confirmed.values()]})
-        have = pd.DataFrame({"entity_id": frame["entity_id"].to_numpy(),
-                             "transaction_id": frame["transaction_id"].astype(str).to_numpy(),
-                             "timestamp": frame["timestamp"].to_numpy()})
-        conf = have.merge(want, on=["entity_id", "transaction_id"]).groupby("entity_id")["timestamp"].min()
-    s = lab.combine_first(conf) if len(conf) else lab  # a labelled first fraud wins
-    s = s.astype("datetime64[ns]")
-    s.name, s.index.name = "onset", "entity_id"
-    return s.sort_index()
 
 
 def confirmed_from_store(store: Any, model_sha256: str, source_id: str) -> dict[str, str]:
@@ -403,6 +373,36 @@ def link_graph(links: CaseLinks) -> Any:
     return g
 
 
-__all__ = ["CaseLinks", "LINKED_COLUMNS", "MIN_FRAUD_ENTITIES", "PRIOR", "PointRanking", "RANKING_COLUMNS",
+def case_reason_codes(ctx, explanations, frame: pd.DataFrame, *, point: str | None = None,
+                      confirmed: Mapping[str, str] | None = None, **kw) -> list:
+    """:func:`engine.trust.reasons.reason_codes` of a query context with link data: the visit
+    facts of the query's entity (:func:`engine.trust.common_point.context_visit_facts` over
+    ``frame``, other entities' labels plus ``confirmed`` dispositions, never the query entity's
+    own) feed the ``common_point`` reason.
+
+    Args:
+        ctx: the query context. explanations: ``{method: Explanation}`` of it.
+        frame: the canonical frame the context was built from (all entities).
+        point: the point field (default: the spec's first ``link_points``; none: no link reason).
+        confirmed: ``{entity_id: transaction_id}`` of confirmed-fraud cases (:func:`confirmed_from_store`).
+        kw: passed to ``reason_codes`` (``top_k``, ``max_reasons``, ...).
+    Returns:
+        list of :class:`engine.trust.reasons.Reason`.
+    Raises:
+        ValueError: as ``reason_codes``; a ``point`` that is not a categorical field.
+    """
+    from engine.trust.common_point import context_visit_facts
+    from engine.trust.reasons import reason_codes
+
+    spec = ctx.bundle.spec
+    if point is not None or getattr(spec, "link_points", None):
+        pf = point_field(spec, point)
+        facts = context_visit_facts(frame, ctx, point=pf, onsets=fraud_onsets(frame, confirmed))
+    else:
+        facts = None
+    return reason_codes(ctx, explanations, links=facts, **kw)
+
+
+__all__ = ["CaseLinks", "case_reason_codes", "LINKED_COLUMNS", "MIN_FRAUD_ENTITIES", "PRIOR", "PointRanking", "RANKING_COLUMNS",
            "WINDOW_DAYS", "case_links", "case_states", "confirmed_from_store", "fraud_onsets", "link_graph",
            "point_field", "rank_points"]

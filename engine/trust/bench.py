@@ -354,12 +354,13 @@ def field_attribution_section(bundle: ModelBundle, frame: pd.DataFrame, out: str
 def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
          out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
          seed: int = 0, note: str = "", log=print, fields: bool = True,
-         shap_reference_samples: int | None = REFERENCE_SAMPLES) -> pd.DataFrame:
+         shap_reference_samples: int | None = REFERENCE_SAMPLES, planted_only: bool = False) -> pd.DataFrame:
     """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
     run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
     an extra line for the section, e.g. how the model was trained). With ``fields`` the per-field
     section (:func:`field_attribution_section`) runs on the same cases and is written too.
-    ``shap_reference_samples``: as in :func:`run_explanation_bench`.
+    ``shap_reference_samples``: as in :func:`run_explanation_bench`. ``planted_only``: only the
+    planted-cause section (:func:`planted_section`; demo-simulator data), returned.
 
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
@@ -373,10 +374,17 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     sp = bundle.spec if spec is None else spec if isinstance(spec, DatasetSpec) else load_spec(spec)
     loaded = read_transactions(data, sp)
     log(f"read {data}: {len(loaded.frame):,} rows ({time.perf_counter() - t0:.0f} s)")
-    res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed,
-                                shap_reference_samples=shap_reference_samples, log=log)
     name = Path(data).name
     key = f"{name}|{bundle.short_sha or 'unsaved'}"
+    if planted_only:
+        if "Fraud Cause" not in loaded.frame:
+            raise ValueError(f"{data}: no 'Fraud Cause' column: planted causes exist only in fraudlens-simulated data")
+        res = planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
+                              data=f"{data} ({len(loaded.frame):,} rows)")
+        log(f"written to {out}")
+        return res
+    res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed,
+                                shap_reference_samples=shap_reference_samples, log=log)
     ctx = {"data": f"{data} (spec {sp.name}, {len(loaded.frame):,} rows)",
            "model": f"{bundle.path} (sha256 {bundle.short_sha}, T={bundle.config.context_length}, "
                     f"d_model={bundle.config.d_model}, layers={bundle.config.n_layers})",
@@ -393,16 +401,36 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
                                   context={k: v for k, v in ctx.items() if k != "wall time"},
                                   max_cases=max_cases, seed=seed, log=log)
     if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
-        from engine.trust.planted import planted_cause_bench, planted_markdown
-
-        planted = planted_cause_bench(bundle, loaded.frame, log=log)
-        body = planted_markdown(planted)
-        _write_section(out, f"{key}|planted", f"## {name} — model {bundle.short_sha}: planted causes\n\n"
-                       "Queries: the first fraud after each planted cause (engine/trust/planted.py); truth: the "
-                       "`Fraud Cause` rows in the context; precision@|G| with k = |G|.\n\n" + body)
-        log(body)
+        planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
+                        data=f"{data} ({len(loaded.frame):,} rows)")
     log(f"written to {path}")
     return res
+
+
+def planted_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, name: str,
+                    log=print, kinds: Iterable[str] | None = None, data: str = "") -> pd.DataFrame:
+    """Run :func:`engine.trust.planted.planted_cause_bench` (reason codes with the entity's visit
+    facts, :func:`engine.trust.common_point.context_visit_facts`, for the common-point reason) and
+    its controls (:func:`engine.trust.planted.control_bench`: queries that must not name a planted
+    pattern), print them and write them as the section ``key + "|planted"`` of ``out`` (``data``: a
+    line naming the data file). Returns its result."""
+    from engine.trust.common_point import context_visit_facts
+    from engine.trust.planted import control_bench, control_markdown, planted_cause_bench, planted_markdown
+
+    t0 = time.perf_counter()
+    facts = lambda ctx: context_visit_facts(frame, ctx)  # noqa: E731
+    planted = planted_cause_bench(bundle, frame, log=log, kinds=kinds, link_facts=facts)
+    controls = control_bench(bundle, frame, link_facts=facts, log=log)
+    body = planted_markdown(planted) + "\n\n" + control_markdown(controls)
+    run = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    _write_section(out, f"{key}|planted", f"## {name} — model {bundle.short_sha}: planted causes\n\n"
+                   "Queries: the first fraud after each planted cause (engine/trust/planted.py); truth: the "
+                   "`Fraud Cause` rows in the context; precision@|G| with k = |G|. A hit = one of the top-2 reason "
+                   "codes is of the pattern's kind (`test_then_purchase` / `small_charges`; `common_point`) and "
+                   f"cites a cause row. Run {run}, {time.perf_counter() - t0:.0f} s."
+                   + (f" Data: {data}." if data else "") + "\n\n" + body)
+    log(body)
+    return planted
 
 
 def _write_section(out: str | Path, key: str, body: str) -> None:
@@ -420,5 +448,5 @@ def _write_section(out: str | Path, key: str, body: str) -> None:
     out.write_text(text)
 
 
-__all__ = ["DEFAULT_OUT", "field_attribution_section", "ground_truth", "main", "markdown_table", "precision_at_k",
+__all__ = ["DEFAULT_OUT", "field_attribution_section", "planted_section", "ground_truth", "main", "markdown_table", "precision_at_k",
            "run_explanation_bench", "period_rows", "shap_accuracy_rows", "shap_accuracy_section", "write_markdown"]

@@ -24,6 +24,13 @@ Rules (each is tested against numbers recomputed from the data):
    present, else Integrated Gradients); one whose field pushed towards legitimate (weight <= 0)
    is dropped. Without per-field values a query reason has no measured weight (``weight`` NaN,
    ``numbers['weight_known'] = 0``) and is listed after the weighed reasons.
+5. **Named patterns** (:mod:`engine.trust.patterns`): a small test charge at a new merchant before
+   a large card-not-present / new-merchant query (``test_then_purchase``, weighed by the measured
+   deletion effect of the charges plus the query's field attribution; it replaces the query and
+   small-charge reasons it restates), and a common point of compromise from other entities'
+   labels (``common_point``, with ``links``; weighed by the log rate ratio). They cite the
+   transactions of the pattern even when rule 1 would not: their evidence is the deletion effect
+   or the other entities, not the ranking method's value.
 
 Each :class:`Reason` lists the transaction ids it cites and a ``numbers`` dict with every number
 of its text unrounded. Amounts are in the spec's currency.
@@ -63,7 +70,8 @@ class Reason:
         fields: the model fields it rests on.
         numbers: every number in ``text``, unrounded (counts, minutes, ratios, amounts, shares).
         weight: signed contribution towards fraud in logits (module doc rule 4); NaN = not measured.
-        about: ``"history"`` (earlier transactions) or ``"query"`` (the flagged transaction itself).
+        about: ``"history"`` (earlier transactions), ``"query"`` (the flagged transaction itself) or
+            ``"pattern"`` (a named fraud pattern over both, :mod:`engine.trust.patterns`).
     """
 
     kind: str
@@ -187,6 +195,13 @@ class _Facts:
         self.out.append(Reason(kind, text, [self.ids[self.q]], list(fields),
                                {**numbers, "weight_known": known}, w, "query"))
 
+    def pattern(self, kind, text, pos, fields, numbers, weight: float) -> None:
+        """A pattern reason (:mod:`engine.trust.patterns`): cites ``pos`` (the query may be one),
+        weighed by the pattern's own measured contribution ``weight``."""
+        pos = sorted({int(p) for p in pos})
+        self.out.append(Reason(kind, text, [self.ids[p] for p in pos], list(dict.fromkeys(fields)), dict(numbers),
+                               float(weight), "pattern"))
+
 
 def reason_codes(
     ctx,
@@ -197,6 +212,7 @@ def reason_codes(
     max_reasons: int = 4,
     burst_hours: float = 24.0,
     z: float = Z_CITE,
+    links: list[dict[str, Any]] | None = None,
 ) -> list[Reason]:
     """Reason codes for the query of ``ctx`` (rules in the module docstring).
 
@@ -209,6 +225,9 @@ def reason_codes(
         top_k: citable earlier transactions at most. max_reasons: reasons returned at most.
         burst_hours: how far before the query the ``burst`` reason looks.
         z: citable when value > ``z`` standard errors (methods with standard errors).
+        links: visit facts of the query's entity (:func:`engine.trust.common_point.visit_facts`,
+            plain dicts from other entities' labels) for the ``common_point`` reason; ``None``:
+            no link data.
     Returns:
         list of :class:`Reason`, weighed ones by descending weight, then unweighed query facts.
     Raises:
@@ -229,6 +248,10 @@ def reason_codes(
     if f.q >= 1:
         _history_reasons(f, burst_hours)
     _query_reasons(f)
+    from engine.trust.patterns import common_point, test_then_purchase
+
+    test_then_purchase(f, ctx)
+    common_point(f, links)
     weighed = sorted([r for r in f.out if math.isfinite(r.weight) and r.weight > 0], key=lambda r: -r.weight)
     unweighed = [r for r in f.out if not math.isfinite(r.weight)]
     return (weighed + unweighed)[:max_reasons]

@@ -350,3 +350,32 @@ def test_main_writes_and_summarises(tmp_path):
     df = simulate(12, 4)
     assert out.read_bytes() == csv_bytes(df)
     assert f"{len(df):,} rows" in msg and str(out) in msg
+
+
+def test_shared_compromise_plants_a_common_point():
+    """simulate(shared_compromise=k): other cards swipe at each compromised store within 3 days of
+    the first card's visit (their cause) and have counterfeit fraud 7-30 days later; with k = 0 the
+    frame is the one without the option."""
+    base = simulate(80, 5, days=150)
+    assert base.equals(simulate(80, 5, days=150, shared_compromise=0))
+    df = simulate(80, 5, days=150, shared_compromise=2)
+    ts = pd.to_datetime(dict(year=df["Year"], month=df["Month"], day=df["Day"])) + \
+        pd.to_timedelta(df["Time"].astype(str) + ":00")
+    df = df.assign(ts=ts, card=df["User"].astype(str) + ":" + df["Card"].astype(str))
+    cause = df[(df["Fraud Cause"] != "")]
+    eps = df[df["Fraud Kind"] == "compromised_merchant"].drop_duplicates("Fraud Episode")
+    base_eps = base[base["Fraud Kind"] == "compromised_merchant"]["Fraud Episode"].nunique()
+    assert eps["Fraud Episode"].nunique() > base_eps  # co-victims added
+    first_victims = 0
+    for m, g in cause[cause["Fraud Cause"].isin(set(eps["Fraud Episode"]))].groupby("Merchant Name"):
+        if len(g) < 2:
+            continue
+        first_victims += 1
+        assert g["card"].nunique() == len(g)  # one visit per card
+        assert (g["ts"].max() - g["ts"].min()) <= pd.Timedelta(days=6, minutes=1440)
+        for _, v in g.iterrows():  # each visitor's counterfeit fraud 7-30 days after its visit
+            fr = df[(df["Fraud Episode"] == v["Fraud Cause"]) & (df["Fraud Cause"] == "")]
+            gap = (fr["ts"].min().normalize() - v["ts"].normalize()).days
+            assert 7 <= gap <= 30 + 1 and (fr["card"] == v["card"]).all()
+            assert df.loc[(df["card"] == v["card"]) & (df["Fraud Episode"] != ""), "Fraud Episode"].nunique() == 1
+    assert first_victims >= 1

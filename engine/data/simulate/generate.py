@@ -10,10 +10,12 @@ import pandas as pd
 
 from engine.data.simulate.card import _Card, _concat, _episode, _take
 from engine.data.simulate.world import (
+    _KIND_CODE,
     _KIND_NAMES,
     _METROS,
     CHIP_NAMES,
     COLUMNS,
+    COMPROMISE_DELAY_DAYS,
     EPISODE_CARD_SHARE,
     EPISODE_KINDS,
     FRAUD_KINDS,
@@ -27,7 +29,8 @@ from engine.data.simulate.world import (
 # ---------------------------------------------------------------------------------------------
 
 
-def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int = 365) -> pd.DataFrame:
+def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int = 365,
+             shared_compromise: int = 0) -> pd.DataFrame:
     """Simulate ``customers`` customers' card transactions over ``days`` days from ``start``.
 
     Returns a frame with :data:`COLUMNS` (TabFormer's 15 columns plus ``Fraud Episode`` and
@@ -38,6 +41,12 @@ def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int 
 
     ``start`` is a date (``"2023-01-01"`` or anything :class:`pandas.Timestamp` accepts; the
     time of day is ignored); ``days`` must be at least 28.
+
+    ``shared_compromise`` (default 0: off, the output is unchanged): a common point of compromise.
+    For each ``compromised_merchant`` episode, up to this many other cards without an episode
+    (same home state first) also swipe at the compromised store within 3 days of the card's visit
+    (that visit is their episode's cause) and get their own counterfeit episode 7-30 days later;
+    drawn from a fourth random stream, so everything else stays as without it.
     """
     customers = int(customers)
     days = int(days)
@@ -50,7 +59,7 @@ def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int 
     dom = (day_arr - day_arr.astype("datetime64[M]").astype("datetime64[D]")).astype(np.int64) + 1
     dow0 = int((day0.astype(np.int64) + 3) % 7)  # Monday = 0
 
-    world_ss, cust_ss, fraud_ss = np.random.SeedSequence(int(seed)).spawn(3)
+    world_ss, cust_ss, fraud_ss, shared_ss = np.random.SeedSequence(int(seed)).spawn(4)
     world = _World(np.random.default_rng(world_ss))
 
     cards: list[tuple[int, int, _Card]] = []
@@ -83,6 +92,9 @@ def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int 
     for e, (i, kind) in enumerate(zip(chosen, kinds), start=1):
         start_day = int(frng.integers(lo_day[i], days - 6))
         fraud_by_card[int(i)] = _episode(frng, world, cards[i][2], str(kind), start_day, e)
+    if shared_compromise > 0:
+        _share_compromises(np.random.default_rng(shared_ss), world, cards, fraud_by_card, eligible, lo_day,
+                           days, int(shared_compromise), n_ep + 1)
     for i, (user, c, card) in enumerate(cards):
         b = _concat([card.legit, fraud_by_card[i]]) if i in fraud_by_card else card.legit
         blocks.append(b)
@@ -95,6 +107,38 @@ def simulate(customers: int = 400, seed: int = 7, start="2023-01-01", days: int 
     allr = _take(allr, order)
     user_a, card_a = user_a[order], card_a[order]
     return _to_frame(world, day0, user_a, card_a, allr)
+
+
+def _share_compromises(rng, world: _World, cards, fraud_by_card: dict, eligible, lo_day, days: int, k: int,
+                       next_episode: int) -> None:
+    """Co-victims of each compromised store (``simulate(shared_compromise=k)``): adds episodes
+    to ``fraud_by_card`` in place."""
+    code = _KIND_CODE["compromised_merchant"]
+    victims = [i for i, r in sorted(fraud_by_card.items()) if (r["kind"] == code).any()]
+    e = next_episode
+    for i in victims:
+        r = fraud_by_card[i]
+        v = int(np.flatnonzero(r["cause"] > 0)[0])
+        t_v, mer, city, mcc = int(r["ts"][v]), r["merchant"][v], r["city"][v], r["mcc"][v]
+        free = np.array([j for j in eligible if j not in fraud_by_card], np.int64)
+        if not len(free):
+            return
+        same = free[[cards[j][2].home_state == cards[i][2].home_state for j in free]]
+        pool = np.concatenate([rng.permutation(same), rng.permutation(np.setdiff1d(free, same))])
+        n = 0
+        for j in pool:
+            if n == k:
+                break
+            t_j = max(0, t_v + int(rng.integers(-3 * 1440, 3 * 1440 + 1)))
+            start = t_j // 1440 + int(rng.integers(COMPROMISE_DELAY_DAYS[0], COMPROMISE_DELAY_DAYS[1] + 1))
+            if start >= days - 1 or t_j // 1440 < lo_day[j]:
+                continue
+            rows = _episode(rng, world, cards[j][2], "compromised_merchant", int(start), e)
+            w = int(np.flatnonzero(rows["cause"] > 0)[0])
+            rows["ts"][w], rows["merchant"][w], rows["city"][w], rows["mcc"][w] = t_j, mer, city, mcc
+            fraud_by_card[int(j)] = rows
+            e += 1
+            n += 1
 
 
 def _to_frame(world: _World, day0, user, card, r) -> pd.DataFrame:
@@ -178,9 +222,10 @@ def summarize(df: pd.DataFrame) -> dict:
     }
 
 
-def main(customers: int = 400, seed: int = 7, out="demo_data/transactions.csv") -> str:
-    """Simulate, write the CSV to ``out`` and return a one-line summary (what the CLI prints)."""
-    df = simulate(customers=customers, seed=seed)
+def main(customers: int = 400, seed: int = 7, out="demo_data/transactions.csv", shared_compromise: int = 0) -> str:
+    """Simulate, write the CSV to ``out`` and return a one-line summary (what the CLI prints);
+    ``shared_compromise`` as in :func:`simulate`."""
+    df = simulate(customers=customers, seed=seed, shared_compromise=shared_compromise)
     path = write_csv(df, out)
     s = summarize(df)
     kinds = ", ".join(f"{k} {n}" for k, n in s["fraud_rows_by_kind"].items())

@@ -51,4 +51,26 @@ def test_bench_rows_and_recency_misses_the_cause(frame):
     assert (rec.loc[rec["kind"] == "tested_then_cnp", "precision"] == 0).all()
     assert res["precision"].between(0, 1).all() and res["reason_top2"].isin([0.0, 1.0]).all()
     md = planted_markdown(res)
-    assert "| tested_then_cnp | recency |" in md and "top-2 reason codes cite the cause" in md
+    assert "| tested_then_cnp | recency |" in md and "top-2 reason codes name the planted pattern" in md
+
+
+def test_control_queries_are_unplanted_first_frauds_and_flagged_legit(frame):
+    from engine.trust.planted import control_bench, control_markdown, control_queries
+
+    enc = FeatureEncoder.fit(frame, load_spec("demo"))
+    model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
+                        context_length=64, min_history=16).eval()
+    bundle = ModelBundle(model=model, encoder=enc, spec=load_spec("demo"))
+    cq = control_queries(bundle, frame, n_legit=5)
+    by = frame.set_index("transaction_id")
+    fraud = cq[cq["kind"] != "flagged legitimate"]
+    assert len(fraud) and not set(fraud["kind"]) & {"tested_then_cnp", "compromised_merchant", "fraud_refund"}
+    for _, r in fraud.iterrows():  # the first row of its episode
+        ep = by.loc[r["query"], "Fraud Episode"]
+        assert by.loc[r["query"], "timestamp"] == frame.loc[frame["Fraud Episode"] == ep, "timestamp"].min()
+    legit = cq[cq["kind"] == "flagged legitimate"]
+    assert len(legit) <= 5 and (by.loc[legit["query"], "label"] == 0).all()
+    ctl = control_bench(bundle, frame.reset_index(drop=True), methods=["occlusion"], n_legit=2)
+    assert {"false_tested_then_cnp", "false_compromised_merchant"} <= set(ctl.columns)
+    assert ctl["false_tested_then_cnp"].isin([0.0, 1.0]).all()
+    assert "must not name a planted pattern" in control_markdown(ctl)

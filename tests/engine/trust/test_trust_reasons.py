@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from trust_helpers import context, one_torch_thread, positive_queries  # noqa: F401
 
 from engine.data.features import FeatureEncoder
@@ -199,13 +200,25 @@ def test_small_test_charges_days_before_are_a_reason():
     v = np.zeros(ctx.T)
     pos = [ctx.transaction_ids.index(t) for t in ("t1", "t2")]
     v[pos] = [1.5, 1.2]
+    # a model whose logit is the sum of per-transaction weights: removing t1 / t2 *raises* the score,
+    # so the test_then_purchase pattern (engine/trust/patterns.py) does not hold and small_charges stays
+    w = torch.zeros(ctx.T, dtype=torch.float64)
+    w[pos] = -0.5
+    ctx.logits = lambda present=None: ((torch.ones(1, ctx.T, dtype=torch.bool) if present is None else present)
+                                       .double() * w).sum(1)
     reasons = reason_codes(ctx, {"shap": shap_like(ctx, v)}, max_reasons=20)
+    assert "test_then_purchase" not in {r.kind for r in reasons}
     assert reasons[0].kind == "small_charges" and set(reasons[0].transaction_ids) == {"t1", "t2"}
     ts = pd.to_datetime(ctx.rows["timestamp"])
     span = (ts.iloc[-1] - ts.iloc[pos[0]]).total_seconds() / 60
     assert reasons[0].numbers["span_minutes"] == pytest.approx(span)
     assert reasons[0].text.startswith("2 small charges (0.75 USD, 1.25 USD) at merchants new to the card, ") or \
         reasons[0].text.startswith("2 small charges (1.25 USD, 0.75 USD) at merchants new to the card, ")
+    # removing them lowers the score: the pattern reason holds, cites both and the query, and replaces small_charges
+    w[pos] = 0.5
+    by = {r.kind: r for r in reason_codes(ctx, {"shap": shap_like(ctx, v)}, max_reasons=20)}
+    assert set(by["test_then_purchase"].transaction_ids) == {"t1", "t2", ctx.query_transaction_id}
+    assert by["test_then_purchase"].numbers["deletion_logit"] == pytest.approx(1.0) and "small_charges" not in by
 
 
 def test_reasons_on_the_trained_model_cite_citable_transactions_and_true_numbers():
@@ -219,6 +232,12 @@ def test_reasons_on_the_trained_model_cite_citable_transactions_and_true_numbers
             ts = pd.to_datetime(ctx.rows["timestamp"]).reset_index(drop=True)
             for r in reasons:
                 n_reasons += 1
+                if r.about == "pattern":  # cites by its own evidence: its deletion effect is recomputed
+                    assert r.kind == "test_then_purchase" and r.transaction_ids[-1] == ctx.query_transaction_id
+                    drop = torch.ones(1, ctx.T, dtype=torch.bool)
+                    drop[0, [ctx.transaction_ids.index(t) for t in r.transaction_ids[:-1]]] = False
+                    assert r.numbers["deletion_logit"] == pytest.approx(ctx.score_logit() - float(ctx.logits(drop)[0]))
+                    continue
                 assert set(r.transaction_ids) <= allowed, (r, allowed)
                 assert r.weight > 0 or math.isnan(r.weight)
                 if r.kind == "burst":
