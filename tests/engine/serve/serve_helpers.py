@@ -41,3 +41,15 @@ def make_checkpoint(tmp: Path, review: float = 0.5, decline: float = 0.8) -> Pat
     frame = read_transactions(write_raw(raw_records(), tmp / "fit.parquet"), spec).frame
     return tiny_checkpoint(frame, spec, tmp / "model", {"name": "tiny-serve",
                                                        "thresholds": {"review": review, "decline": decline}})
+
+
+def batch_probabilities(bundle, records: list[dict], folder: Path) -> dict[str, float]:
+    """Whole-file scoring of ``records`` (written to ``folder``): transaction id -> probability.
+    The reference the service's scores are compared with; every record must be accepted."""
+    from engine.data.io import read_transactions
+    from engine.model.scoring import score_frame
+
+    res = read_transactions(write_raw(records, folder / "all.parquet"), id_spec())
+    assert len(res.rejected) == 0
+    s = score_frame(bundle, res.frame)
+    return dict(zip(s["transaction_id"], s["probability"]))

@@ -6,19 +6,16 @@ import sqlite3
 import time
 
 import numpy as np
-import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
 from engine.cases.store import CaseStore
-from engine.data.io import read_transactions
 from engine.model.checkpoint import load_checkpoint
-from engine.model.scoring import score_frame
 from engine.serve.api import create_app
 from engine.serve.casework import service_source_id
 from engine.serve.service import ScoringService
 from engine.serve.warm import TokenError, resolve_token, warm_start
-from serve_helpers import id_spec, make_checkpoint, raw_records, write_raw
+from serve_helpers import batch_probabilities, make_checkpoint, raw_records, write_raw
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +35,8 @@ def records():
 
 @pytest.fixture(scope="module")
 def batch_probs(bundle, records, tmp_path_factory):
-    """Whole-file scoring of the same records: transaction id -> probability."""
-    res = read_transactions(write_raw(records, tmp_path_factory.mktemp("raw") / "all.parquet"), id_spec())
-    assert len(res.rejected) == 0
-    s = score_frame(bundle, res.frame)
-    return dict(zip(s["transaction_id"], s["probability"]))
+    """Whole-file scoring of the records: transaction id -> probability."""
+    return batch_probabilities(bundle, records, tmp_path_factory.mktemp("raw"))
 
 
 def make(bundle, tmp_path, **kw):

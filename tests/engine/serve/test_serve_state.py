@@ -12,12 +12,11 @@ import pytest
 
 from engine.data.io import read_transactions
 from engine.model.checkpoint import load_checkpoint
-from engine.model.scoring import score_frame
 from engine.serve.history import GroupCommitter, HistoryLocked, RecordsRefused, row_json
 from engine.serve.service import ScoringService, ServiceError
 from engine.serve.state import EntityCache
 from engine.serve.warm import warm_start
-from serve_helpers import id_spec, make_checkpoint, raw_records, write_raw
+from serve_helpers import batch_probabilities, make_checkpoint, raw_records, write_raw
 from tiny_models import tiny_checkpoint, tiny_spec
 
 
@@ -34,9 +33,7 @@ def records():
 @pytest.fixture(scope="module")
 def batch_probs(bundle, records, tmp_path_factory):
     """Whole-file scoring of the records: transaction id -> probability."""
-    res = read_transactions(write_raw(records, tmp_path_factory.mktemp("raw") / "all.parquet"), id_spec())
-    s = score_frame(bundle, res.frame)
-    return dict(zip(s["transaction_id"], s["probability"]))
+    return batch_probabilities(bundle, records, tmp_path_factory.mktemp("raw"))
 
 
 def make(bundle, tmp_path, name="history.sqlite3", **kw):
