@@ -77,6 +77,9 @@ class TrainConfig:
         batch_size: windows per optimisation step.
         epochs: maximum epochs. patience: epochs without validation-AP improvement before stopping.
         windows_per_epoch: training windows sampled per epoch (None = all).
+        fill_epoch: when fewer training windows exist than ``windows_per_epoch``, sample them with
+            replacement up to ``windows_per_epoch`` (a small file then still takes that many
+            windows' worth of optimisation steps per epoch); False = each window once per epoch.
         train_end / val_end: split dates (ISO text) or None for the 70 % / 85 % rule.
         max_minutes: stop training after this wall time (checked every 20 steps; the best
             evaluated epoch is kept).
@@ -103,6 +106,7 @@ class TrainConfig:
     epochs: int = 8
     patience: int = 2
     windows_per_epoch: int | None = 6000
+    fill_epoch: bool = False
     train_end: str | None = None
     val_end: str | None = None
     max_minutes: float = 11.0

@@ -180,14 +180,15 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
     history: list[dict[str, Any]] = []
     best = (-1.0, None, -1)
     n_train = len(d.train_windows)
-    per_epoch = n_train if cfg.windows_per_epoch is None else min(cfg.windows_per_epoch, n_train)
+    per_epoch = n_train if cfg.windows_per_epoch is None else (
+        cfg.windows_per_epoch if getattr(cfg, "fill_epoch", False) else min(cfg.windows_per_epoch, n_train))
     if cfg.lr_schedule not in ("constant", "cosine"):
         raise ValueError(f"lr_schedule: expected 'constant' or 'cosine', got {cfg.lr_schedule!r}")
     total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_size))
     step = 0
     for epoch in range(cfg.epochs):
         model.train()
-        order = rng.choice(d.train_windows, size=per_epoch, replace=False)
+        order = rng.choice(d.train_windows, size=per_epoch, replace=per_epoch > n_train)
         # similar lengths together: sort within chunks of 16 batches
         chunk = cfg.batch_size * 16
         order = np.concatenate([c[np.argsort(d.last_slot[c])] for c in np.array_split(order, max(1, len(order) // chunk))])
