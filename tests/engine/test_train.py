@@ -64,3 +64,26 @@ def test_a_field_with_model_input_false_stays_in_the_frame_but_not_in_the_model(
     row = off.transform_row(fr.iloc[3].to_dict())
     np.testing.assert_array_equal(row.cat[0], enc_off.cat[3])
     torch.testing.assert_close(torch.from_numpy(row.num[0]), torch.from_numpy(enc_off.num[3]))
+
+
+def test_fill_epoch_samples_windows_with_replacement_up_to_windows_per_epoch(monkeypatch):
+    """fill_epoch: a file with fewer training windows than windows_per_epoch still takes that many
+    windows per epoch (drawn with replacement); without it each window is used once."""
+    import engine.model.train_loop as tl
+
+    fr = tiny_frame(4, 40)
+    seen = []
+    orig = tl._batch_loss
+
+    def counting(model, d, ids, dp):
+        seen.append(len(ids))
+        return orig(model, d, ids, dp)
+
+    monkeypatch.setattr(tl, "_batch_loss", counting)
+    base = {**CFG.__dict__, "epochs": 1, "windows_per_epoch": 40}
+    fit(fr, tiny_spec(), _split(fr), TrainConfig(**base), log=lambda *a: None, progress=False)
+    once = sum(seen)
+    assert 0 < once < 40  # a tiny file: fewer training windows than windows_per_epoch
+    seen.clear()
+    fit(fr, tiny_spec(), _split(fr), TrainConfig(**{**base, "fill_epoch": True}), log=lambda *a: None, progress=False)
+    assert sum(seen) == 40
