@@ -137,10 +137,12 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     base = (evaluate_faithfulness(ctx, baseline_orders(ctx), k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM,
                                   attention=expls.get("attention")) if P >= 1 else {})
     agree = method_agreement(expls) if P >= 1 else None
-    try:
-        reasons = case_reason_codes(ctx, expls, source.frame) if P >= 1 else []  # + common point of compromise
-    except ValueError:
-        reasons = []
+    reasons = None  # the original history: the lead box's reasons (filled in by case_trust, one build per query)
+    if edits:
+        try:
+            reasons = case_reason_codes(ctx, expls, source.frame) if P >= 1 else []  # + common point of compromise
+        except ValueError:
+            reasons = []
     return {
         "logit": float(logit), "original_logit": float(logit if original_logit is None else original_logit),
         "explanations": expls, "completeness": checks, "faithfulness": faith, "faithfulness_baselines": base,
@@ -152,11 +154,19 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
 
 def case_trust(loaded: "state.Loaded", transaction_id: str, edits: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Trust results of one case (with ``edits`` applied), cached per (data sha256, spec, model
-    sha256, transaction id, edits hash)."""
+    sha256, transaction id, edits hash). Without edits, ``"reasons"`` are the lead box's
+    (:func:`dashboard.components.lead.case_lead`, the same cache entry): the reason codes of a
+    query are built once per query, and the Trust tab lists exactly the reasons the box above
+    shows. With edits they are built on the edited history."""
+    from dashboard.components.lead import case_lead
+
     path, spec, sha, max_rows, model_path, model_sha = loaded.key
     edits = list(edits or [])
-    return _case_trust(sha, spec, max_rows, model_sha, str(transaction_id), edits_key(edits), path, model_path,
-                       tuple(edits))
+    res = _case_trust(sha, spec, max_rows, model_sha, str(transaction_id), edits_key(edits), path, model_path,
+                      tuple(edits))
+    if res["reasons"] is None:
+        res = {**res, "reasons": list(case_lead(loaded, transaction_id).reasons)}
+    return res
 
 
 # ------------------------------------------------------------------------------------- render
@@ -472,7 +482,9 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
 
     # ---- current edits ------------------------------------------------------------------------
     c1, c2, c3 = st.columns([4, 1, 1], vertical_alignment="bottom")
-    if edits:
+    if edits:  # the count, drawn after the metrics above: when it shows, so do the edited scores
+        c1.caption(f"{len(edits)} edit{'s' if len(edits) != 1 else ''} in force: the scores above are the edited "
+                   "history's.")
         c1.dataframe(edits_table(loaded, edits), key="whatif_edits_table", hide_index=True,
                      column_config={"time": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
                                     "amount": st.column_config.NumberColumn(f"Amount ({loaded.source.currency})",

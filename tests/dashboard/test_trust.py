@@ -239,3 +239,44 @@ def test_whatif_widgets_add_an_edit(env):
     expected = _expected_whatif(env, edits)
     assert at.session_state["whatif_result"][q]["logit"] == pytest.approx(expected, abs=1e-5)
     assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+
+
+def _count_reason_builds(monkeypatch) -> list:
+    """Patch engine.cases.links.case_reason_codes (the reason-code builder the lead box and the
+    Trust tab call) to record each call's query transaction id; clears the in-memory caches."""
+    import streamlit as st
+
+    import engine.cases.links as links
+
+    calls, real = [], links.case_reason_codes
+
+    def counting(ctx, *a, **k):
+        calls.append(str(ctx.transaction_ids[-1]))
+        return real(ctx, *a, **k)
+
+    monkeypatch.setattr(links, "case_reason_codes", counting)
+    st.cache_data.clear()  # a reason list cached by an earlier test would hide a build
+    return calls
+
+
+def test_reason_codes_built_once_per_page_run_for_the_lead_box_and_the_trust_tab(env, monkeypatch):
+    calls = _count_reason_builds(monkeypatch)
+    at = _case(env)  # trust_show on: the lead box and the Trust tab both list the query's reasons
+    assert calls == [env["query"]], calls
+    # the Trust tab lists the lead box's reasons (the same cache entry), in the same order
+    lead = [m.value for m in at.markdown if m.value[:1].isdigit() and "\\. " in m.value and " — cites " not in m.value]
+    trust = [m.value for m in at.markdown if " — cites " in m.value]
+    assert len(lead) == len(trust)
+    for a, b in zip(lead, trust):
+        n, text = a.split("\\. ", 1)
+        assert b.startswith(f"{n}\\. **{text.split(' *(')[0]}** — cites "), (a, b)
+    at.run()  # a rerun builds nothing
+    _ok(at)
+    assert calls == [env["query"]], calls
+
+
+def test_reason_codes_of_an_edited_history_are_built_for_it(env, monkeypatch):
+    calls = _count_reason_builds(monkeypatch)
+    _case(env, [Edit("remove", _earlier(env, 2)[0])])
+    # the original history once (lead box + Trust tab), the edited one once (What-if tab)
+    assert calls == [env["query"], env["query"]], calls
