@@ -237,7 +237,11 @@ def _pick_target(page, index: int) -> str:
     latest earlier transaction, ...) and wait until its amount is in the form; its label."""
     import re
 
-    page.get_by_label("Transaction", exact=True).click()
+    box = page.get_by_label("Transaction", exact=True)
+    if not box.is_visible():  # the form folds up once an edit is in force: open it, as an analyst does
+        page.locator('[data-testid="stExpander"] summary').filter(has_text="Change or remove a transaction").click()
+        box.wait_for(state="visible", timeout=30_000)
+    box.click()
     opts = page.locator('[role="option"]')
     opts.nth(0).wait_for(timeout=30_000)
     opt = opts.nth(min(index, opts.count() - 1))
