@@ -272,17 +272,19 @@ def whatif_edits(page, n_edits: int) -> dict:
         wait_settled(page)
         old = _whatif_text(page)
         t0 = time.perf_counter()
-        page.get_by_role("button", name="Apply edit").click()
+        page.get_by_role("button", name="Apply edit", exact=True).click()
         _, changed = wait_whatif(page, old, j + 1)
         edits.append(time.perf_counter() - t0)
         unchanged += not changed
+        print(f"  what-if edit {j + 1} ({'amount' if j % 2 == 0 else 'remove'}): {edits[-1]:.2f} s"
+              + ("" if changed else " (shown score unchanged)"), flush=True)
         wait_settled(page)
     for name, left in (("Undo last", n_edits - 1), ("Reset", 0)):
         if left < 0 or (name == "Reset" and n_edits <= 1):
             continue
         old = _whatif_text(page)
         t0 = time.perf_counter()
-        page.get_by_role("button", name=name).click()
+        page.get_by_role("button", name=name, exact=True).click()
         wait_whatif(page, old, left)
         undo.append(time.perf_counter() - t0)
         wait_settled(page)
