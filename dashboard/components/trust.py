@@ -150,7 +150,8 @@ def case_trust(loaded: "state.Loaded", transaction_id: str, edits: list[dict[str
 # ------------------------------------------------------------------------------------- render
 def render_case_trust(loaded: "state.Loaded", query: str, expls: dict) -> None:
     """The toggle and, when on, the Trust and What-if tabs of ``query``."""
-    n = len(query_edits(query))
+    # the count only while the tabs are closed: open, the What-if tab (a fragment, rerun without this label) says it
+    n = 0 if st.session_state.get(SHOW_KEY) else len(query_edits(query))
     label = "Trust checks and what-if" + (f" ({n} what-if edit{'s' if n != 1 else ''})" if n else "")
     if not st.toggle(label, key=SHOW_KEY,
                      help="Faithfulness, sanity and completeness checks, method agreement, reason codes, "

@@ -45,6 +45,8 @@ from engine.cases import view as cv
 WHATIF_EDITS = "whatif_edits"
 WHATIF_RESULT = "whatif_result"
 WHATIF_ERROR = "whatif_error"
+#: set when an edit dropped prepared exports: the what-if fragment then reruns the whole page once
+FULL_RERUN = "whatif_full_rerun"
 #: fields offered in the what-if form besides amount and time (the spec's, in this order)
 WHATIF_FIELDS = ("merchant", "mcc", "use_chip", "merchant_city", "merchant_state", "terminal")
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
@@ -68,10 +70,17 @@ def query_edits(query: str) -> list[dict[str, Any]]:
 
 
 def _set_edits(query: str, edits: list[dict[str, Any]]) -> None:
+    """Store the edits of ``query``. Exports prepared before carry the old edits and their download
+    buttons lie outside this fragment: drop them and ask for a whole-page run (:data:`FULL_RERUN`)."""
+    from dashboard.components.export import PREPARED
+
     ss = st.session_state
     all_edits = dict(ss.get(WHATIF_EDITS) or {})
     all_edits[str(query)] = list(edits)
     ss[WHATIF_EDITS] = all_edits
+    if ss.get(PREPARED) is not None:
+        ss.pop(PREPARED, None)
+        ss[FULL_RERUN] = True
 
 
 # ------------------------------------------------------------------------------------ caches
@@ -223,11 +232,20 @@ def _whatif_failed(query: str, e: Exception) -> None:
     st.button("Reset", key="whatif_reset_err", on_click=reset_whatif, args=(query,), icon=":material/restart_alt:")
 
 
+@st.fragment
 def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
-    """Edit the history of ``query``'s entity, see the new score and explanations (no retraining)."""
+    """Edit the history of ``query``'s entity, see the new score and explanations (no retraining).
+
+    A Streamlit fragment (https://docs.streamlit.io/develop/concepts/architecture/fragments): a
+    widget of the tab (target, values, Apply, Undo, Reset) reruns only this function, not the whole
+    Case page (about 2 s on the shared 2-core machine with every result cached). Nothing outside
+    shows the edits while the tab is open (the toggle counts them only when off); prepared
+    exports are dropped by an edit and the page is rerun whole once (:func:`_set_edits`)."""
     from dashboard.components.trust import _title, case_trust, render_reasons  # trust imports this module
 
     ss = st.session_state
+    if ss.pop(FULL_RERUN, False):
+        st.rerun(scope="app")
     currency, thr = loaded.source.currency, loaded.threshold
     edits = query_edits(query)
     try:  # the score first (one forward pass, cached): the explanations of an edit come after the form
@@ -338,5 +356,5 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
     render_reasons(cur, currency, key=f"whatif_reason_{query}")
 
 
-__all__ = ["WHATIF_EDITS", "WHATIF_ERROR", "WHATIF_FIELDS", "WHATIF_RESULT", "edits_key", "query_edits",
+__all__ = ["FULL_RERUN", "WHATIF_EDITS", "WHATIF_ERROR", "WHATIF_FIELDS", "WHATIF_RESULT", "edits_key", "query_edits",
            "render_whatif", "reset_whatif", "whatif_case", "whatif_score"]

@@ -107,7 +107,7 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     amount.fill("4321.5")
     amount.press("Enter")
     page.get_by_role("button", name="Apply edit").click()
-    page.get_by_text("(1 what-if edit)").first.wait_for()
+    page.get_by_text("1 edit in force").first.wait_for()
     _no_host(page, requests)
 
     # a disposition by the signed-in analyst, with the hostile note
