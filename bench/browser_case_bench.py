@@ -93,8 +93,10 @@ def _title(page) -> str:
 
 
 def _settled(page) -> bool:
-    """No rerun in flight (Streamlit shows the status widget while a script runs)."""
-    return page.locator('[data-testid="stStatusWidget"]').count() == 0
+    """No rerun in flight (Streamlit shows the status widget while a script runs) and no cached
+    computation's spinner (a fragment's run, say the what-if tab's, may show only the spinner)."""
+    return (page.locator('[data-testid="stStatusWidget"]').count() == 0
+            and page.locator('[data-testid="stSpinner"]').count() == 0)
 
 
 TIMEOUT_S = 300.0
@@ -257,9 +259,10 @@ def _pick_target(page, index: int) -> str:
 def whatif_edits(page, n_edits: int) -> dict:
     """On the opened case's What-if tab: ``n_edits`` edits as an analyst makes them (even: the
     amount of an earlier transaction times 20 plus 500, Enter, "Apply edit"; odd: "remove", "Apply
-    edit"), each timed from the click on "Apply edit" until the new score is shown; then "Undo
-    last" and "Reset", timed the same way."""
-    edits, undo, unchanged = [], [], 0
+    edit"), each timed from the click on "Apply edit" until the new score is shown, and until the
+    edited history's explanations are drawn (no status widget, no spinner); then "Undo last" and
+    "Reset" (cached results), timed to the score."""
+    edits, explained, undo, unchanged = [], [], [], 0
     for j in range(n_edits):
         _pick_target(page, 1 + j)
         if j % 2 == 0:
@@ -276,9 +279,10 @@ def whatif_edits(page, n_edits: int) -> dict:
         _, changed = wait_whatif(page, old, j + 1)
         edits.append(time.perf_counter() - t0)
         unchanged += not changed
-        print(f"  what-if edit {j + 1} ({'amount' if j % 2 == 0 else 'remove'}): {edits[-1]:.2f} s"
-              + ("" if changed else " (shown score unchanged)"), flush=True)
-        wait_settled(page)
+        wait_settled(page)  # the edited history's explanations, bars and reasons (spinner gone)
+        explained.append(time.perf_counter() - t0)
+        print(f"  what-if edit {j + 1} ({'amount' if j % 2 == 0 else 'remove'}): score {edits[-1]:.2f} s, "
+              f"re-explained {explained[-1]:.2f} s" + ("" if changed else " (shown score unchanged)"), flush=True)
     for name, left in (("Undo last", n_edits - 1), ("Reset", 0)):
         if left < 0 or (name == "Reset" and n_edits <= 1):
             continue
@@ -288,7 +292,7 @@ def whatif_edits(page, n_edits: int) -> dict:
         wait_whatif(page, old, left)
         undo.append(time.perf_counter() - t0)
         wait_settled(page)
-    return {"edits": edits, "undo": undo, "unchanged": unchanged}
+    return {"edits": edits, "explained": explained, "undo": undo, "unchanged": unchanged}
 
 
 def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, precompute_s: float,
@@ -329,7 +333,7 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             stale_total += stale
             print(f"  switch {i}: {dt:.2f} s, stale polls {stale}", flush=True)
         # what-if last: with the trust toggle on, every later switch also computes the trust checks
-        wi = {"edits": [], "undo": [], "unchanged": 0, "tab": []}
+        wi = {"edits": [], "explained": [], "undo": [], "unchanged": 0, "tab": []}
         for c in range(whatif_cases):
             try:
                 if c:
@@ -342,7 +346,7 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
                 page.screenshot(path=str(shot), full_page=True)
                 print(f"what-if failed; the page: {shot}", flush=True)
                 raise
-            for k in ("edits", "undo"):
+            for k in ("edits", "explained", "undo"):
                 wi[k] += r[k]
             wi["unchanged"] += r["unchanged"]
             print(f"what-if case {c + 1}: tab {wi['tab'][-1]:.2f} s, edits {[round(x, 2) for x in r['edits']]}, "
@@ -420,12 +424,15 @@ def main(argv: list[str] | None = None) -> int:
         w = r["whatif"]
         lines.append(f"| {r['file']} | {r['rows']:,} | what-if edit → new score visible | {len(w['edits'])} | "
                      f"{_q(w['edits'], .5):.2f} | {_q(w['edits'], .95):.2f} | 1.5 |")
+        lines.append(f"| {r['file']} | {r['rows']:,} | what-if edit → edited explanations drawn | "
+                     f"{len(w['explained'])} | {_q(w['explained'], .5):.2f} | {_q(w['explained'], .95):.2f} | |")
         lines.append(f"| {r['file']} | {r['rows']:,} | what-if undo last / reset → score visible | {len(w['undo'])} | "
                      f"{_q(w['undo'], .5):.2f} | {_q(w['undo'], .95):.2f} | |")
         lines.append(f"| {r['file']} | {r['rows']:,} | what-if tab opened (trust checks of the case) | "
                      f"{len(w['tab'])} | {_q(w['tab'], .5):.2f} | {_q(w['tab'], .95):.2f} | |")
     raw = [f"Raw seconds, {r['file']}: open {_r(r['opens'])}; switch {_r(r['switches'])}; what-if edit "
-           f"{_r(r['whatif']['edits'])} ({r['whatif']['unchanged']} left the shown score unchanged); undo/reset "
+           f"{_r(r['whatif']['edits'])} ({r['whatif']['unchanged']} left the shown score unchanged); re-explained "
+           f"{_r(r['whatif']['explained'])}; undo/reset "
            f"{_r(r['whatif']['undo'])}; what-if tab {_r(r['whatif']['tab'])}." for r in rows]
     text = "\n".join(lines + lines_failed + [""] + raw + ["", f"Load average at the end: {_load()}."]) + "\n"
     print(text)
