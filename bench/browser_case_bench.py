@@ -234,18 +234,40 @@ def _wait_value(page, loc, value: float, timeout: float = 30.0) -> None:
     raise TimeoutError(f"the amount box does not show {value}")
 
 
+def _open_options(page, box):
+    """Click the select box ``box`` until its option list is shown (a click that lands while the
+    box is redrawn, or on a focused box, may open nothing); the options' locator."""
+    opts = page.locator('[role="option"]')
+    for attempt in range(4):
+        box.click()
+        try:
+            opts.nth(0).wait_for(timeout=5_000 if attempt < 3 else 30_000)
+            return opts
+        except Exception:  # noqa: BLE001 - retried; the last wait raises
+            if attempt == 3:
+                raise
+            page.keyboard.press("Escape")
+            wait_settled(page)
+    return opts
+
+
 def _pick_target(page, index: int) -> str:
     """Pick the ``index``-th option of the what-if "Transaction" box (0 = the query, 1 = the
     latest earlier transaction, ...) and wait until its amount is in the form; its label."""
     import re
 
-    box = page.get_by_label("Transaction", exact=True)
+    boxes = page.get_by_label("Transaction", exact=True)
+    if boxes.count() > 1:  # diagnostics: which copies are there (a stale copy would be stale content)
+        for k in range(boxes.count()):
+            b = boxes.nth(k)
+            stale = b.evaluate("e => !!e.closest('[data-stale=\"true\"]')")
+            print(f"  'Transaction' box {k}: visible {b.is_visible()}, stale {stale}, value {b.input_value()!r}",
+                  flush=True)
+    box = boxes.last
     if not box.is_visible():  # the form folds up once an edit is in force: open it, as an analyst does
         page.locator('[data-testid="stExpander"] summary').filter(has_text="Change or remove a transaction").click()
         box.wait_for(state="visible", timeout=30_000)
-    box.click()
-    opts = page.locator('[role="option"]')
-    opts.nth(0).wait_for(timeout=30_000)
+    opts = _open_options(page, box)
     opt = opts.nth(min(index, opts.count() - 1))
     label = opt.inner_text()
     opt.click()
@@ -316,15 +338,7 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
 
         def switch(i: int) -> tuple[float, int]:
             old = _lead_text(page)
-            opts = page.locator('[role="option"]')
-            for attempt in range(4):  # a focused box may take the first click to close an open list
-                pick.click()
-                try:
-                    opts.nth(0).wait_for(timeout=5_000 if attempt < 3 else 30_000)
-                    break
-                except Exception:  # noqa: BLE001 - retried, the last wait raises
-                    if attempt == 3:
-                        raise
+            opts = _open_options(page, pick)
             n_opts = opts.count()
             target = opts.nth(i % n_opts)  # few entities: cycle (never the one shown now)
             label = target.inner_text().split(" · ")[0].strip()
