@@ -199,6 +199,20 @@ def wait_whatif(page, old: str, n_edits: int, timeout: float | None = None) -> t
     raise TimeoutError(f"what-if score not shown after {timeout} s")
 
 
+def _whatif_of_shown_case(page) -> bool:
+    """The What-if tab drawn is the shown case's, not the previous case's left on the page while the
+    new case's run is under way: one "Transaction" box, its value (the query by default: "▶ query ·
+    <time> · <amount>") naming the time and amount in the lead box's heading."""
+    boxes = page.get_by_label("Transaction", exact=True)
+    try:
+        if boxes.count() != 1:
+            return False
+        v = boxes.first.input_value(timeout=500)
+    except Exception:  # noqa: BLE001 - replaced mid-read
+        return False
+    return " · " in v and v.split(" · ", 1)[1] in _lead_text(page)
+
+
 def open_whatif(page) -> float:
     """Turn the "Trust checks and what-if" toggle on (once per session), open the What-if tab;
     seconds until its score is shown (the trust checks of the case computed on the way)."""
@@ -208,7 +222,7 @@ def open_whatif(page) -> float:
     tab = page.get_by_role("tab", name="What-if")
     tab.wait_for(timeout=TIMEOUT_S * 1000)
     tab.click()
-    while not (_whatif_text(page) and _edits_caption(page)):
+    while not (_whatif_text(page) and _edits_caption(page) and _whatif_of_shown_case(page)):
         if time.perf_counter() - t0 > TIMEOUT_S:
             raise TimeoutError("what-if tab not shown")
         page.wait_for_timeout(50)
