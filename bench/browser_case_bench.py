@@ -22,27 +22,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from dashboard import child_server  # noqa: E402 - after the path
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"]
 USER, PASSWORD = "bench", "bench correct horse battery"
 TABFORMER = Path("/work/shared/data/tabformer/User0_credit_card_transactions.csv")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_for(data: Path) -> str:
@@ -62,44 +53,23 @@ def spec_for(data: Path) -> str:
     raise ValueError(f"{data}: no built-in spec fits its columns; pass --spec")
 
 
-def start_server(data: Path, work: Path, precompute_s: float, spec: str | None = None) -> tuple[subprocess.Popen, str]:
-    """The dashboard server on a free port, reading ``data`` with ``spec`` (default
-    :func:`spec_for`); returns (process, URL) once healthy."""
+def server_env(data: Path, work: Path, precompute_s: float, spec: str | None = None) -> dict[str, str]:
+    """The dashboard's environment for ``data`` read with ``spec`` (default :func:`spec_for`):
+    the demo model, a FRAUDLENS_DATA_DIR and credentials file under ``work``, the precompute
+    budget; started by :func:`dashboard.child_server.streamlit_server` (shared with
+    tests/browser/conftest.py)."""
     from engine.serve.access import add_user
 
     users = work / "users.toml"
     if not users.exists():
         add_user(users, USER, "analyst", PASSWORD)
-    port = _port()
-    env = {**os.environ, "FRAUDLENS_DATA_DIR": str(work / "data"), "FRAUDLENS_USERS": str(users),
-           "FRAUDLENS_DATA": str(data), "FRAUDLENS_SPEC": spec or spec_for(data), "FRAUDLENS_PSEUDONYM_SALT": "bench",
-           "FRAUDLENS_PRECOMPUTE_S": str(precompute_s), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
-           "OMP_NUM_THREADS": "1"}
-    env.pop("FRAUDLENS_MODEL", None)
-    log = open(work / f"streamlit-{data.stem}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless",
-                             "true", "--server.port", str(port), "--server.fileWatcherType", "none"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("streamlit did not start")
+    return {"FRAUDLENS_DATA_DIR": str(work / "data"), "FRAUDLENS_USERS": str(users), "FRAUDLENS_DATA": str(data),
+            "FRAUDLENS_SPEC": spec or spec_for(data), "FRAUDLENS_PSEUDONYM_SALT": "bench",
+            "FRAUDLENS_PRECOMPUTE_S": str(precompute_s), "OMP_NUM_THREADS": "1", "FRAUDLENS_MODEL": ""}
 
 
 def sign_in(page, url: str) -> None:
-    page.goto(url)
-    page.get_by_role("heading", name="Sign in to fraudlens").wait_for(timeout=120_000)
-    page.get_by_role("textbox", name="User name").fill(USER)
-    page.get_by_role("textbox", name="Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("heading", name="Sign in to fraudlens").wait_for(state="detached", timeout=120_000)
+    child_server.sign_in(page, url, USER, PASSWORD, timeout_ms=120_000)
 
 
 LEAD = '[class*="st-key-case_lead"]'
@@ -123,8 +93,10 @@ def _title(page) -> str:
 
 
 def _settled(page) -> bool:
-    """No rerun in flight (Streamlit shows the status widget while a script runs)."""
-    return page.locator('[data-testid="stStatusWidget"]').count() == 0
+    """No rerun in flight (Streamlit shows the status widget while a script runs) and no cached
+    computation's spinner (a fragment's run, say the what-if tab's, may show only the spinner)."""
+    return (page.locator('[data-testid="stStatusWidget"]').count() == 0
+            and page.locator('[data-testid="stSpinner"]').count() == 0)
 
 
 TIMEOUT_S = 300.0
@@ -159,12 +131,213 @@ def wait_lead(page, title_prefix: str | None, old_lead: str | None, timeout: flo
     raise TimeoutError(f"reasons not visible after {timeout} s")
 
 
-def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, precompute_s: float,
-               spec: str | None = None) -> dict:
-    proc, url = start_server(data, work, precompute_s, spec)
+WHATIF_METRIC = '[data-testid="stMetric"]'
+
+
+def _whatif_text(page) -> str:
+    """The what-if score as shown: the "What-if probability" and "What-if score (logit)" metrics'
+    text ("" when not drawn)."""
+    out = []
+    for name in ("What-if probability", "What-if score (logit)"):
+        loc = page.locator(WHATIF_METRIC).filter(has_text=name)
+        try:
+            out.append(loc.first.inner_text(timeout=500) if loc.count() else "")
+        except Exception:  # noqa: BLE001 - replaced mid-read
+            out.append("")
+    return " | ".join(out) if all(out) else ""
+
+
+def _edits_caption(page) -> str:
+    """The What-if tab's line on the edits in force ("No edits yet ..." / "2 edits in force ..."),
+    drawn after the what-if metrics in the same script run."""
+    loc = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="in force").or_(
+        page.locator('[data-testid="stCaptionContainer"]').filter(has_text="No edits yet"))
     try:
+        return loc.first.inner_text(timeout=500) if loc.count() else ""
+    except Exception:  # noqa: BLE001 - replaced mid-read
+        return ""
+
+
+def _caption_for(n_edits: int) -> str:
+    return f"{n_edits} edit{'s' if n_edits != 1 else ''} in force" if n_edits else "No edits yet"
+
+
+def wait_settled(page, timeout: float | None = None, appear_s: float = 1.0) -> float:
+    """Seconds until the rerun just triggered is over: the status widget is awaited for
+    ``appear_s`` (Streamlit shows it after a short delay; a rerun faster than that never shows
+    it), then until it is gone (polled every 50 ms). Never used inside a timed span."""
+    t0 = time.perf_counter()
+    timeout = TIMEOUT_S if timeout is None else timeout
+    while time.perf_counter() - t0 < appear_s and _settled(page):
+        page.wait_for_timeout(50)
+    while time.perf_counter() - t0 < timeout:
+        if _settled(page):
+            return time.perf_counter() - t0
+        page.wait_for_timeout(50)
+    raise TimeoutError(f"page still running after {timeout} s")
+
+
+WHATIF_REFUSALS = ("could not be computed", "cannot be applied", "Nothing changed", "Not a time")
+
+
+def wait_whatif(page, old: str, n_edits: int, timeout: float | None = None) -> tuple[float, bool]:
+    """Seconds until the what-if score of the history with ``n_edits`` edits in force is shown:
+    the tab's edits line (drawn after the what-if metrics) counts ``n_edits``; and whether the
+    metrics' text differs from ``old`` (an edit may leave the shown numbers as they were)."""
+    t0 = time.perf_counter()
+    timeout = TIMEOUT_S if timeout is None else timeout
+    want = _caption_for(n_edits)
+    while time.perf_counter() - t0 < timeout:
+        if _edits_caption(page).startswith(want):
+            now = _whatif_text(page)
+            if now:
+                return time.perf_counter() - t0, now != old
+        err = _text(page, '[data-testid="stAlertContentWarning"]')
+        if any(w in err for w in WHATIF_REFUSALS):
+            raise RuntimeError(f"what-if: {err[:200]}")
+        page.wait_for_timeout(50)
+    raise TimeoutError(f"what-if score not shown after {timeout} s")
+
+
+def _whatif_of_shown_case(page) -> bool:
+    """The What-if tab drawn is the shown case's, not the previous case's left on the page while the
+    new case's run is under way: one "Transaction" box, its value (the query by default: "▶ query ·
+    <time> · <amount>") naming the time and amount in the lead box's heading."""
+    boxes = page.get_by_label("Transaction", exact=True)
+    try:
+        if boxes.count() != 1:
+            return False
+        v = boxes.first.input_value(timeout=500)
+    except Exception:  # noqa: BLE001 - replaced mid-read
+        return False
+    return " · " in v and v.split(" · ", 1)[1] in _lead_text(page)
+
+
+def open_whatif(page) -> float:
+    """Turn the "Trust checks and what-if" toggle on (once per session), open the What-if tab;
+    seconds until its score is shown (the trust checks of the case computed on the way)."""
+    t0 = time.perf_counter()
+    if not page.get_by_role("tab", name="What-if").count():  # the toggle is off
+        page.get_by_text("Trust checks and what-if").first.click()
+    tab = page.get_by_role("tab", name="What-if")
+    tab.wait_for(timeout=TIMEOUT_S * 1000)
+    tab.click()
+    while not (_whatif_text(page) and _edits_caption(page) and _whatif_of_shown_case(page)):
+        if time.perf_counter() - t0 > TIMEOUT_S:
+            raise TimeoutError("what-if tab not shown")
+        page.wait_for_timeout(50)
+    dt = time.perf_counter() - t0
+    wait_settled(page)
+    return dt
+
+
+def _amount_input(page):
+    return page.locator('[data-testid="stNumberInput"] input:visible').first  # the open expander's
+
+
+def _wait_value(page, loc, value: float, timeout: float = 30.0) -> None:
+    """Until the input ``loc`` shows ``value`` (the widget of a new target drawn)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            if abs(float(loc.input_value(timeout=500).replace(",", "")) - value) < 0.005:
+                return
+        except Exception:  # noqa: BLE001 - replaced mid-read / not a number yet
+            pass
+        page.wait_for_timeout(50)
+    raise TimeoutError(f"the amount box does not show {value}")
+
+
+def _open_options(page, box):
+    """Click the select box ``box`` until its option list is shown (a click that lands while the
+    box is redrawn, or on a focused box, may open nothing); the options' locator."""
+    opts = page.locator('[role="option"]')
+    for attempt in range(4):
+        box.click()
+        try:
+            opts.nth(0).wait_for(timeout=5_000 if attempt < 3 else 30_000)
+            return opts
+        except Exception:  # noqa: BLE001 - retried; the last wait raises
+            if attempt == 3:
+                raise
+            page.keyboard.press("Escape")
+            wait_settled(page)
+    return opts
+
+
+def _pick_target(page, index: int) -> str:
+    """Pick the ``index``-th option of the what-if "Transaction" box (0 = the query, 1 = the
+    latest earlier transaction, ...) and wait until its amount is in the form; its label."""
+    import re
+
+    boxes = page.get_by_label("Transaction", exact=True)
+    if boxes.count() > 1:  # diagnostics: which copies are there (a stale copy would be stale content)
+        for k in range(boxes.count()):
+            b = boxes.nth(k)
+            stale = b.evaluate("e => !!e.closest('[data-stale=\"true\"]')")
+            print(f"  'Transaction' box {k}: visible {b.is_visible()}, stale {stale}, value {b.input_value()!r}",
+                  flush=True)
+    box = boxes.last
+    if not box.is_visible():  # the form folds up once an edit is in force: open it, as an analyst does
+        page.locator('[data-testid="stExpander"] summary').filter(has_text="Change or remove a transaction").click()
+        box.wait_for(state="visible", timeout=30_000)
+    opts = _open_options(page, box)
+    opt = opts.nth(min(index, opts.count() - 1))
+    label = opt.inner_text()
+    opt.click()
+    m = re.search(r"· ([0-9][0-9,]*\.?[0-9]*) ", label)
+    if m:
+        _wait_value(page, _amount_input(page), float(m.group(1).replace(",", "")))
+    wait_settled(page)
+    return label
+
+
+def whatif_edits(page, n_edits: int) -> dict:
+    """On the opened case's What-if tab: ``n_edits`` edits as an analyst makes them (even: the
+    amount of an earlier transaction times 20 plus 500, Enter, "Apply edit"; odd: "remove", "Apply
+    edit"), each timed from the click on "Apply edit" until the new score is shown, and until the
+    edited history's explanations are drawn (no status widget, no spinner); then "Undo last" and
+    "Reset" (cached results), timed to the score."""
+    edits, explained, undo, unchanged = [], [], [], 0
+    for j in range(n_edits):
+        _pick_target(page, 1 + j)
+        if j % 2 == 0:
+            amount = _amount_input(page)
+            new = round(float(amount.input_value().replace(",", "") or 0) * 20 + 500, 2)
+            amount.fill(f"{new:.2f}")
+            amount.press("Enter")
+        else:
+            page.locator('[data-testid="stRadio"]').filter(has_text="Action").get_by_text("remove", exact=True).click()
+        wait_settled(page)
+        old = _whatif_text(page)
+        t0 = time.perf_counter()
+        page.get_by_role("button", name="Apply edit", exact=True).click()
+        _, changed = wait_whatif(page, old, j + 1)
+        edits.append(time.perf_counter() - t0)
+        unchanged += not changed
+        wait_settled(page)  # the edited history's explanations, bars and reasons (spinner gone)
+        explained.append(time.perf_counter() - t0)
+        print(f"  what-if edit {j + 1} ({'amount' if j % 2 == 0 else 'remove'}): score {edits[-1]:.2f} s, "
+              f"re-explained {explained[-1]:.2f} s" + ("" if changed else " (shown score unchanged)"), flush=True)
+    for name, left in (("Undo last", n_edits - 1), ("Reset", 0)):
+        if left < 0 or (name == "Reset" and n_edits <= 1):
+            continue
+        old = _whatif_text(page)
+        t0 = time.perf_counter()
+        page.get_by_role("button", name=name, exact=True).click()
+        wait_whatif(page, old, left)
+        undo.append(time.perf_counter() - t0)
+        wait_settled(page)
+    return {"edits": edits, "explained": explained, "undo": undo, "unchanged": unchanged}
+
+
+def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, precompute_s: float,
+               spec: str | None = None, whatif_cases: int = 2, whatif_n: int = 3) -> dict:
+    env = server_env(data, work, precompute_s, spec)
+    with child_server.streamlit_server(env, work / f"streamlit-{data.stem}.log", timeout_s=120.0) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         sign_in(page, url)
+        print(f"  signed in; precompute runs {warm_s:g} s", flush=True)
         page.wait_for_timeout(int(warm_s * 1000))  # the background thread explains flagged transactions
         opens, switches, stale_total = [], [], 0
         for rep in range(2):  # first open, then a fresh session opening the case again
@@ -174,30 +347,48 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             page.get_by_role("link", name="Case", exact=True).click()
             dt, _ = wait_lead(page, "Case", None)
             opens.append(time.perf_counter() - t0 if dt else dt)
+            print(f"  open {rep + 1}: {opens[-1]:.2f} s", flush=True)
         pick = page.get_by_label("Entity (ranked by", exact=False)
-        for i in range(1, n_cases + 1):
+
+        def switch(i: int) -> tuple[float, int]:
             old = _lead_text(page)
-            pick.click()
-            opts = page.locator('[role="option"]')
-            opts.nth(0).wait_for(timeout=30_000)
+            opts = _open_options(page, pick)
             n_opts = opts.count()
             target = opts.nth(i % n_opts)  # few entities: cycle (never the one shown now)
             label = target.inner_text().split(" · ")[0].strip()
             t0 = time.perf_counter()
             target.click()
             _, stale = wait_lead(page, f"Case {label}", old)
-            switches.append(time.perf_counter() - t0)
+            return time.perf_counter() - t0, stale
+
+        for i in range(1, n_cases + 1):
+            dt, stale = switch(i)
+            switches.append(dt)
             stale_total += stale
-            opens.append(switches[-1])
+            print(f"  switch {i}: {dt:.2f} s, stale polls {stale}", flush=True)
+        # what-if last: with the trust toggle on, every later switch also computes the trust checks
+        wi = {"edits": [], "explained": [], "undo": [], "unchanged": 0, "tab": []}
+        for c in range(whatif_cases):
+            try:
+                if c:
+                    switch(n_cases + c)
+                    wait_settled(page)
+                wi["tab"].append(open_whatif(page))
+                r = whatif_edits(page, whatif_n)
+            except Exception as e:  # noqa: BLE001 - reported with the cases measured so far
+                shot = Path(tempfile.gettempdir()) / "fraudlens-browser-bench-failure.png"
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"what-if failed ({type(e).__name__}: {str(e)[:300]}); the page: {shot}", flush=True)
+                wi["failed"] = f"what-if case {c + 1}: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                break
+            for k in ("edits", "explained", "undo"):
+                wi[k] += r[k]
+            wi["unchanged"] += r["unchanged"]
+            print(f"what-if case {c + 1}: tab {wi['tab'][-1]:.2f} s, edits {[round(x, 2) for x in r['edits']]}, "
+                  f"undo/reset {[round(x, 2) for x in r['undo']]}", flush=True)
         page.close()
-        return {"file": data.name, "opens": opens[:2], "switches": switches, "stale": stale_total,
+        return {"file": data.name, "opens": opens[:2], "switches": switches, "stale": stale_total, "whatif": wi,
                 "rows": sum(1 for _ in open(data, encoding="utf-8")) - 1}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _q(xs: list[float], q: float) -> float:
@@ -205,6 +396,17 @@ def _q(xs: list[float], q: float) -> float:
         return float("nan")
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def _r(xs: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs) or "none"
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
+    except OSError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", action="append", type=Path, help="data files (default: demo data + TabFormer)")
     ap.add_argument("--timeout-s", type=float, default=TIMEOUT_S, help="seconds to wait for one case")
     ap.add_argument("--spec", help="spec for every --data file (default: the built-in spec whose columns fit)")
+    ap.add_argument("--whatif-cases", type=int, default=2, help="cases whose history is edited on the What-if tab")
+    ap.add_argument("--whatif-edits", type=int, default=3, help="what-if edits per case (then Undo last, Reset)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "browser.md")
     a = ap.parse_args(argv)
     TIMEOUT_S = a.timeout_s
@@ -227,14 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fraudlens-browser-bench-") as tmp, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         for f in files:
+            print(f"{f.name}: start, load average {_load()}", flush=True)
             try:
-                r = bench_file(browser, f, Path(tmp), a.cases, a.warm_s, a.precompute_s, a.spec)
+                r = bench_file(browser, f, Path(tmp), a.cases, a.warm_s, a.precompute_s, a.spec,
+                               a.whatif_cases, a.whatif_edits)
             except Exception as e:  # noqa: BLE001 - report it in the table, keep the other files
                 print(f"{f.name}: FAILED {type(e).__name__}: {e}", flush=True)
                 lines_failed.append(f"| {f.name} | | failed: {type(e).__name__}: {e} | | | | |")
                 continue
             rows.append(r)
-            print(f"{f.name}: open {r['opens']} switch {r['switches']} stale {r['stale']}", flush=True)
+            print(f"{f.name}: open {r['opens']} switch {r['switches']} stale {r['stale']} what-if {r['whatif']}",
+                  flush=True)
         browser.close()
     lines = ["# Case page in a real browser (headless Chromium)", "",
              f"Command: `python bench/browser_case_bench.py --cases {a.cases} --warm-s {a.warm_s:g} "
@@ -249,7 +456,21 @@ def main(argv: list[str] | None = None) -> int:
                      f"{_q(r['switches'], .5):.2f} | {_q(r['switches'], .95):.2f} | 0.8 |")
         lines.append(f"| {r['file']} | {r['rows']:,} | stale polls (old reasons under new title) | "
                      f"{len(r['switches'])} | {r['stale']} total | | 0 |")
-    text = "\n".join(lines + lines_failed) + "\n"
+        w = r["whatif"]
+        lines.append(f"| {r['file']} | {r['rows']:,} | what-if edit → new score visible | {len(w['edits'])} | "
+                     f"{_q(w['edits'], .5):.2f} | {_q(w['edits'], .95):.2f} | 1.5 |")
+        lines.append(f"| {r['file']} | {r['rows']:,} | what-if edit → edited explanations drawn | "
+                     f"{len(w['explained'])} | {_q(w['explained'], .5):.2f} | {_q(w['explained'], .95):.2f} | |")
+        lines.append(f"| {r['file']} | {r['rows']:,} | what-if undo last / reset → score visible | {len(w['undo'])} | "
+                     f"{_q(w['undo'], .5):.2f} | {_q(w['undo'], .95):.2f} | |")
+        lines.append(f"| {r['file']} | {r['rows']:,} | what-if tab opened (trust checks of the case) | "
+                     f"{len(w['tab'])} | {_q(w['tab'], .5):.2f} | {_q(w['tab'], .95):.2f} | |")
+    raw = [f"Raw seconds, {r['file']}: open {_r(r['opens'])}; switch {_r(r['switches'])}; what-if edit "
+           f"{_r(r['whatif']['edits'])} ({r['whatif']['unchanged']} left the shown score unchanged); re-explained "
+           f"{_r(r['whatif']['explained'])}; undo/reset "
+           f"{_r(r['whatif']['undo'])}; what-if tab {_r(r['whatif']['tab'])}."
+           + (f" Failed: {r['whatif']['failed']}." if r["whatif"].get("failed") else "") for r in rows]
+    text = "\n".join(lines + lines_failed + [""] + raw + ["", f"Load average at the end: {_load()}."]) + "\n"
     print(text)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text, encoding="utf-8")

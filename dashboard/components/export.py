@@ -32,6 +32,7 @@ from engine.cases.store import CaseStoreError
 from engine.serve import access as ac
 
 PREPARED = "export_prepared"  # session state: the key of the exports prepared in this session
+PREPARE_NOW = "prepare-now"  # PREPARED after a click on "Prepare the exports", until the run that builds them
 _LOCK = threading.Lock()
 _CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
 _MAX = 48
@@ -101,8 +102,10 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
                f"transaction {md(cv.mask(query))}; card numbers masked, entity pseudonymised. The PDF carries the "
                "JSON report's id and sha256.")
     ss = st.session_state
+    if ss.get(PREPARED) == PREPARE_NOW:  # the key of this run, not of the run that drew the button: a what-if
+        ss[PREPARED] = key  # edit reruns only its fragment (dashboard/components/whatif.py), not this button
     if ss.get(PREPARED) != key:
-        st.button("Prepare the exports", key="dl_prepare", on_click=ss.__setitem__, args=(PREPARED, key),
+        st.button("Prepare the exports", key="dl_prepare", on_click=ss.__setitem__, args=(PREPARED, PREPARE_NOW),
                   icon=":material/inventory_2:",
                   help="Builds the PDF, JSON and CSV now, with this session's what-if edits and randomisation "
                        "verdicts; a change on the page asks to prepare them again.")

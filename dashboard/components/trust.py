@@ -11,19 +11,18 @@ Two tabs, rendered by :func:`render_case_trust` (called once from ``dashboard/pa
   SHAP's standard errors (its additivity is imposed, so no check); the methods' rank-agreement matrix with
   disagreements put into words (:mod:`engine.trust.agreement`); the reason codes of the query,
   each with the transactions it cites (:mod:`engine.trust.reasons`).
-* **What-if** (:func:`render_whatif`): change (amount, time, merchant, MCC, ...) or remove an
-  earlier transaction, or add one; the query is re-scored and re-explained at once with the same
-  model (:func:`engine.trust.whatif.what_if`, no retraining). Edited rows are highlighted; Reset
-  drops every edit of the query.
+* **What-if** (:func:`dashboard.components.whatif.render_whatif`, its own module; its names are
+  re-exported here): change (amount, time, merchant, MCC, ...) or remove an earlier transaction,
+  or add one; the query is re-scored at once and re-explained with the same model
+  (:func:`engine.trust.whatif.what_if`, no retraining). Edited rows are highlighted; Reset drops
+  every edit of the query. Its session-state keys (``whatif_edits``, ``whatif_result``) are
+  documented there.
 
-Session-state keys (documented contract, read by the export in ``dashboard/components/export.py``):
+The reason codes of the original history are the lead box's (:func:`case_trust`: one build per
+query, ``dashboard/components/lead.py``); those of an edited history are the What-if tab's.
 
-* ``st.session_state["whatif_edits"][query_transaction_id]``: list of edit dicts
-  (:meth:`engine.trust.whatif.Edit.to_dict`: ``{"op", "transaction_id", "values"}``), in the order
-  they are applied. Missing or ``[]`` = no edits.
-* ``st.session_state["whatif_result"][query_transaction_id]``: ``{"logit", "probability",
-  "original_logit", "original_probability", "edited_transaction_ids", "edits"}`` of the last
-  rendered what-if (logits = log-odds of fraud).
+Session-state keys:
+
 * ``"trust_show"``: the toggle that shows the two tabs (off by default: the checks cost a few
   seconds per case). ``"trust_sanity_models"``: model sha256s whose randomisation check the
   analyst asked for in this session.
@@ -35,9 +34,6 @@ spec, max_rows, number of cases). The engine does every computation; nothing her
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from typing import Any
 
 import pandas as pd
@@ -54,53 +50,39 @@ from dashboard.components.sanity import (  # noqa: F401 (re-exported for the pag
     sanity_cases,
     sanity_result,
 )
-from dashboard.components.masking import edits_table, mask_card_fields
+from dashboard.components.whatif import (  # noqa: F401 (re-exported: the page, the export and tests use them here)
+    WHATIF_EDITS,
+    WHATIF_ERROR,
+    WHATIF_FIELDS,
+    WHATIF_RESULT,
+    _rows_table,
+    _sigmoid,
+    edits_key,
+    query_edits,
+    render_whatif,
+    reset_whatif,
+    _whatif_case,
+    whatif_case,
+    whatif_score,
+)
 from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
 from engine.cases.accuracy import median_standard_error, shap_accuracy_text
 from engine.cases import figures as fig
 from engine.trust import figures as tfig
 
-WHATIF_EDITS = "whatif_edits"
-WHATIF_RESULT = "whatif_result"
-WHATIF_ERROR = "whatif_error"
 SHOW_KEY = "trust_show"
 TAB_LABELS = ["Trust", "What-if"]
 
 #: faithfulness settings: AOPC over top 1..K, curves drawn to k = CURVE_MAX, random orders
 FAITH_K, CURVE_MAX, N_RANDOM = 10, 20, 5
 #: randomisation check: flagged cases, methods, SHAP coalitions (kept small: it runs L + 3 times)
-#: fields offered in the what-if form besides amount and time (the spec's, in this order)
-WHATIF_FIELDS = ("merchant", "mcc", "use_chip", "merchant_city", "merchant_state", "terminal")
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
-EDITED_BG, QUERY_BG, CITED_BG = "#fff59d", "#ffe0b2", "#c8e6c9"
+CITED_BG = "#c8e6c9"
 
 
 def _title(m: str) -> str:
     return tfig.METHOD_TITLES.get(m, m)
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-def edits_key(edits: list[dict[str, Any]]) -> str:
-    """Stable hash of a list of edit dicts ("" = no edits): the cache key part of the edits."""
-    if not edits:
-        return ""
-    return hashlib.sha256(json.dumps(edits, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def query_edits(query: str) -> list[dict[str, Any]]:
-    """The what-if edits of ``query`` in session state (a copy; ``[]`` if none)."""
-    return [dict(e) for e in (st.session_state.get(WHATIF_EDITS) or {}).get(str(query), [])]
-
-
-def _set_edits(query: str, edits: list[dict[str, Any]]) -> None:
-    ss = st.session_state
-    all_edits = dict(ss.get(WHATIF_EDITS) or {})
-    all_edits[str(query)] = list(edits)
-    ss[WHATIF_EDITS] = all_edits
 
 
 # ------------------------------------------------------------------------------------ caches
@@ -113,17 +95,16 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     from engine.trust.agreement import method_agreement
     from engine.trust.baselines import baseline_orders
     from engine.trust.faithfulness import evaluate_faithfulness
-    from engine.cases.links import case_reason_codes
     from engine.trust.sanity import completeness_checks
     from engine.trust.whatif import what_if
 
     source = state._source(_path, spec, data_sha, max_rows)
     bundle = state.get_bundle(_model_path)
     edits = [dict(e) for e in _edits]
-    if edits:
-        res = what_if(bundle, source.frame, transaction_id, edits, methods=cv.METHODS)
-        ctx, expls = res.context, dict(res.explanations)
-        original_logit, edited_ids = res.original_logit, list(res.edited_transaction_ids)
+    if edits:  # the What-if tab's explanations (same cache entry), the context re-built (score only: cheap)
+        w = _whatif_case(data_sha, spec, max_rows, model_sha, transaction_id, edits_hash, _path, _model_path, _edits)
+        ctx = what_if(bundle, source.frame, transaction_id, edits, methods=()).context
+        expls, original_logit, edited_ids = dict(w["explanations"]), w["original_logit"], list(w["edited_ids"])
     else:
         expls = dict(state._explanations(data_sha, spec, max_rows, model_sha, str(transaction_id), (), _path,
                                          _model_path))
@@ -137,10 +118,9 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
     base = (evaluate_faithfulness(ctx, baseline_orders(ctx), k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM,
                                   attention=expls.get("attention")) if P >= 1 else {})
     agree = method_agreement(expls) if P >= 1 else None
-    try:
-        reasons = case_reason_codes(ctx, expls, source.frame) if P >= 1 else []  # + common point of compromise
-    except ValueError:
-        reasons = []
+    # the original history: the lead box's reasons (filled in by case_trust: one build per query); edited: the
+    # What-if tab's
+    reasons = list(w["reasons"]) if edits else None
     return {
         "logit": float(logit), "original_logit": float(logit if original_logit is None else original_logit),
         "explanations": expls, "completeness": checks, "faithfulness": faith, "faithfulness_baselines": base,
@@ -152,17 +132,26 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
 
 def case_trust(loaded: "state.Loaded", transaction_id: str, edits: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Trust results of one case (with ``edits`` applied), cached per (data sha256, spec, model
-    sha256, transaction id, edits hash)."""
+    sha256, transaction id, edits hash). Without edits, ``"reasons"`` are the lead box's
+    (:func:`dashboard.components.lead.case_lead`, the same cache entry): the reason codes of a
+    query are built once per query, and the Trust tab lists exactly the reasons the box above
+    shows. With edits they are built on the edited history."""
+    from dashboard.components.lead import case_lead
+
     path, spec, sha, max_rows, model_path, model_sha = loaded.key
     edits = list(edits or [])
-    return _case_trust(sha, spec, max_rows, model_sha, str(transaction_id), edits_key(edits), path, model_path,
-                       tuple(edits))
+    res = _case_trust(sha, spec, max_rows, model_sha, str(transaction_id), edits_key(edits), path, model_path,
+                      tuple(edits))
+    if res["reasons"] is None:
+        res = {**res, "reasons": list(case_lead(loaded, transaction_id).reasons)}
+    return res
 
 
 # ------------------------------------------------------------------------------------- render
 def render_case_trust(loaded: "state.Loaded", query: str, expls: dict) -> None:
     """The toggle and, when on, the Trust and What-if tabs of ``query``."""
-    n = len(query_edits(query))
+    # the count only while the tabs are closed: open, the What-if tab (a fragment, rerun without this label) says it
+    n = 0 if st.session_state.get(SHOW_KEY) else len(query_edits(query))
     label = "Trust checks and what-if" + (f" ({n} what-if edit{'s' if n != 1 else ''})" if n else "")
     if not st.toggle(label, key=SHOW_KEY,
                      help="Faithfulness, sanity and completeness checks, method agreement, reason codes, "
@@ -355,200 +344,9 @@ def render_reasons(res: dict[str, Any], currency: str, key: str) -> None:
                        "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f")})
 
 
-def _rows_table(rows: pd.DataFrame, labels: list[str], currency: str) -> pd.DataFrame:
-    """Display-safe context rows: when, amount and the editable fields present."""
-    cols = [c for c in WHATIF_FIELDS if c in rows]
-    out = pd.DataFrame({"when": labels, "amount": rows["amount"].to_numpy()})
-    for c in cols:
-        out[c] = rows[c].astype(str).to_numpy()
-    return mask_card_fields(out)  # merchant ids are not PANs: only card fields are masked
-
-
-# -------------------------------------------------------------------------------------- what-if
-def _edit_fields(loaded) -> list[str]:
-    names = [f.name for f in loaded.source.spec.fields]
-    return [f for f in WHATIF_FIELDS if f in names]
-
-
-def _try_append(loaded, query: str, edit: dict[str, Any]) -> None:
-    """Validate ``edit`` on the entity's rows (engine.trust.whatif.apply_edits) and append it."""
-    from engine.trust.whatif import apply_edits
-
-    ss = st.session_state
-    edits = query_edits(query) + [edit]
-    try:
-        apply_edits(cv.entity_rows(loaded.source.frame, query), query, edits, loaded.source.spec)
-    except (KeyError, ValueError) as e:
-        ss[WHATIF_ERROR] = f"That edit cannot be applied: {e}"
-        return
-    ss.pop(WHATIF_ERROR, None)
-    _set_edits(query, edits)
-
-
-def _on_apply(loaded, query: str, target: str, fields: list[str], current: dict[str, Any], prefix: str) -> None:
-    ss = st.session_state
-    if ss.get(f"{prefix}_action") == "remove":
-        _try_append(loaded, query, {"op": "remove", "transaction_id": target, "values": {}})
-        return
-    values: dict[str, Any] = {}
-    amt = ss.get(f"{prefix}_amount")
-    if amt is not None and not math.isclose(float(amt), float(current["amount"]), abs_tol=1e-9):
-        values["amount"] = float(amt)
-    ts = (ss.get(f"{prefix}_time") or "").strip()
-    if ts:
-        try:
-            t = pd.Timestamp(ts)
-        except (ValueError, TypeError):
-            ss[WHATIF_ERROR] = f"Not a time: {ts!r} (use YYYY-MM-DD HH:MM:SS)"
-            return
-        if t != pd.Timestamp(current["timestamp"]):
-            values["timestamp"] = t.isoformat()
-    for f in fields:
-        v = ss.get(f"{prefix}_{f}")
-        if v is not None and str(v) != str(current.get(f, "")):
-            values[f] = str(v)
-    if not values:
-        ss[WHATIF_ERROR] = "Nothing changed: edit a value first."
-        return
-    _try_append(loaded, query, {"op": "change", "transaction_id": target, "values": values})
-
-
-def _on_add(loaded, query: str, fields: list[str], prefix: str) -> None:
-    ss = st.session_state
-    try:
-        t = pd.Timestamp((ss.get(f"{prefix}_time") or "").strip())
-    except (ValueError, TypeError):
-        ss[WHATIF_ERROR] = "Not a time (use YYYY-MM-DD HH:MM:SS)"
-        return
-    values: dict[str, Any] = {"timestamp": t.isoformat(), "amount": float(ss.get(f"{prefix}_amount") or 0.0)}
-    for f in fields:
-        v = (ss.get(f"{prefix}_{f}") or "").strip()
-        if v:
-            values[f] = v
-    n = len(query_edits(query)) + 1
-    _try_append(loaded, query, {"op": "add", "transaction_id": f"whatif-{n}", "values": values})
-
-
-def reset_whatif(query: str) -> None:
-    """Drop every what-if edit of ``query``."""
-    _set_edits(query, [])
-    st.session_state.pop(WHATIF_ERROR, None)
-
-
-def _undo_last(query: str) -> None:
-    _set_edits(query, query_edits(query)[:-1])
-    st.session_state.pop(WHATIF_ERROR, None)
-
-
-def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
-    """Edit the history of ``query``'s entity, see the new score and explanations (no retraining)."""
-    ss = st.session_state
-    currency, thr = loaded.source.currency, loaded.threshold
-    edits = query_edits(query)
-    try:
-        base = case_trust(loaded, query)
-        cur = case_trust(loaded, query, edits) if edits else base
-    except Exception as e:  # noqa: BLE001
-        st.warning(f"The what-if could not be computed: {error_text(e)}. Reset the edits to start again.")
-        st.button("Reset", key="whatif_reset_err", on_click=reset_whatif, args=(query,), icon=":material/restart_alt:")
-        return
-    p0, p1 = _sigmoid(base["logit"]), _sigmoid(cur["logit"])
-    results = dict(ss.get(WHATIF_RESULT) or {})
-    results[str(query)] = {"logit": cur["logit"], "probability": p1, "original_logit": base["logit"],
-                           "original_probability": p0, "edited_transaction_ids": list(cur["edited_ids"]),
-                           "edits": edits}
-    ss[WHATIF_RESULT] = results
-
-    st.caption("Change, remove or add earlier transactions of this entity: the query is re-scored and re-explained "
-               "with the same model (no retraining). Edits stay until Reset and are included in the export.")
-    m = st.columns(4)
-    m[0].metric("Original probability", f"{p0:.3f}")
-    m[1].metric("What-if probability", f"{p1:.3f}", delta=f"{p1 - p0:+.3f}" if edits else None, delta_color="inverse")
-    m[2].metric("What-if score (logit)", f"{cur['logit']:+.3f}")
-    m[3].metric("What-if decision", cv.BAND_LABELS[cv.decision_band(p1, thr, loaded.thresholds["decline"])])
-
-    if ss.get(WHATIF_ERROR):
-        st.warning(md(ss[WHATIF_ERROR]), icon=":material/warning:")
-
-    # ---- current edits ------------------------------------------------------------------------
-    c1, c2, c3 = st.columns([4, 1, 1], vertical_alignment="bottom")
-    if edits:
-        c1.dataframe(edits_table(loaded, edits), key="whatif_edits_table", hide_index=True,
-                     column_config={"time": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
-                                    "amount": st.column_config.NumberColumn(f"Amount ({loaded.source.currency})",
-                                                                            format="%.2f")})
-    else:
-        c1.caption("No edits yet: the scores above are the original ones.")
-    c2.button("Undo last", key="whatif_undo", on_click=_undo_last, args=(query,), disabled=not edits,
-              icon=":material/undo:")
-    c3.button("Reset", key="whatif_reset", on_click=reset_whatif, args=(query,), disabled=not edits,
-              icon=":material/restart_alt:", help="drop every edit and go back to the original history")
-
-    # ---- edit form -------------------------------------------------------------------------------
-    rows = cur["rows"]
-    ids = [str(t) for t in rows["transaction_id"]]
-    labels = _labels(rows, currency)
-    lab = dict(zip(ids, labels))
-    fields = _edit_fields(loaded)
-    with st.expander("Change or remove a transaction", expanded=not edits):
-        target = st.selectbox("Transaction", ids[::-1], key=f"whatif_target_{query}",
-                              format_func=lambda t: cv.mask(lab.get(t, t)))
-        r = rows.iloc[ids.index(target)]
-        prefix = f"whatif_{query}_{target}"
-        is_query = target == str(query)
-        st.radio("Action", ["change"] if is_query else ["change", "remove"], key=f"{prefix}_action", horizontal=True)
-        cols = st.columns(2 + len(fields))
-        cols[0].number_input(f"Amount ({currency})", value=float(r["amount"]), key=f"{prefix}_amount", format="%.2f")
-        cols[1].text_input("Time (UTC)", value=str(pd.Timestamp(r["timestamp"])), key=f"{prefix}_time")
-        for i, f in enumerate(fields):
-            cols[2 + i].text_input(md(f), value=str(r[f]), key=f"{prefix}_{f}")
-        current = {"amount": r["amount"], "timestamp": r["timestamp"], **{f: str(r[f]) for f in fields}}
-        st.button("Apply edit", key="whatif_apply", on_click=_on_apply,
-                  args=(loaded, query, target, fields, current, prefix), icon=":material/edit:")
-    with st.expander("Add a transaction"):
-        prefix = f"whatif_{query}_add"
-        qts = pd.Timestamp(rows["timestamp"].iloc[-1])
-        cols = st.columns(2 + len(fields))
-        cols[0].number_input(f"Amount ({currency})", value=100.0, key=f"{prefix}_amount", format="%.2f")
-        cols[1].text_input("Time (UTC)", value=str(qts - pd.Timedelta(minutes=10)), key=f"{prefix}_time",
-                           help="at or before the query's time")
-        for i, f in enumerate(fields):
-            cols[2 + i].text_input(md(f), value="", key=f"{prefix}_{f}", placeholder="missing")
-        st.button("Add transaction", key="whatif_add", on_click=_on_add, args=(loaded, query, fields, prefix),
-                  icon=":material/add:")
-
-    # ---- edited context + explanations ------------------------------------------------------------
-    edited = set(cur["edited_ids"])
-    table = _rows_table(rows, labels, currency)
-    table.insert(0, "edited", [t in edited for t in ids])
-    e_sel = cur["explanations"]
-    for mth in ("integrated_gradients", "shap", "occlusion"):
-        if mth in e_sel:
-            table[cv.METHOD_COLUMNS[mth]] = e_sel[mth].values
-    qpos = len(ids) - 1
-    st.markdown("**The history the model sees** (edited rows highlighted, query last)")
-    st.dataframe(table.style.apply(
-        lambda row: [f"background-color: {EDITED_BG}" if row["edited"] else
-                     (f"background-color: {QUERY_BG}" if row.name == qpos else "") for _ in row], axis=1),
-        key="whatif_rows", hide_index=True, height=min(36 * (len(table) + 1), 360),
-        column_config={"edited": st.column_config.CheckboxColumn("Edited"),
-                       "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f")})
-    removed = [e["transaction_id"] for e in edits if e["op"] == "remove"]
-    if removed:
-        st.caption("Removed: " + md(", ".join(cv.mask(t) for t in removed)))
-    methods = [mth for mth in ("integrated_gradients", "shap", "occlusion") if mth in e_sel]
-    if methods and cur["T"] > 1:
-        mth = st.segmented_control("Explanation", methods, default=methods[0], key="whatif_method",
-                                   format_func=_title) or methods[0]
-        st.plotly_chart(fig.attribution_bars(e_sel[mth], labels=labels, include_query=False), key="whatif_bars",
-                        config=PLOTLY_CONFIG)
-        st.caption(cv.method_caption(e_sel[mth]))
-    render_reasons(cur, currency, key=f"whatif_reason_{query}")
-
-
 __all__ = ["SHOW_KEY", "TAB_LABELS", "WHATIF_EDITS", "WHATIF_RESULT", "case_trust", "disagreement_texts",
            "edits_key", "faithfulness_summary", "query_edits", "render_case_trust", "render_trust_tab",
-           "render_whatif", "reset_whatif", "sanity_cases", "sanity_result"]
+           "render_whatif", "reset_whatif", "sanity_cases", "sanity_result", "whatif_case", "whatif_score"]
 
 
 def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:

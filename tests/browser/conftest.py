@@ -6,17 +6,12 @@ Playwright-downloaded browser)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+
+from dashboard import child_server
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -30,13 +25,9 @@ PASSWORD = "e2e correct horse battery"
 
 def sign_in(page, url: str, user: str, password: str = PASSWORD, path: str = "") -> None:
     """Open ``url + path`` in ``page`` and sign in through the form (a new page load is a new
-    Streamlit session: sign in again after one). Waits until the sign-in page is gone."""
-    page.goto(url + path)
-    page.get_by_role("heading", name="Sign in to fraudlens").wait_for()
-    page.get_by_role("textbox", name="User name").fill(user)
-    page.get_by_role("textbox", name="Password").fill(password)
-    page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("heading", name="Sign in to fraudlens").wait_for(state="detached")
+    Streamlit session: sign in again after one). Waits until the sign-in page is gone
+    (:func:`dashboard.child_server.sign_in`, shared with the browser benchmark)."""
+    child_server.sign_in(page, url, user, password, path)
 
 
 def tick_rows(page, rows: list[int], grid=None) -> None:
@@ -50,12 +41,6 @@ def tick_rows(page, rows: list[int], grid=None) -> None:
     for r in rows:
         page.mouse.click(box["x"] + 18, box["y"] + header + row * r + row / 2)
         page.wait_for_timeout(600)  # one rerun per tick
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -81,41 +66,12 @@ def write_users(path: Path, users: dict[str, str] | None = None, password: str =
     return path
 
 
-@contextlib.contextmanager
-def streamlit_server(env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> Iterator[str]:
+def streamlit_server(env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()):
     """`streamlit run dashboard/app.py` (extra ``args``) on a free port, with ``env`` over this
     process's environment (no FRAUDLENS_FOUR_EYES, FRAUDLENS_ANALYST or FRAUDLENS_DEMO unless
-    ``env`` sets them), its output in ``log_path``; yields its URL once healthy, stops it afterwards."""
-    port = _free_port()
-    full = {k: v for k, v in os.environ.items()
-            if k not in ("FRAUDLENS_FOUR_EYES", "FRAUDLENS_ANALYST", "FRAUDLENS_DEMO")}
-    full.update({"STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", **env})
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.fileWatcherType", "none", *args],
-        cwd=ROOT, env=full, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start: {log_path.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    ``env`` sets them), its output in ``log_path``; yields its URL once healthy, stops it afterwards
+    (:func:`dashboard.child_server.streamlit_server`, shared with the browser benchmark)."""
+    return child_server.streamlit_server(env, log_path, args, timeout_s=60.0)
 
 
 @pytest.fixture(scope="session")

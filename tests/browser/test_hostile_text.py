@@ -107,7 +107,7 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     amount.fill("4321.5")
     amount.press("Enter")
     page.get_by_role("button", name="Apply edit").click()
-    page.get_by_text("(1 what-if edit)").first.wait_for()
+    page.get_by_text("1 edit in force").first.wait_for()
     _no_host(page, requests)
 
     # a disposition by the signed-in analyst, with the hostile note
@@ -130,6 +130,11 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     edits = report["trust"]["what_if"]["edits"]
     assert len(edits) == 1 and edits[0]["op"] == "change" and edits[0]["values"]["amount"] == 4321.5
     assert report["disposition"]["history"][-1]["note"] == NOTE
+    # an edit in the What-if tab (a fragment: only the tab reruns) drops the exports prepared with the old edits
+    page.get_by_role("button", name="Undo last", exact=True).click()
+    page.get_by_text("No edits yet").first.wait_for()
+    page.get_by_role("button", name="Prepare the exports").wait_for(timeout=2 * T)
+    assert page.get_by_role("button", name=re.compile("Download JSON")).count() == 0
     page.screenshot(path=str(output_dir / "hostile_case_page.png"), full_page=True)
     _no_host(page, requests)
 

@@ -239,3 +239,95 @@ def test_whatif_widgets_add_an_edit(env):
     expected = _expected_whatif(env, edits)
     assert at.session_state["whatif_result"][q]["logit"] == pytest.approx(expected, abs=1e-5)
     assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+
+
+def _count_reason_builds(monkeypatch) -> list:
+    """Patch engine.cases.links.case_reason_codes (the reason-code builder the lead box and the
+    Trust tab call) to record each call's query transaction id; clears the in-memory caches."""
+    import streamlit as st
+
+    import engine.cases.links as links
+
+    calls, real = [], links.case_reason_codes
+
+    def counting(ctx, *a, **k):
+        calls.append(str(ctx.transaction_ids[-1]))
+        return real(ctx, *a, **k)
+
+    monkeypatch.setattr(links, "case_reason_codes", counting)
+    st.cache_data.clear()  # a reason list cached by an earlier test would hide a build
+    return calls
+
+
+def test_reason_codes_built_once_per_page_run_for_the_lead_box_and_the_trust_tab(env, monkeypatch):
+    calls = _count_reason_builds(monkeypatch)
+    at = _case(env)  # trust_show on: the lead box and the Trust tab both list the query's reasons
+    assert calls == [env["query"]], calls
+    # the Trust tab lists the lead box's reasons (the same cache entry), in the same order
+    lead = [m.value for m in at.markdown if m.value[:1].isdigit() and "\\. " in m.value and " — cites " not in m.value]
+    trust = [m.value for m in at.markdown if " — cites " in m.value]
+    assert lead and trust == trust[:len(lead)] * 2  # Trust tab, then What-if tab (no edits: the same list)
+    for a, b in zip(lead, trust):
+        n, text = a.split("\\. ", 1)
+        assert b.startswith(f"{n}\\. **{text.split(' *(')[0]}** — cites "), (a, b)
+    at.run()  # a rerun builds nothing
+    _ok(at)
+    assert calls == [env["query"]], calls
+
+
+def test_reason_codes_of_an_edited_history_are_built_for_it(env, monkeypatch):
+    calls = _count_reason_builds(monkeypatch)
+    _case(env, [Edit("remove", _earlier(env, 2)[0])])
+    # the original history once (lead box + Trust tab), the edited one once (What-if tab)
+    assert calls == [env["query"], env["query"]], calls
+
+
+def _count_whatif_work(monkeypatch) -> dict:
+    """Patch the engine's what-if and faithfulness functions (imported at call time by the
+    dashboard) to count calls: what-if with no methods (score only), with methods (re-explained),
+    and faithfulness evaluations."""
+    import engine.trust.faithfulness as faith
+    import engine.trust.whatif as wi
+
+    n = {"score_only": 0, "explained": 0, "faithfulness": 0}
+    real_wi, real_f = wi.what_if, faith.evaluate_faithfulness
+
+    def what_if(*a, methods=(), **k):
+        n["explained" if list(methods) else "score_only"] += 1
+        return real_wi(*a, methods=methods, **k)
+
+    def evaluate_faithfulness(*a, **k):
+        n["faithfulness"] += 1
+        return real_f(*a, **k)
+
+    monkeypatch.setattr(wi, "what_if", what_if)
+    monkeypatch.setattr(faith, "evaluate_faithfulness", evaluate_faithfulness)
+    return n
+
+
+def test_an_edit_rescores_once_and_runs_no_faithfulness_check(env, monkeypatch):
+    import streamlit as st
+
+    st.cache_data.clear()
+    at = _case(env)  # the original history: trust checks and what-if tab drawn, cached
+    n = _count_whatif_work(monkeypatch)
+    q, target = env["query"], _earlier(env, 1)[0]
+    at.selectbox(key=f"whatif_target_{q}").select(target).run()
+    assert n == {"score_only": 0, "explained": 0, "faithfulness": 0}, n  # picking a row computes nothing
+    at.number_input(key=f"whatif_{q}_{target}_amount").set_value(7777.0).run()
+    at.button(key="whatif_apply").click().run()
+    _ok(at)
+    # one score-only pass for the metrics, one re-explanation for the rows, bars and reasons; the Trust
+    # tab's faithfulness curves (method + model-free orders) are not rebuilt for the edited history
+    assert n == {"score_only": 1, "explained": 1, "faithfulness": 0}, n
+    edits = at.session_state["whatif_edits"][q]
+    expected = _expected_whatif(env, edits)
+    assert at.session_state["whatif_result"][q]["logit"] == pytest.approx(expected, abs=1e-5)
+    assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+    assert any(c.value.startswith("1 edit in force") for c in at.caption)
+    at.run()  # a rerun with the same edit: all cached
+    assert n == {"score_only": 1, "explained": 1, "faithfulness": 0}, n
+    at.button(key="whatif_undo").click().run()  # back to the original history: cached too
+    _ok(at)
+    assert n == {"score_only": 1, "explained": 1, "faithfulness": 0}, n
+    assert any(c.value.startswith("No edits yet") for c in at.caption)
