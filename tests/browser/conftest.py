@@ -43,6 +43,20 @@ def tick_rows(page, rows: list[int], grid=None) -> None:
         page.wait_for_timeout(600)  # one rerun per tick
 
 
+def tick_until(page, row: int, expect, tries: int = 3, wait_ms: int = 8000) -> None:
+    """Tick ``row`` of the visible work-queue table until ``expect`` (a locator) is visible: a
+    click that lands while the page is still rerunning (a cold server's first page) is lost, so
+    it is repeated, at most ``tries`` times; each try waits up to ``wait_ms`` for ``expect``."""
+    for i in range(tries):
+        tick_rows(page, [row])
+        try:
+            expect.wait_for(timeout=wait_ms)
+            return
+        except Exception:  # noqa: BLE001 - playwright TimeoutError: the tick was lost, click again
+            if i == tries - 1:
+                raise
+
+
 @pytest.fixture(scope="session")
 def e2e_world(tmp_path_factory):
     """Tiny untrained model + the first 1500 demo rows (as tests/dashboard/test_app.py)."""

@@ -5,13 +5,11 @@ goes to test-output/."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 
 import pytest
 from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import expect
 
 from conftest import sign_in, tick_rows
 from engine.cases import report as rp

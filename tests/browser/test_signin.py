@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import PASSWORD, sign_in, tick_rows
+from conftest import PASSWORD, sign_in, tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 90_000  # ms
@@ -73,12 +73,18 @@ def test_an_analyst_cannot_change_thresholds_a_supervisor_can(app_url, page):
 
 
 def test_an_auditor_cannot_record_a_disposition(app_url, page):
+    # an analyst's visit to the queue opens the cases of flagged entities (an auditor's, read-only,
+    # never writes): without it this test depended on an earlier test of the same server
+    sign_in(page, app_url, "e2e", path="/queue")
+    page.get_by_role("heading", name="Work queue").wait_for()
+    page.get_by_role("button", name="Claim next case").wait_for()
     sign_in(page, app_url, "audrey", path="/queue")
     page.get_by_role("heading", name="Work queue").wait_for()
     assert page.get_by_role("button", name=re.compile("^Assign")).count() == 0
     assert page.get_by_role("button", name="Claim next case").count() == 0
-    tick_rows(page, [0])  # an auditor's queue shows all open cases; tick one to open it
-    page.get_by_role("button", name=re.compile(r"Open case \d+")).click()
+    opener = page.get_by_role("button", name=re.compile(r"Open case \d+"))
+    tick_until(page, 0, opener)  # an auditor's queue shows all open cases; tick one to open it
+    opener.click()
     page.get_by_text("Disposition", exact=True).first.wait_for()
     page.get_by_text("Your role (auditor) reads cases: it does not record dispositions.").wait_for()
     assert page.get_by_role("button", name="Record disposition").count() == 0
