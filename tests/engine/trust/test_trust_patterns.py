@@ -18,6 +18,7 @@ from engine.model.checkpoint import ModelBundle, build_model
 from engine.trust.common_point import context_visit_facts, fraud_onsets, visit_facts
 from engine.trust.planted import names_pattern
 from engine.trust.reasons import Reason, reason_codes
+from trust_helpers import two_card_frame
 
 T0 = pd.Timestamp("2023-03-01 09:00")
 
@@ -39,13 +40,7 @@ def card_frame(query_amount=640.0, query_online=True, charge_merchant="777", que
          "merchant_city": "ONLINE" if query_online else "Boston", "merchant_state": "<empty>" if query_online else "MA",
          "zip": "<empty>" if query_online else "02108", "mcc": "5732",
          "use_chip": "Online Transaction" if query_online else "Chip Transaction", "errors": ""}
-    a = pd.concat([f, pd.DataFrame([q])], ignore_index=True).assign(entity_id="0:0")
-    b = f.assign(entity_id="0:1", timestamp=f["timestamp"] + pd.Timedelta(hours=1))
-    fr = pd.concat([a, b], ignore_index=True)
-    fr["label"] = pd.array(np.zeros(len(fr), dtype=np.int8), dtype="Int8")
-    fr.insert(0, "row_number", np.arange(1, len(fr) + 1))
-    fr.insert(1, "transaction_id", [f"r{i}" for i in fr["row_number"]])
-    return fr.sort_values(["entity_id", "timestamp", "row_number"]).reset_index(drop=True)
+    return two_card_frame(pd.concat([f, pd.DataFrame([q])], ignore_index=True), f)
 
 
 def linear_ctx(fr: pd.DataFrame, weights: dict[str, float], base: float = 0.5):

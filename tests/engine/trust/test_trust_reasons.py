@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from trust_helpers import context, one_torch_thread, positive_queries  # noqa: F401
+from trust_helpers import context, one_torch_thread, positive_queries, two_card_frame  # noqa: F401
 
 from engine.data.features import FeatureEncoder
 from engine.data.spec import load_spec
@@ -39,13 +39,7 @@ def demo_like_frame() -> pd.DataFrame:
         "merchant_state": "<empty>", "zip": "<empty>", "mcc": ["5732", "5944", "5732", "5944", "5732", "5946"],
         "use_chip": "Online Transaction", "errors": ["", "Bad CVV", "", "", "", "Bad CVV"],
     })
-    a = pd.concat([normal, burst], ignore_index=True).assign(entity_id="0:0")
-    b = normal.assign(entity_id="0:1", timestamp=normal["timestamp"] + pd.Timedelta(hours=1))
-    f = pd.concat([a, b], ignore_index=True)
-    f["label"] = pd.array(np.zeros(len(f), dtype=np.int8), dtype="Int8")
-    f.insert(0, "row_number", np.arange(1, len(f) + 1))
-    f.insert(1, "transaction_id", [f"r{i}" for i in f["row_number"]])
-    return f.sort_values(["entity_id", "timestamp", "row_number"]).reset_index(drop=True)
+    return two_card_frame(pd.concat([normal, burst], ignore_index=True), normal)
 
 
 def demo_ctx():

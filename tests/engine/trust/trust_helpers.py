@@ -162,3 +162,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def two_card_frame(card: pd.DataFrame, filler: pd.DataFrame) -> pd.DataFrame:
+    """A canonical frame of card 0:0 (``card``'s rows) and card 0:1 (``filler`` one hour later):
+    labels 0, ``row_number`` 1..N and ``transaction_id`` ``r<row>`` in that order, sorted by
+    (entity, time, row) as the reader sorts."""
+    a = card.assign(entity_id="0:0")
+    b = filler.assign(entity_id="0:1", timestamp=filler["timestamp"] + pd.Timedelta(hours=1))
+    fr = pd.concat([a, b], ignore_index=True)
+    fr["label"] = pd.array(np.zeros(len(fr), dtype=np.int8), dtype="Int8")
+    fr.insert(0, "row_number", np.arange(1, len(fr) + 1))
+    fr.insert(1, "transaction_id", [f"r{i}" for i in fr["row_number"]])
+    return fr.sort_values(["entity_id", "timestamp", "row_number"]).reset_index(drop=True)
