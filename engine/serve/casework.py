@@ -89,12 +89,9 @@ def explain_flagged(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: st
     d.pop("extras", None)
     calibrated = bool(getattr(bundle, "calibrated", False))
     stored = frame.loc[frame["transaction_id"] == transaction_id, "probability"] if "probability" in frame else []
-    if len(stored):
-        prob = float(stored.iloc[-1])
-    elif calibrated:
-        prob = float(bundle.probability(np.array([expl.score_logit]))[0])
-    else:
-        prob = expl.score_probability
+    # the stored answer, else the checkpoint's map of the logit (ModelBundle.probability: the
+    # sigmoid for an uncalibrated checkpoint)
+    prob = float(stored.iloc[-1]) if len(stored) else float(bundle.probability(np.array([expl.score_logit]))[0])
     return json_finite({"explanation": d, "reasons": [r.to_dict() for r in reasons], "probability": prob,
                         "calibrated": calibrated})
 
