@@ -109,7 +109,9 @@ class FeatureEncoder:
             "multi_valued": {},
         }
         for f in spec.fields_of(FieldKind.CATEGORICAL, model_inputs_only=True):
-            if f.hashed_buckets:
+            if not f.embed:  # novelty only (ModelConfig.novelty_only_cols): codes for equality, no embedding
+                state["categorical"][f.name] = {"hashed_buckets": NOVELTY_HASH_BUCKETS, "embed": False}
+            elif f.hashed_buckets:
                 state["categorical"][f.name] = {"hashed_buckets": f.hashed_buckets}
             else:
                 vc = frame[f.name].astype(str).value_counts()
@@ -375,6 +377,11 @@ def _to_seconds(ts: pd.Series) -> np.ndarray:
     """Datetime series (any unit) -> float64 seconds since the epoch."""
     return ts.dt.as_unit("ns").astype("int64").to_numpy().astype(np.float64) / 1e9
 
+
+#: hash space of a novelty-only categorical (spec ``embed = false``): its codes are only compared for
+#: equality ("first time at this merchant"), never embedded, so they need no table and a space this
+#: large keeps two distinct values of one entity's history from colliding (about 5e-7 for 1,000 values)
+NOVELTY_HASH_BUCKETS = 1 << 40
 
 def stable_hash(values: np.ndarray, buckets: int) -> np.ndarray:
     """Stable (process-independent) hash of text values into ``[0, buckets)``; blake2b, 8 bytes.

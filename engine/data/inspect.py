@@ -348,6 +348,7 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             f.update(kind="categorical", normalize="zip5")
             if d.distinct > _LOW_CARDINALITY:
                 f["hashed_buckets"] = _buckets(d.distinct)
+                f["embed"] = False
         elif _is_multi_valued(d) or (full is not raw and d.is_text
                                      and _is_multi_valued(_describe(c, pd.Series(pd.unique(full[c]))))):
             # rare list cells (TabFormer "Errors?") may miss the sample: their distinct values decide
@@ -360,6 +361,11 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             f["kind"] = "categorical"
             if d.distinct > _LOW_CARDINALITY:
                 f["hashed_buckets"] = _buckets(d.distinct)
+                f["embed"] = False
+        if f.get("embed") is False:  # per-value embeddings of an id memorise the training frauds
+            notes.append(f"{c!r} has {d.distinct:,}+ distinct values: novelty only (embed = false: the model reads "
+                         "whether the value is new to the entity, not the value; embed = true learns one "
+                         "vector per hash bucket)")
         fields.append(f)
 
     data = {

@@ -180,6 +180,13 @@ class FieldSpec(_Strict):
     * ``model_input``: ``false`` keeps the field in the canonical frame (display, reasons,
       ``[[aggregates]]`` keys) without feeding its value to the model — e.g. a terminal id whose
       embedding would only memorise the few terminals seen with frauds in a short training period.
+    * ``embed``: categoricals only. ``false`` feeds the field to the model *without* an identity
+      embedding of its value: the model sees only whether the value is new to the entity (the
+      ``first_seen`` flag, "new merchant"), and the field stays available to reasons and links.
+      For high-cardinality ids (merchant, city, zip) whose per-value embeddings memorise the few
+      values seen with frauds in training (bench/results/recipe_probe.md). Its values are hashed
+      into 2^40 codes, only compared for equality (``hashed_buckets`` and ``max_vocab`` are then
+      unused). With the activity fields off the field adds nothing.
     """
 
     name: str
@@ -191,7 +198,15 @@ class FieldSpec(_Strict):
     missing: str = "<empty>"
     normalize: Literal["zip5", "strip", "none"] = "strip"
     model_input: bool = True
+    embed: bool = True
     description: str = ""
+
+    @model_validator(mode="after")
+    def _embed_categorical_only(self) -> "FieldSpec":
+        if not self.embed and self.kind is not FieldKind.CATEGORICAL:
+            raise ValueError(f"field {self.name!r}: embed = false applies to categorical fields only, "
+                             f"got kind {self.kind.value!r}")
+        return self
 
 
 class DelayedAggregateSpec(_Strict):

@@ -68,7 +68,7 @@ WEIGHTS, META = "model.safetensors", "checkpoint.json"
 ASSET_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_model"
 #: identity of the bundled demo model: ``load_checkpoint`` refuses ``assets/demo_model`` if its files
 #: hash to anything else (retraining it means updating this constant in the same commit).
-DEMO_MODEL_SHA256 = "26018eb04e36173492c74971cc1516d6e94a785161694c6aa87a464515fb005d"
+DEMO_MODEL_SHA256 = "6373d5ebf548aae61cfbc5ba0af48eb74e105c139c2597c477841393d451cf23"
 FORMAT = "fraudlens-checkpoint/1"
 MAX_META_BYTES = 16 * 2**20  #: size limit of ``checkpoint.json``
 MAX_WEIGHTS_BYTES = 512 * 2**20  #: size limit of ``model.safetensors``
@@ -314,6 +314,8 @@ def _layout(encoder: FeatureEncoder, source: str = "", activity: bool = False) -
             multi_slots=[(fidx[n], w) for n, w in encoder.multi_slots()],
             field_names=names,
             num_ple_edges=encoder.num_ple_edges(),
+            novelty_only_cols=[j for j, (col, _, _) in enumerate(cat_cols)
+                               if encoder.state["categorical"].get(col, {}).get("embed", True) is False],
         )
         if activity:
             categorical = set(encoder.state["categorical"])

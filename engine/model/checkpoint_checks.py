@@ -138,7 +138,7 @@ def expected_state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     D, F, Fn, H, Dff = cfg.d_model, cfg.n_fields, len(cfg.num_field_index), cfg.n_heads, cfg.d_ff
     s: dict[str, tuple[int, ...]] = {
         "rows.num_w": (Fn, D), "rows.num_b": (Fn, D), "rows.hist_none": (D,), "rows.field_bias": (F, D),
-        "rows.cat_emb.weight": (max(1, sum(cfg.cat_cardinalities)), D),
+        "rows.cat_emb.weight": (max(1, sum(cfg.embedding_cardinalities)), D),
     }
     for i, (_, w) in enumerate(cfg.multi_slots):
         s[f"rows.multi_proj.{i}.weight"] = (D, w)

@@ -21,7 +21,8 @@ CONFIG_LIMITS = {
     "context_length": (2, 1024), "min_history": (0, 1023),
 }
 MAX_LIST_LEN = 100_000  # entries of any list field (fields, cat columns, num columns)
-MAX_EMBEDDING_ROWS = 1 << 22  # sum of the categorical cardinalities
+MAX_EMBEDDING_ROWS = 1 << 22  # sum of the categorical cardinalities (embedding table rows)
+MAX_NOVELTY_CODES = (1 << 40) + 2  # codes of a novelty-only column (features.NOVELTY_HASH_BUCKETS + 2)
 MAX_MULTI_WIDTH = 100_000  # width of one multi-hot block
 MAX_EDGES = 1024  # edges of one piecewise-linear code
 
@@ -67,6 +68,11 @@ class ModelConfig:
             (checkpoints written before they existed). When set, ``field_names`` ends with
             :data:`~engine.model.activity.ACTIVITY_FIELDS`.
         first_seen_cols: ``cat`` column indices checked by the ``first_seen`` field.
+        novelty_only_cols: ``cat`` column indices whose value gets no identity embedding (spec
+            ``embed = false``): every value of such a column maps to one learned vector, so the
+            model reads the column only through ``first_seen`` ("new merchant"). Each must be in
+            ``first_seen_cols`` when the activity fields are on. ``[]`` for checkpoints written
+            before the option existed.
     """
 
     cat_cardinalities: list[int]
@@ -85,6 +91,14 @@ class ModelConfig:
     num_ple_edges: list[list[float]] = field(default_factory=list)
     activity_windows_s: list[float] = field(default_factory=list)
     first_seen_cols: list[int] = field(default_factory=list)
+    novelty_only_cols: list[int] = field(default_factory=list)
+
+    @property
+    def embedding_cardinalities(self) -> list[int]:
+        """Rows of each ``cat`` column's block of the embedding table: its cardinality, or 1 for a
+        novelty-only column (:attr:`novelty_only_cols`)."""
+        skip = set(self.novelty_only_cols)
+        return [1 if j in skip else c for j, c in enumerate(self.cat_cardinalities)]
 
     def __post_init__(self) -> None:
         self._check_ranges()
@@ -131,6 +145,9 @@ class ModelConfig:
                              f"got {_short(self.field_names)}")
         if cols and not w:
             raise ValueError("first_seen_cols: expected [] when activity_windows_s is []")
+        for j, c in enumerate(self.novelty_only_cols):  # types and range checked in _check_ranges
+            if w and c not in cols:
+                raise ValueError(f"novelty_only_cols[{j}]: expected a column of first_seen_cols {_short(list(cols))}, got {c}")
 
     def _check_ranges(self) -> None:
         """Types and ranges of every field (:data:`CONFIG_LIMITS`), checked before anything is
@@ -153,11 +170,16 @@ class ModelConfig:
         if not all(isinstance(n, str) and 0 < len(n) <= 200 for n in names) or len(set(names)) != len(names):
             raise ValueError(f"field_names: expected distinct non-empty names, got {_short(names)}")
         F = len(names)
-        for j, c in enumerate(self.cat_cardinalities):
-            _check_int(f"cat_cardinalities[{j}]", c, 1, MAX_EMBEDDING_ROWS)
-        if sum(self.cat_cardinalities) > MAX_EMBEDDING_ROWS:
-            raise ValueError(f"cat_cardinalities: expected a sum of at most {MAX_EMBEDDING_ROWS:,}, "
-                             f"got {sum(self.cat_cardinalities):,}")
+        nov = self.novelty_only_cols
+        if not isinstance(nov, (list, tuple)) or len(nov) > 64 or len(set(nov)) != len(nov):
+            raise ValueError(f"novelty_only_cols: expected a list of at most 64 distinct column indices, got {_short(nov)}")
+        for j, c in enumerate(nov):
+            _check_int(f"novelty_only_cols[{j}]", c, 0, max(0, len(self.cat_cardinalities) - 1))
+        for j, c in enumerate(self.cat_cardinalities):  # a novelty-only column's codes index no table
+            _check_int(f"cat_cardinalities[{j}]", c, 1, MAX_NOVELTY_CODES if j in set(nov) else MAX_EMBEDDING_ROWS)
+        if sum(self.embedding_cardinalities) > MAX_EMBEDDING_ROWS:
+            raise ValueError(f"cat_cardinalities: expected embedding rows summing to at most {MAX_EMBEDDING_ROWS:,}, "
+                             f"got {sum(self.embedding_cardinalities):,}")
         for name in ("cat_field_index", "num_field_index"):
             for j, i in enumerate(getattr(self, name)):
                 _check_int(f"{name}[{j}]", i, 0, F - 1)

@@ -75,6 +75,7 @@ class _Weights:
             rows.ple_cols.numpy(), rows.ple_lo.numpy(), rows.ple_scale.numpy(), _np(rows.ple_w))  # [P], [P, K] x2, [P, K, D]
         self.cat_emb = _np(rows.cat_emb.weight)  # [sum(cardinalities), D]
         self.cat_offsets = rows.cat_offsets.numpy().astype(np.int64)
+        self.cat_keep = rows.cat_keep.numpy().astype(np.int64)  # 0 = novelty-only column
         self.multi = [_np(p.weight).T.copy() for p in rows.multi_proj]  # [w, D] each
         self.multi_w = [w for _, w in model.cfg.multi_slots]
         self.gap_bins = _np(rows.gap_bins.weight)  # [n_bins + 2, D]
@@ -150,7 +151,7 @@ class IncrementalScorer:
             code = np.clip((num[cols, None] - lo) * scale, 0.0, 1.0).astype(np.float32)  # [P, K], as RowEncoder.num_ple_code
             x = x + np.einsum("pk,pkd->d", code, pw)
         if len(W.cat_offsets):
-            x = x + W.cat_emb[enc.cat[0] + W.cat_offsets].sum(0)  # [Fc, D] -> [D]
+            x = x + W.cat_emb[enc.cat[0] * W.cat_keep + W.cat_offsets].sum(0)  # [Fc, D] -> [D]
         start = 0
         for wmat, width in zip(W.multi, W.multi_w):
             x = x + enc.multi[0, start : start + width] @ wmat

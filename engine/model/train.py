@@ -74,12 +74,20 @@ class TrainConfig:
         lr_schedule: ``"constant"``, or ``"cosine"``: the learning rate follows a half cosine from
             ``lr`` down to ``lr / 20`` over all steps of ``epochs`` epochs (Loshchilov & Hutter,
             "SGDR", ICLR 2017, without restarts), so the last epochs take small steps.
-        batch_size: windows per optimisation step.
+        batch_size: windows per optimisation step (at most; see ``min_steps_per_epoch``).
+        min_steps_per_epoch: the batch size is lowered (down to 8 windows) until an epoch takes at
+            least this many optimisation steps (``train_loop.effective_batch_size``): a small file
+            (the demo data: 669 training windows, 11 steps per epoch at 64) otherwise stops early
+            after about 80 steps in all. Files with 2,560+ windows per epoch keep ``batch_size``.
+            0 = always ``batch_size``.
         epochs: maximum epochs. patience: epochs without validation-AP improvement before stopping.
         windows_per_epoch: training windows sampled per epoch (None = all).
         fill_epoch: when fewer training windows exist than ``windows_per_epoch``, sample them with
             replacement up to ``windows_per_epoch`` (a small file then still takes that many
             windows' worth of optimisation steps per epoch); False = each window once per epoch.
+        ema_epochs: half-life, in epochs, of an exponential moving average of the weights that
+            validation, early stopping and the checkpoint use instead of the last step's weights
+            (``train_loop._Ema``); 0 = off.
         train_end / val_end: split dates (ISO text) or None for the 70 % / 85 % rule.
         max_minutes: stop training after this wall time (checked every 20 steps; the best
             evaluated epoch is kept).
@@ -107,6 +115,8 @@ class TrainConfig:
     patience: int = 2
     windows_per_epoch: int | None = 6000
     fill_epoch: bool = False
+    ema_epochs: float = 0.0
+    min_steps_per_epoch: int = 40
     train_end: str | None = None
     val_end: str | None = None
     max_minutes: float = 11.0

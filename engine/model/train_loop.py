@@ -184,15 +184,20 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
         cfg.windows_per_epoch if getattr(cfg, "fill_epoch", False) else min(cfg.windows_per_epoch, n_train))
     if cfg.lr_schedule not in ("constant", "cosine"):
         raise ValueError(f"lr_schedule: expected 'constant' or 'cosine', got {cfg.lr_schedule!r}")
-    total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_size))
+    bs = effective_batch_size(cfg.batch_size, per_epoch, getattr(cfg, "min_steps_per_epoch", 0))
+    if bs != cfg.batch_size and rank0:
+        log(f"batch size {bs} (not {cfg.batch_size}): {per_epoch} training windows per epoch give at least "
+            f"{cfg.min_steps_per_epoch} optimisation steps")
+    total_steps = max(1, cfg.epochs * math.ceil(per_epoch / bs))
     step = 0
+    ema = _Ema(core, getattr(cfg, "ema_epochs", 0.0), math.ceil(per_epoch / bs))
     for epoch in range(cfg.epochs):
         model.train()
         order = rng.choice(d.train_windows, size=per_epoch, replace=per_epoch > n_train)
         # similar lengths together: sort within chunks of 16 batches
-        chunk = cfg.batch_size * 16
+        chunk = bs * 16
         order = np.concatenate([c[np.argsort(d.last_slot[c])] for c in np.array_split(order, max(1, len(order) // chunk))])
-        batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
+        batches = [order[i : i + bs] for i in range(0, len(order), bs)]
         rng.shuffle(batches)
         losses = []
         out_of_time = False
@@ -207,6 +212,7 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
                 for g in opt.param_groups:
                     g["lr"] = cfg.lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * frac)))
             opt.step()
+            ema.update()
             step += 1
             losses.append(value)
             if len(losses) % 20 == 0:
@@ -217,6 +223,7 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
                 if out_of_time:
                     break  # time budget: evaluate this partial epoch, then stop
         rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan")}
+        ema.swap()  # evaluate (and keep) the averaged weights; the optimiser's own come back below
         if len(d.val_rows) and rank0:
             pv = sigmoid(score_encoded(core, d.enc, d.ents, rows=d.val_rows)[d.val_rows].astype(np.float64))
             rec.update({f"val_{k}": v for k, v in binary_metrics(d.label[d.val_rows], pv).items()})
@@ -233,6 +240,8 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
             elif epoch + 1 - best[2] >= cfg.patience:
                 log(f"early stop: no validation AP gain for {cfg.patience} epochs")
                 stop = True
+        last_state = {k: v.detach().clone() for k, v in core.state_dict().items()} if ema.active else None
+        ema.swap()
         if dp is not None and early_stopping and len(d.val_rows):
             stop = dp.agree(stop)
         if stop:
@@ -243,7 +252,57 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
             break
         if stop_after is not None and epoch + 1 >= stop_after:
             break
+    if ema.active and best[1] is None:  # no early stopping: the averaged weights of the last epoch
+        best = (-1.0, last_state, len(history))
     return history, best
+
+
+#: the smallest batch :func:`effective_batch_size` goes down to (windows)
+MIN_AUTO_BATCH = 8
+
+
+def effective_batch_size(batch_size: int, windows_per_epoch: int, min_steps: int) -> int:
+    """Windows per optimisation step: ``batch_size``, lowered (not below :data:`MIN_AUTO_BATCH`)
+    until an epoch of ``windows_per_epoch`` windows takes at least ``min_steps`` steps.
+
+    A small file has few windows (the demo data: 669, 11 steps per epoch at 64), so early
+    stopping at epoch 5-9 would keep a model that took about 80 steps. ``min_steps <= 0`` keeps
+    ``batch_size``. Large files are unaffected (the Handbook's 6,000 windows per epoch give 94
+    steps at 64)."""
+    if min_steps <= 0 or windows_per_epoch <= 0:
+        return batch_size
+    return max(min(batch_size, MIN_AUTO_BATCH), min(batch_size, windows_per_epoch // min_steps))
+
+
+class _Ema:
+    """Exponential moving average of the weights (Polyak & Juditsky 1992; the "EMA" of Izmailov
+    et al., "Averaging Weights Leads to Wider Optima and Better Generalization", UAI 2018,
+    arXiv:1803.05407), with a half-life in epochs: ``decay = 0.5 ** (1 / (half_life * steps_per_epoch))``
+    per optimiser step, so the same setting means the same averaging on a small and a large file.
+    Validation and the kept checkpoint use the averaged weights; ``half_life <= 0`` turns it off
+    (every method is then a no-op)."""
+
+    def __init__(self, model, half_life_epochs: float, steps_per_epoch: int):
+        self.active = half_life_epochs > 0
+        if not self.active:
+            return
+        self.params = [p for p in model.parameters()]
+        self.avg = [p.detach().clone() for p in self.params]
+        self.decay = 0.5 ** (1.0 / max(1.0, half_life_epochs * steps_per_epoch))
+
+    def update(self) -> None:
+        if self.active:
+            with torch.no_grad():
+                torch._foreach_lerp_(self.avg, [p.detach() for p in self.params], 1.0 - self.decay)
+
+    def swap(self) -> None:
+        """Exchange the model's weights with the averaged ones (call twice to restore)."""
+        if self.active:
+            with torch.no_grad():
+                for p, a in zip(self.params, self.avg):
+                    tmp = p.detach().clone()
+                    p.copy_(a)
+                    a.copy_(tmp)
 
 
 def finish_fit(model, d: FitData, spec: DatasetSpec, cfg: TrainConfig, history: list, best: tuple) -> ModelBundle:

@@ -88,11 +88,15 @@ class RowEncoder(nn.Module):
         super().__init__()
         D, F = cfg.d_model, cfg.n_fields
         self.cfg = cfg
+        card = cfg.embedding_cardinalities  # 1 row for a novelty-only column
         offsets = [0]
-        for c in cfg.cat_cardinalities[:-1]:
+        for c in card[:-1]:
             offsets.append(offsets[-1] + c)
         self.register_buffer("cat_offsets", torch.tensor(offsets, dtype=torch.int64), persistent=False)
-        self.cat_emb = nn.Embedding(max(1, sum(cfg.cat_cardinalities)), D)
+        # 0 for a novelty-only column (every value -> its one row), 1 otherwise
+        keep = [0 if j in set(cfg.novelty_only_cols) else 1 for j in range(len(card))]
+        self.register_buffer("cat_keep", torch.tensor(keep, dtype=torch.int64), persistent=False)
+        self.cat_emb = nn.Embedding(max(1, sum(card)), D)
         self.num_w = nn.Parameter(torch.randn(len(cfg.num_field_index), D) * 0.1)
         self.num_b = nn.Parameter(torch.zeros(len(cfg.num_field_index), D))
         self.multi_proj = nn.ModuleList([nn.Linear(w, D, bias=False) for _, w in cfg.multi_slots])
@@ -193,7 +197,7 @@ class RowEncoder(nn.Module):
             code = self.num_ple_code(batch.num).flatten(-2)  # [B, T, P, K] -> [B, T, P*K]
             x = x + code @ self.ple_w.flatten(0, 1)  # [B, T, P*K] @ [P*K, D] -> [B, T, D]
         if batch.cat.shape[-1]:
-            flat = (batch.cat + self.cat_offsets).view(B * T, -1)  # [B, T, Fc] -> [B*T, Fc]
+            flat = (batch.cat * self.cat_keep + self.cat_offsets).view(B * T, -1)  # [B, T, Fc] -> [B*T, Fc]
             x = x + Fnn.embedding_bag(flat, self.cat_emb.weight, mode="sum").view(B, T, D)
         start = 0
         for (_, w), proj in zip(self.cfg.multi_slots, self.multi_proj):
@@ -205,7 +209,7 @@ class RowEncoder(nn.Module):
         B, T = batch.shape
         parts = []
         if batch.cat.shape[-1]:
-            parts.append(self.cat_emb(batch.cat + self.cat_offsets))  # [B, T, Fc] -> [B, T, Fc, D]
+            parts.append(self.cat_emb(batch.cat * self.cat_keep + self.cat_offsets))  # [B, T, Fc] -> [B, T, Fc, D]
         num = batch.num.unsqueeze(-1) * self.num_w + self.num_b  # [B, T, Fn] -> [B, T, Fn, D]
         if self.ple_w is not None:
             num = num.index_add(2, self.ple_cols, self.num_ple(batch.num))  # + [B, T, P, D] at the coded columns

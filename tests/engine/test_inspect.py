@@ -33,6 +33,9 @@ def test_guess_tabformer_round_trip(shared_data, tmp_path):
     allowed = {f.column: f for f in guess_spec(src, name="tab_guess", allow_personal=True).fields}
     assert allowed["Zip"].normalize == "zip5"
     assert by["Merchant Name"].kind is FieldKind.CATEGORICAL and by["Merchant Name"].hashed_buckets
+    # a high-cardinality id is proposed as novelty only ("new merchant"), a low-cardinality code is embedded
+    assert by["Merchant Name"].embed is False and by["MCC"].embed is True and by["Use Chip"].embed is True
+    assert any("'Merchant Name' has" in n and "novelty only" in n for n in spec.description.split("; "))
     assert by["MCC"].kind is FieldKind.CATEGORICAL and by["MCC"].hashed_buckets is None
     assert by["Use Chip"].hashed_buckets is None
     # write, load back, read the file: every row accepted

@@ -44,7 +44,7 @@ def _prepare(df: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def demo() -> pd.DataFrame:
-    return simulate(400, 7)
+    return simulate(400, 7, shared_compromise=3)  # demo_data/README.md: how the committed file was made
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,9 @@ def test_fraud_rows_have_episode_and_kind_and_legit_rows_none(frames):
 def test_demo_rates(demo):
     s = summarize(demo)
     assert 35_000 <= s["rows"] <= 60_000
-    assert 0.06 <= s["cards_with_episode"] / s["cards"] <= 0.10
+    # 6-10 % of cards draw an episode; shared_compromise=3 adds 3 co-victims per compromised store
+    co_victims = 3 * s["episodes_by_kind"]["compromised_merchant"] // 4
+    assert co_victims == 30 and 0.06 <= (s["cards_with_episode"] - co_victims) / s["cards"] <= 0.10
     assert 0.005 <= s["fraud_rows"] / s["rows"] <= 0.015
     assert all(s["episodes_by_kind"][k] >= 3 for k in EPISODE_KINDS)
     assert s["fraud_rows_by_kind"]["fraud_refund"] >= 1
@@ -335,7 +337,7 @@ def test_committed_demo_csv_is_a_fresh_simulation(demo):
 def test_demo_readme_states_the_counts(demo):
     text = DEMO_README.read_text()
     s = summarize(demo)
-    assert "fraudlens simulate --customers 400 --seed 7 --out demo_data/transactions.csv" in text
+    assert "fraudlens simulate --customers 400 --seed 7 --shared-compromise 3 --out demo_data/transactions.csv" in text
     assert "synthetic" in text.lower()
     assert hashlib.sha256(DEMO_CSV.read_bytes()).hexdigest() in text
     assert f"{DEMO_CSV.stat().st_size:,} bytes" in text

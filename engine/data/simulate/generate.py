@@ -154,7 +154,11 @@ def _to_frame(world: _World, day0, user, card, r) -> pd.DataFrame:
                 for c in r["cents"].tolist()]
     city = r["city"]
     fraud = r["kind"] > 0
-    episode = [f"E{e:04d}" if e else "" for e in r["episode"].tolist()]
+    # episode ids numbered in (User, Card) order of their first fraud row (co-victims of
+    # ``shared_compromise`` are drawn after the others; without it the numbering is unchanged)
+    firsts = pd.unique(r["episode"][r["episode"] > 0])
+    renum = {int(e): i for i, e in enumerate(firsts.tolist(), start=1)}
+    episode = [f"E{renum[e]:04d}" if e else "" for e in r["episode"].tolist()]
     cols = {
         "User": user, "Card": card, "Year": year, "Month": month, "Day": day,
         "Time": time_s, "Amount": amount_s, "Use Chip": CHIP_NAMES[r["chip"]],
@@ -163,7 +167,7 @@ def _to_frame(world: _World, day0, user, card, r) -> pd.DataFrame:
         "MCC": r["mcc"].astype(np.int64), "Errors?": r["err"],
         "Is Fraud?": np.where(fraud, "Yes", "No").astype(object),
         "Fraud Episode": episode, "Fraud Kind": _KIND_NAMES[r["kind"]],
-        "Fraud Cause": [f"E{e:04d}" if e else "" for e in r["cause"].tolist()],
+        "Fraud Cause": [f"E{renum[e]:04d}" if e else "" for e in r["cause"].tolist()],
     }
     # text columns become pandas' default string dtype (``str`` in pandas 3, object before)
     df = pd.DataFrame({k: (np.asarray(v, dtype=object) if k in _TEXT_COLS else np.asarray(v, np.int64))

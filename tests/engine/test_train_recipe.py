@@ -1,0 +1,82 @@
+"""Training recipe levers: weight averaging (TrainConfig.ema_epochs, engine.model.train_loop._Ema:
+the average follows its closed form, swapping twice restores the optimiser's weights, off means off)
+and the batch size lowered for small files (TrainConfig.min_steps_per_epoch)."""
+
+import math
+
+import pytest
+import torch
+
+from engine.model.train_loop import MIN_AUTO_BATCH, _Ema, effective_batch_size
+
+
+def _model(v: float) -> torch.nn.Module:
+    m = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        m.weight.fill_(v)
+    return m
+
+
+def test_average_has_its_half_life_and_swap_restores():
+    m = _model(0.0)
+    ema = _Ema(m, half_life_epochs=2.0, steps_per_epoch=5)  # half-life 10 steps
+    assert ema.decay == pytest.approx(0.5 ** (1 / 10))
+    with torch.no_grad():
+        m.weight.fill_(1.0)  # a step to 1.0, held for 10 updates: the average covers half the way
+    for _ in range(10):
+        ema.update()
+    assert ema.avg[0].item() == pytest.approx(0.5, abs=1e-6)
+    ema.swap()
+    assert m.weight.item() == pytest.approx(0.5, abs=1e-6)  # validation sees the average ...
+    ema.swap()
+    assert m.weight.item() == 1.0  # ... and training goes on from its own weights
+
+
+def test_off_is_a_no_op():
+    m = _model(3.0)
+    ema = _Ema(m, half_life_epochs=0.0, steps_per_epoch=5)
+    assert not ema.active
+    ema.update()
+    ema.swap()
+    assert m.weight.item() == 3.0
+
+
+def test_fit_keeps_the_averaged_weights(tmp_path):
+    """One epoch with a long half-life: the kept weights are the average, close to the initial
+    weights, not the last step's."""
+    from engine.model.train import TrainConfig, fit, time_split
+    from tiny_models import tiny_frame, tiny_spec
+
+    fr = tiny_frame(6, 40, seed=2)
+    split, _, _ = time_split(fr["timestamp"])
+    kw = dict(epochs=1, patience=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4,
+              batch_size=4, lr=0.05, seed=1, threads=1, calibration="none")
+    plain, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw), log=lambda m: None, progress=False)
+    avg, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw, ema_epochs=50.0), log=lambda m: None, progress=False)
+    init, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**{**kw, "lr": 0.0}), log=lambda m: None, progress=False)
+    w = lambda b: b.model.head.weight.detach().flatten()  # noqa: E731
+    moved_plain = (w(plain) - w(init)).norm().item()
+    moved_avg = (w(avg) - w(init)).norm().item()
+    assert moved_plain > 1e-3 and moved_avg < 0.2 * moved_plain
+    assert math.isfinite(moved_avg)
+
+
+def test_small_files_get_smaller_batches_and_large_ones_keep_theirs():
+    assert effective_batch_size(64, 669, 40) == 16  # the demo data: 42 steps per epoch, not 11
+    assert effective_batch_size(64, 6000, 40) == 64  # the Handbook's 6,000 windows per epoch: unchanged
+    assert effective_batch_size(64, 100, 40) == MIN_AUTO_BATCH  # never below 8
+    assert effective_batch_size(4, 100, 40) == 4  # never above the configured size
+    assert effective_batch_size(64, 669, 0) == 64  # 0 = off
+
+
+def test_fit_logs_the_lowered_batch_size():
+    from engine.model.train import TrainConfig, fit, time_split
+    from tiny_models import tiny_frame, tiny_spec
+
+    fr = tiny_frame(6, 40, seed=2)
+    split, _, _ = time_split(fr["timestamp"])
+    lines: list[str] = []
+    fit(fr, tiny_spec(), split, TrainConfig(epochs=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16,
+                                            min_history=4, threads=1, calibration="none", min_steps_per_epoch=40),
+        log=lines.append, progress=False)
+    assert any(line.startswith("batch size 8 (not 64)") for line in lines), lines
