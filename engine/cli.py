@@ -212,6 +212,9 @@ def train(
     progress: bool = typer.Option(True, help="show progress bars"),
     baseline: bool = typer.Option(True, help="also train the LightGBM baseline on the same split and compare"),
     activity: bool = typer.Option(True, help="recent-activity and first-seen fields inside the model"),
+    activity_ple: bool = typer.Option(False, help="also embed piecewise-linear codes of the recent-activity "
+                                      "inputs (sharp thresholds such as 'second-previous transaction under 10 "
+                                      "minutes ago'; chosen for the demo model on validation AP)"),
     target_precision: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
     alerts_per_day: Optional[float] = typer.Option(
@@ -241,7 +244,8 @@ def train(
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
-        val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, target_precision=target_precision,
+        val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, activity_ple=activity_ple,
+        target_precision=target_precision,
         alerts_per_day=alerts_per_day, calibration=calibration,
     )
     try:

@@ -35,6 +35,8 @@ removal methods credit the earlier transactions that feed them.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -47,6 +49,32 @@ DEFAULT_ACTIVITY_WINDOWS_S = [3600.0, 86400.0, 604800.0, 2592000.0]
 def n_activity_inputs(n_windows: int) -> int:
     """Width ``A`` of the ``recent_activity`` input vector for ``n_windows`` windows."""
     return 2 * n_windows + 3
+
+
+def activity_ple_edges(n_windows: int) -> list[list[float]]:
+    """Per ``recent_activity`` input (``A`` lists, in input order), the edges of its piecewise-linear
+    code (``ModelConfig.activity_ple``), in the input's own units: counts at 0, 1, 2, 3, 5, 8, 13, 21
+    earlier transactions (``log1p(c) / 3``); amount deviations and the z-score in standard
+    deviations; the second-previous gap at 1, 3, 10, 30 minutes, 1, 3, 12, 24 hours and 7 days
+    (``log1p(minutes) / 5``); none for the 0/1 flag. Fixed, not fitted: the same for every file.
+    A linear map alone cannot place a sharp threshold such as "the second-previous transaction
+    was under 10 minutes ago" (Gorishniy et al. 2022, arXiv:2203.05556)."""
+    count = [math.log1p(c) / 3.0 for c in (0, 1, 2, 3, 5, 8, 13, 21)]
+    dev = [-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0]
+    zdev = [-4.0, -2.0, -1.0, 0.0, 1.0, 2.0, 4.0]
+    gap = [math.log1p(m) / 5.0 for m in (0, 1, 3, 10, 30, 60, 180, 720, 1440, 10080)]
+    return [e for _ in range(n_windows) for e in (count, dev)] + [zdev, gap, []]
+
+
+def ple_tables(edges: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(lo [A, K], scale [A, K])`` float32 of the codes of :func:`activity_ple_edges` (``K`` the
+    most bins of any input; padding bins have scale 0, so their code is 0)."""
+    K = max(len(e) - 1 for e in edges)
+    lo, scale = torch.zeros(len(edges), K), torch.zeros(len(edges), K)
+    for a, e in enumerate(edges):
+        for k in range(len(e) - 1):
+            lo[a, k], scale[a, k] = e[k], 1.0 / (e[k + 1] - e[k])
+    return lo, scale
 
 
 def activity_inputs(
@@ -100,16 +128,28 @@ def activity_inputs(
 
 class ActivityEncoder(nn.Module):
     """``TransactionBatch -> ([B, T, D], [B, T, D])``: the embeddings of the ``recent_activity``
-    and ``first_seen`` fields (a linear map of :func:`activity_inputs` each)."""
+    and ``first_seen`` fields (a linear map of :func:`activity_inputs` each; with ``ple``, plus a
+    learned embedding of the piecewise-linear code of each ``recent_activity`` input,
+    :func:`activity_ple_edges`)."""
 
-    def __init__(self, d_model: int, windows_s: list[float], first_seen_cols: list[int]):
+    def __init__(self, d_model: int, windows_s: list[float], first_seen_cols: list[int], ple: bool = False):
         super().__init__()
         self.windows_s = [float(w) for w in windows_s]
         self.register_buffer("cols", torch.tensor(first_seen_cols, dtype=torch.int64), persistent=False)
         self.recent = nn.Linear(n_activity_inputs(len(windows_s)), d_model)
         self.seen = nn.Linear(len(first_seen_cols) + 1, d_model)
+        self.ple_w = None
+        if ple:
+            lo, scale = ple_tables(activity_ple_edges(len(windows_s)))
+            self.register_buffer("ple_lo", lo, persistent=False)
+            self.register_buffer("ple_scale", scale, persistent=False)
+            self.ple_w = nn.Parameter(torch.randn(*lo.shape, d_model) * 0.1 * (scale > 0).unsqueeze(-1))  # [A, K, D]
 
     def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         cat = batch.cat.index_select(-1, self.cols)  # [B, T, Fc] -> [B, T, C]
         recent, seen = activity_inputs(batch.time_s, batch.present, batch.num[..., 0], cat, self.windows_s)
-        return self.recent(recent), self.seen(seen)  # [B, T, D] each
+        r = self.recent(recent)  # [B, T, A] -> [B, T, D]
+        if self.ple_w is not None:
+            code = ((recent.unsqueeze(-1) - self.ple_lo) * self.ple_scale).clamp(0.0, 1.0)  # [B, T, A, K]
+            r = r + code.flatten(-2) @ self.ple_w.flatten(0, 1)  # [B, T, A*K] @ [A*K, D] -> [B, T, D]
+        return r, self.seen(seen)  # [B, T, D] each

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load as _st_load
 
 from engine.data.features import TIME_GAP_BOUNDARIES_S
-from engine.model.activity import n_activity_inputs
+from engine.model.activity import activity_ple_edges, n_activity_inputs
 from engine.model.transformer import ModelConfig
 
 #: most parameters a checkpoint may imply (float32: 256 MiB), checked before allocation
@@ -153,6 +153,9 @@ def expected_state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         s["rows.activity.recent.weight"] = (D, n_activity_inputs(len(cfg.activity_windows_s)))
         s["rows.activity.recent.bias"] = (D,)
         s["rows.activity.seen.weight"], s["rows.activity.seen.bias"] = (D, len(cfg.first_seen_cols) + 1), (D,)
+        if cfg.activity_ple:
+            edges = activity_ple_edges(len(cfg.activity_windows_s))
+            s["rows.activity.ple_w"] = (len(edges), max(len(e) - 1 for e in edges), D)
     s["ln_in.weight"], s["ln_in.bias"] = (D,), (D,)
     for i in range(cfg.n_layers):
         b = f"blocks.{i}."

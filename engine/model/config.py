@@ -73,6 +73,9 @@ class ModelConfig:
             model reads the column only through ``first_seen`` ("new merchant"). Each must be in
             ``first_seen_cols`` when the activity fields are on. ``[]`` for checkpoints written
             before the option existed.
+        activity_ple: with the activity fields, also embed a piecewise-linear code of each
+            ``recent_activity`` input (fixed edges, :func:`engine.model.activity.activity_ple_edges`);
+            False for checkpoints written before the option existed.
     """
 
     cat_cardinalities: list[int]
@@ -92,6 +95,7 @@ class ModelConfig:
     activity_windows_s: list[float] = field(default_factory=list)
     first_seen_cols: list[int] = field(default_factory=list)
     novelty_only_cols: list[int] = field(default_factory=list)
+    activity_ple: bool = False
 
     @property
     def embedding_cardinalities(self) -> list[int]:
@@ -145,6 +149,9 @@ class ModelConfig:
                              f"got {_short(self.field_names)}")
         if cols and not w:
             raise ValueError("first_seen_cols: expected [] when activity_windows_s is []")
+        if not isinstance(self.activity_ple, bool) or (self.activity_ple and not w):
+            raise ValueError(f"activity_ple: expected false, or true with activity_windows_s set, got "
+                             f"{_short(self.activity_ple)}")
         for j, c in enumerate(self.novelty_only_cols):  # types and range checked in _check_ranges
             if w and c not in cols:
                 raise ValueError(f"novelty_only_cols[{j}]: expected a column of first_seen_cols {_short(list(cols))}, got {c}")

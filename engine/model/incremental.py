@@ -89,7 +89,8 @@ class _Weights:
         self.act = None if act is None else dict(  # recent-activity / first-seen fields (engine.model.activity)
             windows=list(act.windows_s), cols=act.cols.numpy().astype(np.int64),
             recent_w=_np(act.recent.weight).T.copy(), recent_b=_np(act.recent.bias),  # [A, D], [D]
-            seen_w=_np(act.seen.weight).T.copy(), seen_b=_np(act.seen.bias))  # [C+1, D], [D]
+            seen_w=_np(act.seen.weight).T.copy(), seen_b=_np(act.seen.bias),  # [C+1, D], [D]
+            ple=None if act.ple_w is None else (act.ple_lo.numpy(), act.ple_scale.numpy(), _np(act.ple_w)))  # [A, K] x2, [A, K, D]
         self.ln_in = (_np(model.ln_in.weight), _np(model.ln_in.bias), model.ln_in.eps)
         self.ln_out = (_np(model.ln_out.weight), _np(model.ln_out.bias), model.ln_out.eps)
         self.head_w, self.head_b = _np(model.head.weight)[0], float(model.head.bias.detach()[0])
@@ -187,8 +188,13 @@ class IncrementalScorer:
             seen = np.append((w.cats[:n] != cats).all(axis=0).astype(np.float32), np.float32(1.0))  # [C + 1]
         else:
             seen = np.zeros(len(cats) + 1, np.float32)
-        return (np.asarray(feats, np.float32) @ A["recent_w"] + A["recent_b"]
-                + seen @ A["seen_w"] + A["seen_b"])
+        r = np.asarray(feats, np.float32)
+        out = r @ A["recent_w"] + A["recent_b"] + seen @ A["seen_w"] + A["seen_b"]
+        if A["ple"] is not None:  # piecewise-linear codes of the inputs, as ActivityEncoder.forward
+            lo, scale, pw = A["ple"]
+            code = np.clip((r[:, None] - lo) * scale, 0.0, 1.0).astype(np.float32)  # [A, K]
+            out = out + code.reshape(-1) @ pw.reshape(-1, pw.shape[-1])
+        return out
 
     def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool,
               cats: np.ndarray | None = None) -> np.ndarray | None:

@@ -93,7 +93,8 @@ class TrainConfig:
             evaluated epoch is kept).
         seed: seed for init and sampling. threads: torch intra-op threads (None = torch default).
         activity: build the model with the recent-activity and first-seen fields
-            (:mod:`engine.model.activity`).
+            (:mod:`engine.model.activity`). activity_ple: also embed piecewise-linear codes of the
+            recent-activity inputs (``ModelConfig.activity_ple``).
         calibration: ``"auto"``, ``"isotonic"``, ``"platt"`` or ``"none"`` (no map: the outputs
             stay scores), fitted on validation after model choice.
         target_precision / alerts_per_day: the review threshold's target on validation (at most
@@ -123,6 +124,7 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     activity: bool = True
+    activity_ple: bool = False
     calibration: str = "auto"
     target_precision: float | None = None
     alerts_per_day: float | None = None

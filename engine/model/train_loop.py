@@ -102,6 +102,7 @@ def new_model(encoder: FeatureEncoder, cfg: TrainConfig):
     return build_model(
         encoder, seed=cfg.seed, activity=cfg.activity,
         **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "context_length", "min_history")},
+        **({"activity_ple": True} if cfg.activity and getattr(cfg, "activity_ple", False) else {}),
     )
 
 

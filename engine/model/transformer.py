@@ -128,7 +128,7 @@ class RowEncoder(nn.Module):
         comp_field = list(cfg.cat_field_index) + list(cfg.num_field_index) + [f for f, _ in cfg.multi_slots]
         self.register_buffer("comp_field", torch.tensor(comp_field, dtype=torch.int64), persistent=False)
         self.field_bias = nn.Parameter(torch.zeros(F, D))
-        self.activity = (ActivityEncoder(D, cfg.activity_windows_s, cfg.first_seen_cols)
+        self.activity = (ActivityEncoder(D, cfg.activity_windows_s, cfg.first_seen_cols, ple=cfg.activity_ple)
                          if cfg.activity_windows_s else None)
         self.act_field = [cfg.field_names.index(n) for n in ACTIVITY_FIELDS] if self.activity is not None else []
 

@@ -22,10 +22,12 @@ a measured contribution, never by its position in the history:
   visit later had fraud far more often than the entities active in the same days
   (:func:`engine.trust.common_point.visit_facts`, computed from *other* entities' labels /
   dispositions only, passed in as plain dicts). The model sees one entity's history, so the
-  evidence is external: the weight is the log of the shrunk rate ratio
-  ``ln((k + 1) / (n r0 + 1))`` (``k`` of ``n`` visitors with later fraud, base rate ``r0``), a
-  log relative risk on the same log-odds scale as the logit attributions (for rare outcomes log
-  RR ~ log OR); only visits with ``p_adjusted <=`` :data:`COMMON_POINT_P` are reasons.
+  evidence is external: the weight is the log rate ratio at the lower 95 % bound of the visitors'
+  fraud rate, ``ln(p_low / r0)`` (:func:`common_point_weight`; ``k`` of ``n`` visitors with later
+  fraud, base rate ``r0``), a log relative risk on the same log-odds scale as the logit
+  attributions (for rare outcomes log RR ~ log OR); only visits with ``p_adjusted <=``
+  :data:`COMMON_POINT_P` are reasons. (Until 2026-12-01 it was the shrunk ``ln((k + 1) / (n r0 +
+  1))``: 1.35 for 3 of 3 visitors against a 1.2 % base rate, below even the lower bound, 3.4.)
 
 Sources: card testing ("test charges before large card-not-present purchases") and common point
 of purchase / compromise analysis are the standard patterns described in Visa's *What To Do If
@@ -44,8 +46,9 @@ import torch
 COMMON_POINT_P = 0.05
 #: a small charge counts when at most this many transactions lie between it and the query ("shortly before")
 TEST_MAX_BETWEEN = 20
-#: query reasons / history reasons a ``test_then_purchase`` reason states (dropped when it fires)
-ABSORBED = ("query_amount", "query_online", "query_new_merchant", "small_charges")
+#: query reasons / history reasons a ``test_then_purchase`` reason states (dropped when it fires; the
+#: query's ``query_new_values`` is rebuilt without the merchant, which the pattern states)
+ABSORBED = ("query_amount", "query_online", "small_charges")
 
 
 def deletion_effects(ctx, groups: Sequence[Sequence[int]]) -> np.ndarray:
@@ -113,9 +116,31 @@ def test_then_purchase(f, ctx) -> None:
                "max_share_of_median": SMALL_CHARGE_RATIO, "deletion_logit": joint, "query_field_weight": wq,
                "probability_with": p_with, "probability_without": p_without,
                "weight_known": int(math.isfinite(wq))}
-    f.out = [r for r in f.out if r.kind not in ABSORBED]
+    from engine.trust.reasons import new_values_reason
+
+    f.out = [r for r in f.out if r.kind not in ABSORBED and r.kind != "query_new_values"]
+    new_values_reason(f, skip=frozenset({"merchant", "terminal"}))  # the query's other new values, if any
     f.pattern("test_then_purchase", text, [*keep, q], ["amount", "merchant", "first_seen", *qfields], numbers,
               weight)
+
+
+def common_point_weight(k: int, n: int, base_rate: float) -> float:
+    """Weight (log-odds scale) of a common point: ``ln(p_low / r0)``, where ``p_low`` is the lower
+    bound of the two-sided 95 % Clopper-Pearson interval of the visitors' later-fraud rate ``k / n``
+    (Clopper & Pearson 1934, Biometrika 26:404) and ``r0`` the base rate of the entities active in
+    those days: the smallest log rate ratio the visits support at that level (for rare outcomes
+    log RR ~ log OR, the scale of the logit attributions). 0 when ``k = 0``; <= 0 means no support.
+
+    Raises:
+        ValueError: ``k`` outside ``[0, n]`` or a base rate outside ``(0, 1)``.
+    """
+    from scipy.stats import beta
+
+    if not 0 <= k <= n or not 0 < base_rate < 1:
+        raise ValueError(f"expected 0 <= k <= n and 0 < base_rate < 1, got k={k}, n={n}, base_rate={base_rate}")
+    if k == 0:
+        return 0.0
+    return math.log(float(beta.ppf(0.025, k, n - k + 1)) / base_rate)
 
 
 def common_point(f, facts: Sequence[dict[str, Any]] | None) -> None:
@@ -129,7 +154,7 @@ def common_point(f, facts: Sequence[dict[str, Any]] | None) -> None:
         return
     x = min(ok, key=lambda d: (d["p_adjusted"], -d["rate_ratio"]))
     k, n, r0 = int(x["n_later_fraud"]), int(x["n_visitors"]), float(x["base_rate"])
-    weight = math.log((k + 1.0) / (n * r0 + 1.0))
+    weight = common_point_weight(k, n, r0)
     if weight <= 0:
         return
     pos = f.ids.index(x["transaction_id"])
@@ -142,8 +167,9 @@ def common_point(f, facts: Sequence[dict[str, Any]] | None) -> None:
     numbers = {kk: x[kk] for kk in ("point_field", "point", "n_visitors", "n_later_fraud", "n_active",
                                     "n_active_fraud", "base_rate", "rate_ratio", "p_value", "p_adjusted", "n_tested",
                                     "window_days", "follow_days")}
-    numbers.update({"visit_time": str(x["visit_time"]), "log_rate_ratio_shrunk": weight})
+    numbers.update({"visit_time": str(x["visit_time"]), "log_rate_ratio_lower95": weight})
     f.pattern("common_point", text, [pos], [str(x["point_field"])], numbers, weight)
 
 
-__all__ = ["ABSORBED", "COMMON_POINT_P", "TEST_MAX_BETWEEN", "common_point", "deletion_effects", "test_then_purchase"]
+__all__ = ["ABSORBED", "COMMON_POINT_P", "TEST_MAX_BETWEEN", "common_point", "common_point_weight", "deletion_effects",
+           "test_then_purchase"]

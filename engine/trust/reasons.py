@@ -14,9 +14,11 @@ Rules (each is tested against numbers recomputed from the data):
    merchants the card had not used before" counts new merchants among all 9 ("new" = no earlier
    transaction of the history has the value). The reason cites only the citable transactions.
 3. **The query's own fields are reasons too** (facts about the flagged transaction alone):
-   its amount against the entity's median purchase, its authorisation errors, a merchant / MCC /
-   city / state the entity never used, an online purchase on a card that rarely buys online, a
-   night-time purchase, and the delayed label history of its terminal (Handbook aggregates).
+   its amount against the entity's median purchase, its authorisation errors, the merchant / MCC /
+   city / state values the entity never used (one reason, ``query_new_values``: they share the
+   ``first_seen`` field, whose attribution is counted once; a value whose own field pushed towards
+   legitimate is not named), an online purchase on a card that rarely buys online, a night-time
+   purchase, and the delayed label history of its terminal (Handbook aggregates).
 4. **Ranked by signed contribution towards fraud.** A history reason weighs the sum of the
    attributions of the transactions it cites (logit, all positive by rule 1). A query reason
    weighs the field attribution of the query on the fields it rests on, from the explanation
@@ -64,7 +66,7 @@ class Reason:
     """One reason code.
 
     Attributes:
-        kind: ``"burst"``, ``"small_charges"``, ``"new_merchant"``, ``"query_amount"``, ... (module doc).
+        kind: ``"burst"``, ``"small_charges"``, ``"new_values"``, ``"query_amount"``, ... (module doc).
         text: the plain-language sentence.
         transaction_ids: the transactions it cites (citable earlier ones and/or the query).
         fields: the model fields it rests on.
@@ -292,30 +294,44 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
                       ["amount", "merchant", "first_seen"],
                       {"n_small": len(small), "span_minutes": span, "median_before": med,
                        "max_share_of_median": SMALL_CHARGE_RATIO})
-    # new categorical values among the transactions of the span
+    # new categorical values among the transactions of the span: one reason for all columns (a
+    # transaction at a new merchant is usually also at a new MCC / city: one reason per column would
+    # cite it, and count its attribution, once per column)
     labels = {"merchant": "merchants", "terminal": "terminals", "mcc": "merchant categories",
               "merchant_city": "cities", "merchant_state": "states"}
     online = _is_online(rows)
-    for col, label in labels.items():
+    news, hits = {}, set()
+    for col in labels:
         if col not in rows:
             continue
         new = first_seen(rows[col].astype(str).to_numpy(), f.missing.get(col, "<empty>"))
         if col in ("merchant_city", "merchant_state"):
             new &= ~online
-        hits = [int(p) for p in S if new[p]]
-        if not hits:
-            continue
+        h = [int(p) for p in S if new[p]]
+        if h:
+            news[col] = new
+            hits.update(h)
+    if hits:
         win = f.window(min(hits))
-        k, n = int(new[win].sum()), len(win)
+        n = len(win)
         span = f.minutes_before_query(min(hits))
-        text = (f"{k} of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one "
-                f"{'was' if k == 1 else 'were'} at {label} {other} had not used before")
-        numbers = {"n_new": k, "n_window": n, "span_minutes": span}
-        if col in ("mcc", "merchant_state"):
-            vals = sorted(set(rows[col].astype(str).to_numpy()[win][new[win]]))
-            numbers["values"] = ", ".join(vals)
-            text += f" ({', '.join(vals)})"
-        f.history(f"new_{col}", text, hits, [col, "first_seen"], numbers)
+        any_new = np.zeros(len(rows), dtype=bool)
+        parts, numbers = [], {"n_window": n, "span_minutes": span}
+        for col, new in news.items():
+            k = int(new[win].sum())
+            any_new |= new
+            numbers[f"n_new_{col}"] = k
+            part = f"{k} {('was' if k == 1 else 'were') if not parts else ''}".rstrip() + f" at {labels[col]}"
+            if col in ("mcc", "merchant_state"):
+                vals = sorted(set(rows[col].astype(str).to_numpy()[win][new[win]]))
+                numbers[f"values_{col}"] = ", ".join(vals)
+                part += f" ({', '.join(vals)})"
+            parts.append(part)
+        numbers["n_new"] = int(any_new[win].sum())
+        listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {listed} "
+                f"{other} had not used before")
+        f.history("new_values", text, sorted(hits), [*news, "first_seen"], numbers)
     # authorisation errors in the span
     if "errors" in rows:
         err = rows["errors"].fillna("").astype(str).to_numpy()
@@ -371,17 +387,7 @@ def _query_reasons(f: _Facts) -> None:
                     {"errors": ", ".join(kinds)})
     if q >= 1:
         online = _is_online(rows)
-        labels = {"merchant": "merchant", "terminal": "terminal", "mcc": "merchant category",
-                  "merchant_city": "city", "merchant_state": "state"}
-        for col, label in labels.items():
-            if col not in rows or (col in ("merchant_city", "merchant_state") and online[q]):
-                continue
-            vals = rows[col].astype(str).to_numpy()
-            if vals[q] != f.missing.get(col, "<empty>") and vals[q] not in set(vals[:q]):
-                show = f" {vals[q]}" if col in ("mcc", "merchant_state") else ""
-                f.query(f"query_new_{col}", f"the {noun}'s first transaction at this {label}{show} in {q} earlier "
-                                            f"{_plural(q, 'transaction')}", [col, "first_seen"],
-                        {"n_before": q, **({"value": vals[q]} if show else {})})
+        new_values_reason(f)
         if online[q] and ("use_chip" in rows or "merchant_city" in rows):
             share = float(online[:q].mean())
             if share <= 0.25:
@@ -398,6 +404,38 @@ def _query_reasons(f: _Facts) -> None:
                                        f"{NIGHT_HOURS[1] - 1:02d}:59)", ["hour"],
                         {"night_share_before": share, "n_before": q})
     _terminal_reasons(f)
+
+
+def new_values_reason(f: "_Facts", skip: frozenset = frozenset()) -> None:
+    """Add the ``query_new_values`` reason: every merchant / MCC / city / state value of the query
+    that no earlier transaction of the history has (columns in ``skip`` excepted: a pattern that
+    already states them). One reason, as they share the ``first_seen`` field, whose attribution
+    would otherwise be counted once per value; a value whose own field pushed towards legitimate
+    is not named."""
+    rows, q = f.rows, f.q
+    if q < 1:
+        return
+    online = _is_online(rows)
+    labels = {"merchant": "merchant", "terminal": "terminal", "mcc": "merchant category",
+              "merchant_city": "city", "merchant_state": "state"}
+    new, parts, shown = [], [], {}
+    for col, label in labels.items():
+        if col in skip or col not in rows or (col in ("merchant_city", "merchant_state") and online[q]):
+            continue
+        vals = rows[col].astype(str).to_numpy()
+        if vals[q] != f.missing.get(col, "<empty>") and vals[q] not in set(vals[:q]):
+            if f.fq is not None and col in f.fnames and f.fq[f.fnames.index(col)] < 0:
+                continue  # this value's own field pushed towards legitimate: not cited
+            show = f" {vals[q]}" if col in ("mcc", "merchant_state") else ""
+            new.append(col)
+            parts.append(f"{label}{show}")
+            if show:
+                shown[f"value_{col}"] = vals[q]
+    if new:
+        what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        f.query("query_new_values", f"the {f.noun}'s first transaction at this {what} in {q} earlier "
+                                    f"{_plural(q, 'transaction')}", [*new, "first_seen"],
+                {"n_before": q, "new_fields": ", ".join(new), **shown})
 
 
 def _terminal_reasons(f: _Facts) -> None:

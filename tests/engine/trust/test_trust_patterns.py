@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy.optimize import brentq
 from scipy.stats import binom
 
 from engine.data.features import FeatureEncoder
@@ -111,7 +112,9 @@ def test_test_then_purchase_numbers_recomputed_from_the_data():
     assert r.text.startswith(f"1 small charge (1.25 USD) at a merchant new to the card, 2.7 days (4 transactions) "
                              f"before this 640.00 USD online purchase at a merchant new to the card ({640 / med:.1f}x")
     # it states the query's amount / online / new merchant facts: those reasons are not repeated
-    assert not {"query_amount", "query_online", "query_new_merchant", "small_charges"} & set(by)
+    assert not {"query_amount", "query_online", "small_charges"} & set(by)
+    # the query's new values stay only for what the pattern does not state (here its new MCC)
+    assert by["query_new_values"].numbers["new_fields"] == "mcc"
     assert reasons[0].kind == "test_then_purchase"
 
 
@@ -227,7 +230,10 @@ def test_common_point_reason_and_cases_that_must_not_get_it(n_fraud, delay, expe
         facts = context_visit_facts(full, ctx)
         m = next(x for x in facts if x["point"] == "M")
         assert r.transaction_ids == [m["transaction_id"]] and r.about == "pattern"
-        assert r.weight == pytest.approx(math.log((4 + 1) / (5 * m["base_rate"] + 1)))
+        # the lower 95 % Clopper-Pearson bound of 4/5, found directly: P(X >= 4 | n = 5, p) = 0.025
+        p_low = brentq(lambda p: binom.sf(3, 5, p) - 0.025, 1e-9, 1 - 1e-9)
+        assert r.weight == pytest.approx(math.log(p_low / m["base_rate"]), rel=1e-6)
+        assert r.numbers["log_rate_ratio_lower95"] == r.weight
         assert r.numbers["n_later_fraud"] == 4 and r.numbers["n_visitors"] == 5 and r.numbers["n_active"] == 105
         assert r.text.startswith(f"on {m['visit_time']:%Y-%m-%d} the card used merchant M; 4 of the 5 other cards "
                                  "that used it within 7 days of that visit had fraud in the 60 days after (80%, "
@@ -261,3 +267,18 @@ def test_visit_facts_without_any_fraud_label():
     f["label"] = pd.array(np.zeros(len(f), dtype=np.int8), dtype="Int8")
     facts = visit_facts(f, "merchant", "Q", f.loc[f.entity_id == "Q", "timestamp"].max())
     assert facts and all(x["n_later_fraud"] == 0 and x["n_active_fraud"] == 0 and x["p_value"] == 1.0 for x in facts)
+
+
+def test_common_point_weight_is_the_lower_bound_and_refuses_nonsense():
+    from engine.trust.patterns import common_point_weight
+
+    for k, n in ((1, 1), (3, 3), (2, 7), (5, 40)):
+        p_low = brentq(lambda p: binom.sf(k - 1, n, p) - 0.025, 1e-12, 1 - 1e-12)
+        assert common_point_weight(k, n, 0.012) == pytest.approx(math.log(p_low / 0.012), rel=1e-6)
+    assert common_point_weight(3, 3, 0.012) > common_point_weight(1, 1, 0.012)  # more visitors, more support
+    assert common_point_weight(0, 9, 0.012) == 0.0
+    assert common_point_weight(1, 40, 0.5) < 0  # 1 of 40 against a 50 % base rate: no support
+    with pytest.raises(ValueError, match="expected 0 <= k <= n"):
+        common_point_weight(4, 3, 0.1)
+    with pytest.raises(ValueError, match="base_rate"):
+        common_point_weight(1, 3, 0.0)

@@ -92,9 +92,11 @@ def test_counts_cover_the_whole_window_not_the_cited_set():
     assert b.numbers["n_transactions"] == 6 and b.numbers["n_cited"] == 4
     assert b.numbers["span_minutes"] == pytest.approx((ts.iloc[T - 1] - ts.iloc[T - 6]).total_seconds() / 60) == 40
     assert b.text == "6 transactions in 40 minutes up to this one"
-    m = by["new_merchant"]
-    assert (m.numbers["n_new"], m.numbers["n_window"]) == (5, 5) and m.transaction_ids == cited
-    assert m.text == "5 of the 5 transactions in the 40 minutes before this one were at merchants the card had not used before"
+    m = by["new_values"]  # one reason for every column's new values, each transaction cited once
+    assert (m.numbers["n_new_merchant"], m.numbers["n_window"], m.numbers["n_new"]) == (5, 5, 5)
+    assert m.transaction_ids == cited and not any(k.startswith("new_") and k != "new_values" for k in by)
+    assert m.text == ("of the 5 transactions in the 40 minutes before this one, 5 were at merchants and 2 at merchant "
+                      "categories (5732, 5944) the card had not used before")
     e = by["errors"]  # the Bad CVV on T-5 opens the errors window: T-5..T-2, 32 minutes before the query
     assert e.numbers["n_errors"] == 1 and e.numbers["n_window"] == 4 and e.numbers["errors"] == "Bad CVV"
     assert e.numbers["span_minutes"] == pytest.approx(32)
@@ -103,8 +105,8 @@ def test_counts_cover_the_whole_window_not_the_cited_set():
     assert a.numbers["median_window"] == pytest.approx(np.median(amt[T - 6:T - 1]))
     assert a.numbers["median_before"] == pytest.approx(np.median(amt[:T - 6]))
     assert a.numbers["ratio"] == pytest.approx(np.median(amt[T - 6:T - 1]) / np.median(amt[:T - 6]))
-    mc = by["new_mcc"]
-    assert mc.numbers["values"] == "5732, 5944" and mc.numbers["n_new"] == 2  # new = first time in the history
+    assert m.numbers["values_mcc"] == "5732, 5944" and m.numbers["n_new_mcc"] == 2  # new = first time in the history
+    assert m.weight == pytest.approx(burst_values(ctx)[[T - 6, T - 5, T - 3, T - 2]].sum())  # each cited once
     # history reasons weigh the sum of their cited values (signed contribution towards fraud)
     v = burst_values(ctx)
     assert b.weight == pytest.approx(v[[T - 6, T - 5, T - 3, T - 2]].sum())
@@ -140,9 +142,12 @@ def test_query_fields_are_reasons_weighed_by_their_field_attribution():
     assert qa.transaction_ids == [ctx.query_transaction_id] and qa.weight == pytest.approx(3.5)
     assert by["query_errors"].text == "this transaction had an authorisation error (Bad CVV)"
     assert by["query_errors"].weight == pytest.approx(1.0)
-    # the query's merchant is new, but its field pushed towards legitimate: not a reason
-    assert "query_new_merchant" not in by
-    assert by["query_new_mcc"].numbers["value"] == "5946" and by["query_new_mcc"].weight == pytest.approx(0.2)
+    # the query's merchant is new, but its field pushed towards legitimate: not named; its new MCC is
+    new = by["query_new_values"]
+    assert "merchant" not in new.numbers["new_fields"].split(", ") and new.numbers["value_mcc"] == "5946"
+    assert new.numbers["new_fields"] == "mcc" and new.text.startswith("the card's first transaction at this merchant category 5946 in ")
+    assert new.weight == pytest.approx(0.2)
+    assert sum(r.kind.startswith("query_new") for r in reasons) == 1  # one reason for all new values
     weights = [r.weight for r in reasons]
     assert weights == sorted(weights, reverse=True) and reasons[0].kind == "query_amount"
     assert summary_text(reasons).endswith(".") and summary_text([]) == ""
