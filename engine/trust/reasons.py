@@ -124,6 +124,10 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
     return np.zeros(len(rows), dtype=bool)
 
 
+#: the ``new_values`` history reason compares the span's share of new values with the share over the
+#: entity's transactions before the span, when there are at least this many of them
+NOVELTY_MIN_BEFORE = 10
+
 def first_seen(values: np.ndarray, missing: str) -> np.ndarray:
     """``[T]`` bool: the value appears in no earlier row (and is not the missing marker); row 0,
     having no history, is never "new"."""
@@ -328,10 +332,19 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
                 part += f" ({', '.join(vals)})"
             parts.append(part)
         numbers["n_new"] = int(any_new[win].sum())
-        listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-        text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {listed} "
-                f"{other} had not used before")
-        f.history("new_values", text, sorted(hits), [*news, "first_seen"], numbers)
+        # a fact that matters: new values more often than before the span (a card that keeps trying new
+        # merchants, or a short history where every value is new, makes "k of n were new" no reason)
+        earlier = np.arange(1, int(win.min())) if len(win) else np.arange(0)
+        share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_BEFORE else None
+        numbers["new_share_before"] = share_before
+        if share_before is None or numbers["n_new"] / n > share_before:
+            listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+            text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {listed} "
+                    f"{other} had not used before")
+            if share_before is not None:
+                text += (f" (against {_pct(share_before)} of the {f.noun}'s {len(earlier)} earlier "
+                         f"{_plural(len(earlier), 'transaction')})")
+            f.history("new_values", text, sorted(hits), [*news, "first_seen"], numbers)
     # authorisation errors in the span
     if "errors" in rows:
         err = rows["errors"].fillna("").astype(str).to_numpy()

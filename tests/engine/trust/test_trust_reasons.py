@@ -95,8 +95,18 @@ def test_counts_cover_the_whole_window_not_the_cited_set():
     m = by["new_values"]  # one reason for every column's new values, each transaction cited once
     assert (m.numbers["n_new_merchant"], m.numbers["n_window"], m.numbers["n_new"]) == (5, 5, 5)
     assert m.transaction_ids == cited and not any(k.startswith("new_") and k != "new_values" for k in by)
+    # the share of new values before the span, recomputed: rows 1..T-7 (row 0 has no history), any column new
+    cols = [c for c in ("merchant", "mcc", "merchant_city", "merchant_state") if c in rows]
+    online = rows["use_chip"].astype(str).str.contains("Online").to_numpy()
+    anynew = np.zeros(T, bool)
+    for c in cols:
+        new = first_seen(rows[c].astype(str).to_numpy(), "<empty>")
+        anynew |= new & ~online if c in ("merchant_city", "merchant_state") else new
+    before = anynew[1:T - 6]
+    assert m.numbers["new_share_before"] == pytest.approx(before.mean()) and len(before) == 19
     assert m.text == ("of the 5 transactions in the 40 minutes before this one, 5 were at merchants and 2 at merchant "
-                      "categories (5732, 5944) the card had not used before")
+                      f"categories (5732, 5944) the card had not used before (against {100 * before.mean():.0f}% of "
+                      "the card's 19 earlier transactions)")
     e = by["errors"]  # the Bad CVV on T-5 opens the errors window: T-5..T-2, 32 minutes before the query
     assert e.numbers["n_errors"] == 1 and e.numbers["n_window"] == 4 and e.numbers["errors"] == "Bad CVV"
     assert e.numbers["span_minutes"] == pytest.approx(32)
@@ -279,3 +289,21 @@ def test_terminal_run_reason_matches_the_delayed_labels():
     assert run.numbers["run_length"] == 5 and run.numbers["run_days"] == pytest.approx(12 - 2 / 24)
     assert run.transaction_ids == ["r21"] and run.weight == pytest.approx(2.0)
     assert run.text.startswith("this transaction's terminal: its last 5 known transactions were all frauds")
+
+
+def test_new_values_are_no_reason_where_new_values_are_the_card_s_habit():
+    """A card whose every earlier transaction was at a new merchant: "5 of 5 were at new merchants"
+    says nothing about this burst, so there is no new_values reason (the rest still fire)."""
+    fr = demo_like_frame()
+    card = fr["entity_id"] == "0:0"
+    first20 = fr.index[card][:20]
+    fr.loc[first20, "merchant"] = [f"m{i}" for i in range(20)]  # 20 distinct merchants: all new
+    fr.loc[first20, "mcc"] = [f"{5000 + i}" for i in range(20)]
+    spec = load_spec("demo")
+    enc = FeatureEncoder.fit(fr, spec)
+    model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
+                        context_length=32, min_history=8).eval()
+    qid = fr.loc[card, "transaction_id"].iloc[-1]
+    ctx = build_context(ModelBundle(model=model, encoder=enc, spec=spec), fr, qid)
+    kinds = {r.kind for r in reason_codes(ctx, {"shap": shap_like(ctx, burst_values(ctx))}, top_k=4, max_reasons=20)}
+    assert "new_values" not in kinds and "burst" in kinds
