@@ -13,6 +13,9 @@ Rules (each is tested against numbers recomputed from the data):
    entity in those 38 minutes; "3 of the 9 transactions in the 38 minutes before this one were at
    merchants the card had not used before" counts new merchants among all 9 ("new" = no earlier
    transaction of the history has the value). The reason cites only the citable transactions.
+   Facts that matter only: that reason (``new_values``, one for all columns) needs at least half
+   of the span's transactions at new values, and more than over the entity's transactions before
+   the span (:data:`NOVELTY_MIN_SHARE`, :data:`NOVELTY_MIN_BEFORE`).
 3. **The query's own fields are reasons too** (facts about the flagged transaction alone):
    its amount against the entity's median purchase, its authorisation errors, the merchant / MCC /
    city / state values the entity never used (one reason, ``query_new_values``: they share the
@@ -124,8 +127,10 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
     return np.zeros(len(rows), dtype=bool)
 
 
-#: the ``new_values`` history reason compares the span's share of new values with the share over the
-#: entity's transactions before the span, when there are at least this many of them
+#: the ``new_values`` history reason needs at least this share of the span's transactions at a value
+#: new to the entity, and a higher share than over the entity's transactions before the span when
+#: there are at least ``NOVELTY_MIN_BEFORE`` of them (settings, not fitted values)
+NOVELTY_MIN_SHARE = 0.5
 NOVELTY_MIN_BEFORE = 10
 
 def first_seen(values: np.ndarray, missing: str) -> np.ndarray:
@@ -332,12 +337,14 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
                 part += f" ({', '.join(vals)})"
             parts.append(part)
         numbers["n_new"] = int(any_new[win].sum())
-        # a fact that matters: new values more often than before the span (a card that keeps trying new
-        # merchants, or a short history where every value is new, makes "k of n were new" no reason)
+        # a fact that matters: most of the span's transactions at new values (NOVELTY_MIN_SHARE), and more
+        # often than before the span (a card that keeps trying new merchants makes "k of n were new" no
+        # reason; nor does "11 of the 56 transactions in 240 days")
         earlier = np.arange(1, int(win.min())) if len(win) else np.arange(0)
         share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_BEFORE else None
         numbers["new_share_before"] = share_before
-        if share_before is None or numbers["n_new"] / n > share_before:
+        share = numbers["n_new"] / n
+        if share >= NOVELTY_MIN_SHARE and (share_before is None or share > share_before):
             listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
             text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {listed} "
                     f"{other} had not used before")

@@ -307,3 +307,15 @@ def test_new_values_are_no_reason_where_new_values_are_the_card_s_habit():
     ctx = build_context(ModelBundle(model=model, encoder=enc, spec=spec), fr, qid)
     kinds = {r.kind for r in reason_codes(ctx, {"shap": shap_like(ctx, burst_values(ctx))}, top_k=4, max_reasons=20)}
     assert "new_values" not in kinds and "burst" in kinds
+
+
+def test_new_values_over_a_long_quiet_span_are_no_reason():
+    """A cited transaction at a new merchant long before the burst opens a span in which few
+    transactions were at new values: "3 of the 20 transactions in 8 days" is no reason."""
+    ctx = demo_ctx()
+    T = ctx.T
+    v = burst_values(ctx)
+    v[T - 6:T - 1] = 0.0  # the burst is not cited: only row 1 (a first visit) and row 2
+    v[1], v[2] = 0.9, 0.8
+    kinds = {r.kind for r in reason_codes(ctx, {"shap": shap_like(ctx, v)}, top_k=4, max_reasons=20)}
+    assert "new_values" not in kinds
