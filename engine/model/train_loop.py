@@ -192,6 +192,7 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
     total_steps = max(1, cfg.epochs * math.ceil(per_epoch / bs))
     step = 0
     ema = _Ema(core, getattr(cfg, "ema_epochs", 0.0), math.ceil(per_epoch / bs))
+    last_state = None
     for epoch in range(cfg.epochs):
         model.train()
         order = rng.choice(d.train_windows, size=per_epoch, replace=per_epoch > n_train)

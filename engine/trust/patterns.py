@@ -27,7 +27,7 @@ a measured contribution, never by its position in the history:
   fraud, base rate ``r0``), a log relative risk on the same log-odds scale as the logit
   attributions (for rare outcomes log RR ~ log OR); only visits with ``p_adjusted <=``
   :data:`COMMON_POINT_P` are reasons. (Until 2026-12-01 it was the shrunk ``ln((k + 1) / (n r0 +
-  1))``: 1.35 for 3 of 3 visitors against a 1.2 % base rate, below even the lower bound, 3.4.)
+  1))``: 1.35 for 3 of 3 visitors against a 1.2 % base rate, below even the lower bound, 3.19.)
 
 Sources: card testing ("test charges before large card-not-present purchases") and common point
 of purchase / compromise analysis are the standard patterns described in Visa's *What To Do If
@@ -119,7 +119,8 @@ def test_then_purchase(f, ctx) -> None:
     from engine.trust.reasons import new_values_reason
 
     f.out = [r for r in f.out if r.kind not in ABSORBED and r.kind != "query_new_values"]
-    new_values_reason(f, skip=frozenset({"merchant", "terminal"}))  # the query's other new values, if any
+    # the query's other new values, if any; first_seen is already weighed in the pattern when the merchant is new
+    new_values_reason(f, skip=frozenset({"merchant", "terminal"}), weigh_first_seen=not new_m[q])
     f.pattern("test_then_purchase", text, [*keep, q], ["amount", "merchant", "first_seen", *qfields], numbers,
               weight)
 

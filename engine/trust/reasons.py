@@ -14,8 +14,9 @@ Rules (each is tested against numbers recomputed from the data):
    merchants the card had not used before" counts new merchants among all 9 ("new" = no earlier
    transaction of the history has the value). The reason cites only the citable transactions.
    Facts that matter only: that reason (``new_values``, one for all columns) needs at least half
-   of the span's transactions at new values, and more than over the entity's transactions before
-   the span (:data:`NOVELTY_MIN_SHARE`, :data:`NOVELTY_MIN_BEFORE`).
+   of the span's transactions at new values (:data:`NOVELTY_MIN_SHARE`) and, when at least
+   :data:`NOVELTY_MIN_BEFORE` transactions before the span have that many earlier rows in the
+   history shown, a higher share than over those (with fewer there is no such comparison).
 3. **The query's own fields are reasons too** (facts about the flagged transaction alone):
    its amount against the entity's median purchase, its authorisation errors, the merchant / MCC /
    city / state values the entity never used (one reason, ``query_new_values``: they share the
@@ -128,8 +129,9 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
 
 
 #: the ``new_values`` history reason needs at least this share of the span's transactions at a value
-#: new to the entity, and a higher share than over the entity's transactions before the span when
-#: there are at least ``NOVELTY_MIN_BEFORE`` of them (settings, not fitted values)
+#: new to the entity, and a higher share than over the transactions before the span that have at least
+#: ``NOVELTY_MIN_BEFORE`` earlier rows, when there are at least ``NOVELTY_MIN_BEFORE`` of those
+#: (settings, not fitted values)
 NOVELTY_MIN_SHARE = 0.5
 NOVELTY_MIN_BEFORE = 10
 
@@ -340,7 +342,9 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         # a fact that matters: most of the span's transactions at new values (NOVELTY_MIN_SHARE), and more
         # often than before the span (a card that keeps trying new merchants makes "k of n were new" no
         # reason; nor does "11 of the 56 transactions in 240 days")
-        earlier = np.arange(1, int(win.min())) if len(win) else np.arange(0)
+        # positions with at least NOVELTY_MIN_BEFORE earlier rows in the history shown ("new" there means
+        # "not in those rows": the first rows of a history cut at the context start all look new)
+        earlier = np.arange(NOVELTY_MIN_BEFORE, int(win.min())) if len(win) else np.arange(0)
         share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_BEFORE else None
         numbers["new_share_before"] = share_before
         share = numbers["n_new"] / n
@@ -349,8 +353,8 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
             text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {listed} "
                     f"{other} had not used before")
             if share_before is not None:
-                text += (f" (against {_pct(share_before)} of the {f.noun}'s {len(earlier)} earlier "
-                         f"{_plural(len(earlier), 'transaction')})")
+                text += (f" (against {_pct(share_before)} of its transactions {NOVELTY_MIN_BEFORE + 1}-"
+                         f"{int(win.min())} of the history shown)")
             f.history("new_values", text, sorted(hits), [*news, "first_seen"], numbers)
     # authorisation errors in the span
     if "errors" in rows:
@@ -426,12 +430,13 @@ def _query_reasons(f: _Facts) -> None:
     _terminal_reasons(f)
 
 
-def new_values_reason(f: "_Facts", skip: frozenset = frozenset()) -> None:
+def new_values_reason(f: "_Facts", skip: frozenset = frozenset(), weigh_first_seen: bool = True) -> None:
     """Add the ``query_new_values`` reason: every merchant / MCC / city / state value of the query
     that no earlier transaction of the history has (columns in ``skip`` excepted: a pattern that
     already states them). One reason, as they share the ``first_seen`` field, whose attribution
     would otherwise be counted once per value; a value whose own field pushed towards legitimate
-    is not named."""
+    is not named. ``weigh_first_seen=False``: the weight leaves ``first_seen`` out (a pattern
+    reason already weighs it), so the reason stands only on its values' own fields."""
     rows, q = f.rows, f.q
     if q < 1:
         return
@@ -454,7 +459,7 @@ def new_values_reason(f: "_Facts", skip: frozenset = frozenset()) -> None:
     if new:
         what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
         f.query("query_new_values", f"the {f.noun}'s first transaction at this {what} in {q} earlier "
-                                    f"{_plural(q, 'transaction')}", [*new, "first_seen"],
+                                    f"{_plural(q, 'transaction')}", [*new, *(["first_seen"] if weigh_first_seen else [])],
                 {"n_before": q, "new_fields": ", ".join(new), **shown})
 
 
