@@ -43,6 +43,22 @@ def tick_rows(page, rows: list[int], grid=None) -> None:
         page.wait_for_timeout(600)  # one rerun per tick
 
 
+def choose_option(page, box, option: str, tries: int = 4, wait_ms: int = 15_000) -> None:
+    """Open the select box ``box`` (a locator) and click its option named ``option``: a click that
+    lands while the page is rerunning redraws the box and loses the open list (seen on a loaded
+    CI machine), so it is repeated, at most ``tries`` times."""
+    for i in range(tries):
+        try:
+            box.click()
+            page.get_by_role("option", name=option).click(timeout=wait_ms)
+            return
+        except Exception:  # noqa: BLE001 - playwright TimeoutError: the list closed, open it again
+            if i == tries - 1:
+                raise
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(1000)
+
+
 def tick_until(page, row: int, expect, tries: int = 3, wait_ms: int = 8000) -> None:
     """Tick ``row`` of the visible work-queue table until ``expect`` (a locator) is visible: a
     click that lands while the page is still rerunning (a cold server's first page) is lost, so

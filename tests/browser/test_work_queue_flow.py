@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from conftest import sign_in, tick_rows
+from conftest import choose_option, sign_in, tick_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 90_000  # ms: the first explanation of a case on a shared 2-core machine
@@ -58,8 +58,7 @@ def test_claim_next_case_then_disposition_with_fraud_type(app_url, page, output_
     page.get_by_text("Disposition", exact=True).first.wait_for()
     page.get_by_text("Confirmed fraud", exact=True).click()
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Fraud type")
-    box.click()
-    page.get_by_role("option", name="Card testing").click()
+    choose_option(page, box, "Card testing")
     page.get_by_role("spinbutton", name=re.compile(r"^Loss")).fill("1234.5")
     page.get_by_role("spinbutton", name=re.compile(r"^Exposure")).fill("5000")
     page.get_by_role("textbox", name="Note (required)").fill("3 small test charges then a large one")
@@ -100,8 +99,7 @@ def test_audit_filter_and_export(app_url, e2e_world, page, output_dir, tmp_path)
     page.get_by_role("heading", name="Audit log").wait_for()
     page.get_by_text(re.compile(r"audit log intact")).wait_for()
     ms = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Action")
-    ms.click()
-    page.get_by_role("option", name="bulk_assigned").click()
+    choose_option(page, ms, "bulk_assigned")
     page.keyboard.press("Escape")
     page.wait_for_timeout(1500)
     _shot(page, output_dir, "audit_filtered.png")
