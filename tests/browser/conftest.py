@@ -45,8 +45,8 @@ def tick_rows(page, rows: list[int], grid=None) -> None:
 
 def choose_option(page, box, option: str, tries: int = 4, wait_ms: int = 15_000) -> None:
     """Open the select box ``box`` (a locator) and click its option named ``option``: a click that
-    lands while the page is rerunning redraws the box and loses the open list (seen on a loaded
-    CI machine), so it is repeated, at most ``tries`` times."""
+    lands while the page is rerunning redraws the box and loses the open list (seen once in a
+    CI simulation), so it is repeated, at most ``tries`` times."""
     for i in range(tries):
         try:
             box.click()
