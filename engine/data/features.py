@@ -383,6 +383,7 @@ def _to_seconds(ts: pd.Series) -> np.ndarray:
 #: large keeps two distinct values of one entity's history from colliding (about 5e-7 for 1,000 values)
 NOVELTY_HASH_BUCKETS = 1 << 40
 
+
 def stable_hash(values: np.ndarray, buckets: int) -> np.ndarray:
     """Stable (process-independent) hash of text values into ``[0, buckets)``; blake2b, 8 bytes.
 

@@ -178,12 +178,13 @@ class ModelConfig:
             raise ValueError(f"field_names: expected distinct non-empty names, got {_short(names)}")
         F = len(names)
         nov = self.novelty_only_cols
+        bad = f"novelty_only_cols: expected a list of at most 64 distinct column indices, got {_short(nov)}"
         if not isinstance(nov, (list, tuple)) or len(nov) > 64:
-            raise ValueError(f"novelty_only_cols: expected a list of at most 64 distinct column indices, got {_short(nov)}")
+            raise ValueError(bad)
         for j, c in enumerate(nov):  # integers first: a list or dict entry must not reach set() below
             _check_int(f"novelty_only_cols[{j}]", c, 0, max(0, len(self.cat_cardinalities) - 1))
         if len(set(nov)) != len(nov):
-            raise ValueError(f"novelty_only_cols: expected a list of at most 64 distinct column indices, got {_short(nov)}")
+            raise ValueError(bad)
         for j, c in enumerate(self.cat_cardinalities):  # a novelty-only column's codes index no table
             _check_int(f"cat_cardinalities[{j}]", c, 1, MAX_NOVELTY_CODES if j in set(nov) else MAX_EMBEDDING_ROWS)
         if sum(self.embedding_cardinalities) > MAX_EMBEDDING_ROWS:

@@ -242,7 +242,8 @@ def run_epochs(model, d: FitData, cfg: TrainConfig, *, log: Callable[[str], None
             elif epoch + 1 - best[2] >= cfg.patience:
                 log(f"early stop: no validation AP gain for {cfg.patience} epochs")
                 stop = True
-        last_state = {k: v.detach().clone() for k, v in core.state_dict().items()} if ema.active else None
+        if ema.active and best[1] is None:  # no kept epoch (no early stopping): the averaged weights of this one
+            last_state = {k: v.detach().clone() for k, v in core.state_dict().items()}
         ema.swap()
         if dp is not None and early_stopping and len(d.val_rows):
             stop = dp.agree(stop)

@@ -94,7 +94,8 @@ class RowEncoder(nn.Module):
             offsets.append(offsets[-1] + c)
         self.register_buffer("cat_offsets", torch.tensor(offsets, dtype=torch.int64), persistent=False)
         # 0 for a novelty-only column (every value -> its one row), 1 otherwise
-        keep = [0 if j in set(cfg.novelty_only_cols) else 1 for j in range(len(card))]
+        novelty = set(cfg.novelty_only_cols)
+        keep = [0 if j in novelty else 1 for j in range(len(card))]
         self.register_buffer("cat_keep", torch.tensor(keep, dtype=torch.int64), persistent=False)
         self.cat_emb = nn.Embedding(max(1, sum(card)), D)
         self.num_w = nn.Parameter(torch.randn(len(cfg.num_field_index), D) * 0.1)

@@ -94,6 +94,11 @@ class Reason:
         return d
 
 
+def _listing(parts: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def _plural(n: int, one: str, many: str | None = None) -> str:
     return one if n == 1 else (many or one + "s")
 
@@ -134,6 +139,7 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
 #: (settings, not fitted values)
 NOVELTY_MIN_SHARE = 0.5
 NOVELTY_MIN_BEFORE = 10
+
 
 def first_seen(values: np.ndarray, missing: str) -> np.ndarray:
     """``[T]`` bool: the value appears in no earlier row (and is not the missing marker); row 0,
@@ -332,7 +338,8 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
             k = int(new[win].sum())
             any_new |= new
             numbers[f"n_new_{col}"] = k
-            part = f"{k} {('was' if k == 1 else 'were') if not parts else ''}".rstrip() + f" at {labels[col]}"
+            verb = ("was " if k == 1 else "were ") if not parts else ""  # "5 were at merchants and 2 at ..."
+            part = f"{k} {verb}at {labels[col]}"
             if col in ("mcc", "merchant_state"):
                 vals = sorted(set(rows[col].astype(str).to_numpy()[win][new[win]]))
                 numbers[f"values_{col}"] = ", ".join(vals)
@@ -344,13 +351,12 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         # reason; nor does "11 of the 56 transactions in 240 days")
         # positions with at least NOVELTY_MIN_BEFORE earlier rows in the history shown ("new" there means
         # "not in those rows": the first rows of a history cut at the context start all look new)
-        earlier = np.arange(NOVELTY_MIN_BEFORE, int(win.min())) if len(win) else np.arange(0)
+        earlier = np.arange(NOVELTY_MIN_BEFORE, int(win.min()))  # win holds min(hits): never empty
         share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_BEFORE else None
         numbers["new_share_before"] = share_before
         share = numbers["n_new"] / n
         if share >= NOVELTY_MIN_SHARE and (share_before is None or share > share_before):
-            listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-            text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {listed} "
+            text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {_listing(parts)} "
                     f"{other} had not used before")
             if share_before is not None:
                 text += (f" (against {_pct(share_before)} of its transactions {NOVELTY_MIN_BEFORE + 1}-"
@@ -411,7 +417,7 @@ def _query_reasons(f: _Facts) -> None:
                     {"errors": ", ".join(kinds)})
     if q >= 1:
         online = _is_online(rows)
-        new_values_reason(f)
+        new_values_reason(f, online=online)
         if online[q] and ("use_chip" in rows or "merchant_city" in rows):
             share = float(online[:q].mean())
             if share <= 0.25:
@@ -430,17 +436,19 @@ def _query_reasons(f: _Facts) -> None:
     _terminal_reasons(f)
 
 
-def new_values_reason(f: "_Facts", skip: frozenset = frozenset(), weigh_first_seen: bool = True) -> None:
+def new_values_reason(f: "_Facts", skip: frozenset = frozenset(), weigh_first_seen: bool = True,
+                      online: np.ndarray | None = None) -> None:
     """Add the ``query_new_values`` reason: every merchant / MCC / city / state value of the query
     that no earlier transaction of the history has (columns in ``skip`` excepted: a pattern that
     already states them). One reason, as they share the ``first_seen`` field, whose attribution
     would otherwise be counted once per value; a value whose own field pushed towards legitimate
     is not named. ``weigh_first_seen=False``: the weight leaves ``first_seen`` out (a pattern
-    reason already weighs it), so the reason stands only on its values' own fields."""
+    reason already weighs it), so the reason stands only on its values' own fields. ``online``:
+    :func:`_is_online` of the rows when the caller has it."""
     rows, q = f.rows, f.q
     if q < 1:
         return
-    online = _is_online(rows)
+    online = _is_online(rows) if online is None else online
     labels = {"merchant": "merchant", "terminal": "terminal", "mcc": "merchant category",
               "merchant_city": "city", "merchant_state": "state"}
     new, parts, shown = [], [], {}
@@ -457,8 +465,7 @@ def new_values_reason(f: "_Facts", skip: frozenset = frozenset(), weigh_first_se
             if show:
                 shown[f"value_{col}"] = vals[q]
     if new:
-        what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-        f.query("query_new_values", f"the {f.noun}'s first transaction at this {what} in {q} earlier "
+        f.query("query_new_values", f"the {f.noun}'s first transaction at this {_listing(parts)} in {q} earlier "
                                     f"{_plural(q, 'transaction')}", [*new, *(["first_seen"] if weigh_first_seen else [])],
                 {"n_before": q, "new_fields": ", ".join(new), **shown})
 
