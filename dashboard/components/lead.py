@@ -103,19 +103,21 @@ def _agreement(expls: dict) -> dict | None:
             "pairs_below": below, "n_pairs": len(vals), "bound": float(getattr(a, "bound", AGREE_RHO))}
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
-def _lead(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
-          _loaded: Any) -> Lead:
+def build_lead(bundle: Any, frame: pd.DataFrame, transaction_id: str, expls: dict) -> Lead:
+    """The :class:`Lead` of ``transaction_id`` from its explanations ``expls`` (``{method:
+    Explanation}``) over the loaded ``frame``: reasons (with the common point of compromise),
+    key evidence, agreement. No ``st.*`` call: the background precompute builds leads ahead of
+    the page (:func:`dashboard.state.start_precompute`). Raises like
+    :func:`engine.explain.context.build_context`."""
     from engine.explain.context import build_context
     from engine.trust.evidence import key_evidence
     from engine.cases.links import case_reason_codes
     from engine.trust.reasons import RANKING_METHODS
 
-    expls = dict(state.get_explanations(_loaded, transaction_id))
-    ctx = build_context(_loaded.bundle, cv.entity_rows(_loaded.source.frame, transaction_id), str(transaction_id))
+    ctx = build_context(bundle, cv.entity_rows(frame, transaction_id), str(transaction_id))
     out = Lead(logit=float(ctx.score_logit()), rows=ctx.rows.reset_index(drop=True).copy())
     try:
-        out.reasons = list(case_reason_codes(ctx, expls, _loaded.source.frame))  # + common point of compromise
+        out.reasons = list(case_reason_codes(ctx, expls, frame))  # + common point of compromise
     except ValueError as e:
         out.error = str(e)
     method = next((m for m in RANKING_METHODS if m in expls), None)
@@ -125,10 +127,21 @@ def _lead(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transa
     return out
 
 
+@st.cache_data(show_spinner=False, max_entries=128)
+def _lead(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
+          _loaded: Any) -> Lead:
+    expls = dict(state.get_explanations(_loaded, transaction_id))
+    return build_lead(_loaded.bundle, _loaded.source.frame, transaction_id, expls)
+
+
 def case_lead(loaded: Any, transaction_id: str) -> Lead:
-    """The :class:`Lead` of one query, cached per (data sha256, spec, max_rows, model sha256,
-    transaction id). Raises like :func:`dashboard.state.get_explanations`."""
+    """The :class:`Lead` of one query: built ahead by the background precompute (the lead store of
+    :func:`dashboard.state.lead_store`), else built now and cached per (data sha256, spec,
+    max_rows, model sha256, transaction id). Raises like :func:`dashboard.state.get_explanations`."""
     path, spec, sha, max_rows, model_path, model_sha = loaded.key
+    ahead = state.lead_store(sha, spec, max_rows, model_sha).get(str(transaction_id))
+    if ahead is not None:
+        return ahead
     return _lead(sha, spec, max_rows, model_sha, str(transaction_id), loaded)
 
 
@@ -195,5 +208,5 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
     return lead
 
 
-__all__ = ["AGREE_RHO", "EVIDENCE_K", "Lead", "agreement_sentence", "case_lead", "evidence_sentence",
+__all__ = ["AGREE_RHO", "EVIDENCE_K", "Lead", "agreement_sentence", "build_lead", "case_lead", "evidence_sentence",
            "logit_reading", "output", "render_lead", "word"]

@@ -68,7 +68,9 @@ if expl_error is None:
         pass
 
 head, pick = st.columns([3, 2], vertical_alignment="bottom")
-head.title(f"Case {md(cv.mask(entity))}")
+# the title is filled after the reasons box below is drawn: a browser that shows the new case's
+# title never shows the previous case's reasons under it (deltas arrive one by one)
+title_slot = head.empty()
 options = entity_ids[:500] if entity in set(entity_ids[:500]) else entity_ids[:500] + [entity]
 ss["case_entity_pick"] = entity
 pick.selectbox(
@@ -80,6 +82,7 @@ pick.selectbox(
 # ---- what the analyst reads first: reasons, key evidence, agreement (dashboard/components/lead.py) ----
 if expl_error is None:
     lead_ui.render_lead(loaded, query, currency, when=str(tl.iloc[ids.index(query)]["when"]))
+title_slot.title(f"Case {md(cv.mask(entity))}")
 
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)

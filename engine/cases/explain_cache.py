@@ -213,6 +213,7 @@ def precompute(
     budget_s: float = 300.0,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
+    after: Callable[[str, Mapping[str, Explanation]], None] | None = None,
 ) -> dict[str, int]:
     """Explain ``transaction_ids`` in order (pass the flagged ones, most risky first) and store
     each result, skipping those already stored, until ``budget_s`` seconds or ``stop`` is set.
@@ -220,6 +221,9 @@ def precompute(
     Args:
         explain: ``transaction_id -> {method: Explanation}`` (e.g. a partial of
             :func:`engine.cases.view.explain_query` over the loaded frame).
+        after: called as ``after(transaction_id, explanations)`` once each transaction's
+            explanations are stored (computed or read), e.g. to build what the page shows from them
+            ahead of time; its KeyError, ValueError or RuntimeError counts as ``"failed"``.
     Returns:
         ``{"computed", "cached", "failed", "left"}`` counts ("cached": stored already, or computed
         meanwhile by another thread of this process, :meth:`ExplanationCache.get_or_compute`).
@@ -232,7 +236,9 @@ def precompute(
             counts["left"] = len(ids) - i
             break
         try:  # through get_or_compute: a transaction the page is computing now is not computed again
-            _, how = cache.get_or_compute(model_sha, source_id, tid, params, lambda: explain(tid))
+            out, how = cache.get_or_compute(model_sha, source_id, tid, params, lambda: explain(tid))
+            if after is not None:
+                after(tid, out)
         except (KeyError, ValueError, RuntimeError) as e:  # a bad row must not stop the others
             counts["failed"] += 1
             if log:

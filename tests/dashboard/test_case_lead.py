@@ -55,6 +55,9 @@ def env(world, monkeypatch, tmp_path):
     import streamlit as st
 
     st.cache_data.clear()  # each test's data dir starts empty: no explanation from a memory cache
+    from dashboard import state
+
+    state.lead_store.clear()  # nor a lead built ahead by another test's precompute
     return {**world, "store": tmp_path / "store"}
 
 
@@ -189,6 +192,55 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
     sid = source_id(env["src"].file_sha256, env["src"].spec.name)
     assert cache.get(env["bundle"].sha256, sid, order[0], {"max_rows": None}) is not None  # most risky first
     assert cache.get(env["bundle"].sha256, sid, order[-1], {"max_rows": None}) is None or c["left"] == 0
+    # the lead (reasons, key evidence) of each explained transaction is built ahead, as the page builds it
+    from dashboard.components.lead import build_lead
+
+    leads = state.lead_store(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
+    assert len(leads) == c["computed"] + c["cached"] > 0
+    ahead = leads.get(order[0])
+    now = build_lead(env["bundle"], env["frame"], order[0],
+                     dict(cache.get(env["bundle"].sha256, sid, order[0], {"max_rows": None})))
+    assert [r.text for r in ahead.reasons] == [r.text for r in now.reasons]
+    assert ahead.logit == pytest.approx(now.logit, abs=1e-6)
+    assert (ahead.evidence is None) == (now.evidence is None)
+    if now.evidence is not None:
+        assert list(ahead.evidence.transaction_ids) == list(now.evidence.transaction_ids)
+
+
+def test_stopping_the_precompute_ends_its_process(env):
+    from dashboard import state
+
+    data_dir = env["store"]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    job = state._precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.0,
+                                            600.0, str(env["data"]), str(env["model"]), str(data_dir))
+    assert job["process"].poll() is None  # every transaction is "flagged" at review 0: it runs for long
+    job["stop"].set()
+    job["thread"].join(60)
+    assert not job["thread"].is_alive() and job["process"].returncode is not None
+    assert job["counts"] is not None
+
+
+def test_the_page_draws_the_lead_built_ahead(env):
+    """A lead in the lead store (built by the precompute thread) is what the page shows, without
+    building it again: a marked reason put there appears in the lead box."""
+    from dashboard import state
+    from dashboard.components import lead as lead_ui
+    from engine.trust.reasons import Reason
+
+    at = _case(env)
+    before = [t for t in _texts(at) if "Planted marker reason" in t]
+    assert not before
+    leads = state.lead_store(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
+    built = lead_ui.build_lead(env["bundle"], env["frame"], env["query"], dict(_stored(env)))
+    r0 = Reason(kind="marker", text="Planted marker reason", transaction_ids=[], fields=[], weight=float("nan"))
+    leads.put(env["query"], lead_ui.Lead(logit=built.logit, reasons=[r0], evidence=built.evidence,
+                                         agreement=built.agreement, rows=built.rows))
+    import streamlit as st
+
+    st.cache_data.clear()
+    at2 = _case(env)
+    assert any("Planted marker reason" in t for t in _texts(at2))
 
 
 def test_only_card_fields_are_masked_and_edits_show_time_and_amount(env):

@@ -67,6 +67,24 @@ def test_precompute_skips_stored_and_respects_stop(tmp_path):
     assert c.count("m") == 3
 
 
+def test_precompute_hands_each_stored_result_to_after(tmp_path):
+    """``after(tid, explanations)`` sees every transaction once, with what was stored (computed now
+    or read); its ValueError counts the transaction as failed and the others go on."""
+    c = ExplanationCache(tmp_path / "e.sqlite")
+    kw = dict(model_sha="m", source_id="s", params={})
+    precompute(lambda t: {"shap": expl(t)}, ["a"], c, **kw)  # "a" stored before
+    seen = []
+
+    def after(tid, out):
+        if tid == "c":
+            raise ValueError("cannot build")
+        seen.append((tid, out["shap"].query_transaction_id))
+
+    counts = precompute(lambda t: {"shap": expl(t)}, ["a", "b", "c", "d"], c, after=after, **kw)
+    assert counts == {"computed": 2, "cached": 1, "failed": 1, "left": 0}
+    assert seen == [("a", "a"), ("b", "b"), ("d", "d")]
+
+
 def test_the_same_transaction_is_computed_once_while_another_thread_computes_it(tmp_path):
     """The page asking for the case the background precompute is on waits for that result
     (``get_or_compute``): one computation, counted, not two."""
