@@ -107,7 +107,7 @@ def build_lead(bundle: Any, frame: pd.DataFrame, transaction_id: str, expls: dic
     """The :class:`Lead` of ``transaction_id`` from its explanations ``expls`` (``{method:
     Explanation}``) over the loaded ``frame``: reasons (with the common point of compromise),
     key evidence, agreement. No ``st.*`` call: the background precompute builds leads ahead of
-    the page (:func:`dashboard.state.start_precompute`). Raises like
+    the page (:func:`dashboard.precompute.precompute_job`). Raises like
     :func:`engine.explain.context.build_context`."""
     from engine.explain.context import build_context
     from engine.trust.evidence import key_evidence
@@ -136,10 +136,12 @@ def _lead(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transa
 
 def case_lead(loaded: Any, transaction_id: str) -> Lead:
     """The :class:`Lead` of one query: built ahead by the background precompute (the lead store of
-    :func:`dashboard.state.lead_store`), else built now and cached per (data sha256, spec,
+    :func:`dashboard.precompute.lead_store`), else built now and cached per (data sha256, spec,
     max_rows, model sha256, transaction id). Raises like :func:`dashboard.state.get_explanations`."""
     path, spec, sha, max_rows, model_path, model_sha = loaded.key
-    ahead = state.lead_store(sha, spec, max_rows, model_sha).get(str(transaction_id))
+    from dashboard.precompute import lead_store
+
+    ahead = lead_store(sha, spec, max_rows, model_sha).get(str(transaction_id))
     if ahead is not None:
         return ahead
     return _lead(sha, spec, max_rows, model_sha, str(transaction_id), loaded)

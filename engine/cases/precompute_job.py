@@ -23,7 +23,7 @@ Status file (JSON, rewritten after each transaction, atomically): ``state`` (``"
 ``"done"``, ``"error"``), ``done`` (ids handled so far, in job order), ``current`` (the id
 being explained now, else null), ``counts``
 (:func:`engine.cases.explain_cache.precompute`'s), ``error`` (text, on error), ``pid`` and
-``niceness`` of the process. The server reads it to build what the case page shows from each stored result (dashboard/state.py).
+``niceness`` of the process. The server reads it to build what the case page shows from each stored result (dashboard/precompute.py).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def run_job(job: dict[str, Any], stop: threading.Event | None = None) -> dict[st
             write_json_atomic(status_path, status)
 
         def explain(tid: str):
-            status["current"] = tid  # a page asking for it waits for this result (dashboard/state.py)
+            status["current"] = tid  # a page asking for it waits for this result (dashboard/precompute.py)
             write_json_atomic(status_path, status)
             return cv.explain_query(bundle, source.frame, tid)
 

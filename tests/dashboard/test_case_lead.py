@@ -55,9 +55,9 @@ def env(world, monkeypatch, tmp_path):
     import streamlit as st
 
     st.cache_data.clear()  # each test's data dir starts empty: no explanation from a memory cache
-    from dashboard import state
+    from dashboard import precompute as pc
 
-    state.lead_store.clear()  # nor a lead built ahead by another test's precompute
+    pc.lead_store.clear()  # nor a lead built ahead by another test's precompute
     return {**world, "store": tmp_path / "store"}
 
 
@@ -168,6 +168,7 @@ def test_second_open_reads_the_cache(env):
 
 def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
     from dashboard import state
+    from dashboard import precompute as pc
 
     monkeypatch.setenv("FRAUDLENS_PRECOMPUTE_S", "0")
     assert state.precompute_budget_s() == 0.0
@@ -182,7 +183,7 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
             s.groupby("entity_id")["probability"].max().loc[tops.groupby("entity_id")["probability"].max().index]).all()
     data_dir = env["store"]
     data_dir.mkdir(parents=True, exist_ok=True)
-    job = state._precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.5,
+    job = pc.precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.5,
                                             5.0, str(env["data"]), str(env["model"]), str(data_dir))
     job["thread"].join(120)
     c = job["counts"]
@@ -195,7 +196,7 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
     # the lead (reasons, key evidence) of each explained transaction is built ahead, as the page builds it
     from dashboard.components.lead import build_lead
 
-    leads = state.lead_store(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
+    leads = pc.lead_store(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
     assert len(leads) == c["computed"] + c["cached"] > 0
     ahead = leads.get(order[0])
     now = build_lead(env["bundle"], env["frame"], order[0],
@@ -208,11 +209,11 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
 
 
 def test_stopping_the_precompute_ends_its_process(env):
-    from dashboard import state
+    from dashboard import precompute as pc
 
     data_dir = env["store"]
     data_dir.mkdir(parents=True, exist_ok=True)
-    job = state._precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.0,
+    job = pc.precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.0,
                                             600.0, str(env["data"]), str(env["model"]), str(data_dir))
     assert job["process"].poll() is None  # every transaction is "flagged" at review 0: it runs for long
     job["stop"].set()
@@ -224,14 +225,14 @@ def test_stopping_the_precompute_ends_its_process(env):
 def test_the_page_draws_the_lead_built_ahead(env):
     """A lead in the lead store (built by the precompute thread) is what the page shows, without
     building it again: a marked reason put there appears in the lead box."""
-    from dashboard import state
+    from dashboard import precompute as pc
     from dashboard.components import lead as lead_ui
     from engine.trust.reasons import Reason
 
     at = _case(env)
     before = [t for t in _texts(at) if "Planted marker reason" in t]
     assert not before
-    leads = state.lead_store(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
+    leads = pc.lead_store(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
     built = lead_ui.build_lead(env["bundle"], env["frame"], env["query"], dict(_stored(env)))
     r0 = Reason(kind="marker", text="Planted marker reason", transaction_ids=[], fields=[], weight=float("nan"))
     leads.put(env["query"], lead_ui.Lead(logit=built.logit, reasons=[r0], evidence=built.evidence,

@@ -107,19 +107,19 @@ class _Running:
 
 
 def test_a_page_waits_for_the_transaction_the_process_explains_now(world, tmp_path, monkeypatch):
-    """dashboard/state.py: the page asking for the transaction the precompute process is on reads
+    """dashboard/precompute.py: the page asking for the transaction the precompute process is on reads
     that result (no second computation); for any other transaction it does not wait."""
     import threading
     import time
 
-    from dashboard import state
+    from dashboard import precompute as pc
 
     cache = ExplanationCache(tmp_path / "e.sqlite")
     status = tmp_path / "status.json"
     tid, other = world["ids"][0], world["ids"][1]
     pj.write_json_atomic(status, {"state": "running", "done": [], "current": tid})
     job = {"process": _Running(), "status": status, "model_sha": "m", "source_id": "s"}
-    monkeypatch.setattr(state, "_JOBS", [job])
+    monkeypatch.setattr(pc, "JOBS", [job])
     ref = cv.explain_query(world["bundle"], world["src"].frame, tid)
 
     def finish():
@@ -129,18 +129,18 @@ def test_a_page_waits_for_the_transaction_the_process_explains_now(world, tmp_pa
 
     t0 = time.monotonic()
     threading.Thread(target=finish).start()
-    got = state._wait_for_precompute(cache, "m", "s", tid, {}, wait_s=30)
+    got = pc.wait_for_precompute(cache, "m", "s", tid, {}, wait_s=30)
     assert got is not None and time.monotonic() - t0 >= 0.35
     np.testing.assert_allclose(got["occlusion"].values, ref["occlusion"].values)
     t0 = time.monotonic()
-    assert state._wait_for_precompute(cache, "m", "s", world["ids"][2], {}, wait_s=30) is None
+    assert pc.wait_for_precompute(cache, "m", "s", world["ids"][2], {}, wait_s=30) is None
     assert time.monotonic() - t0 < 0.3  # not the one being explained: no wait
     # another model's job is not waited for
     pj.write_json_atomic(status, {"state": "running", "done": [], "current": world["ids"][2]})
     t0 = time.monotonic()
-    assert state._wait_for_precompute(cache, "other-model", "s", world["ids"][2], {}, wait_s=30) is None
+    assert pc.wait_for_precompute(cache, "other-model", "s", world["ids"][2], {}, wait_s=30) is None
     assert time.monotonic() - t0 < 0.3
     # the wait is bounded: a job that never moves on gives up after wait_s
     t0 = time.monotonic()
-    assert state._wait_for_precompute(cache, "m", "s", world["ids"][2], {}, wait_s=0.5) is None
+    assert pc.wait_for_precompute(cache, "m", "s", world["ids"][2], {}, wait_s=0.5) is None
     assert 0.45 <= time.monotonic() - t0 < 5
