@@ -195,9 +195,9 @@ def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Entities ranked by their highest transaction score.
 
     Returns:
-        One row per entity, highest ``max_probability`` first (ties: more flagged, later last
-        seen): ``entity_id`` (raw), ``entity`` (masked for display), ``max_probability``,
-        ``n_transactions``, ``n_flagged`` (>= threshold), ``known_frauds`` (label == 1; NA
+        One row per entity, highest ``max_probability`` first (ties: higher highest logit when
+        ``scores`` has a ``logit`` column, then more flagged, then later last seen): ``entity_id``
+        (raw), ``entity`` (masked for display), ``max_probability``, ``n_transactions``, ``n_flagged`` (>= threshold), ``known_frauds`` (label == 1; NA
         without labels), ``first_seen``, ``last_seen``, ``top_transaction_id``.
     """
     s = scores
@@ -225,8 +225,11 @@ def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
     out["top_transaction_id"] = s.loc[top_idx.to_numpy(), "transaction_id"].to_numpy()
     out = out.reset_index()
     out.insert(1, "entity", out["entity_id"].map(mask_card_number))
-    out = out.sort_values(["max_probability", "n_flagged", "last_seen"], ascending=False, kind="stable",
-                          na_position="last")
+    keys = ["max_probability", "n_flagged", "last_seen"]
+    if "logit" in s:  # a step calibration map ties whole blocks of probabilities: the logit orders them
+        out["_max_logit"] = out["entity_id"].map(s["logit"].astype("float64").groupby(s["entity_id"], sort=False).max())
+        keys.insert(1, "_max_logit")
+    out = out.sort_values(keys, ascending=False, kind="stable", na_position="last")
     return out.reset_index(drop=True)[["entity_id", "entity", "max_probability", "n_transactions", "n_flagged",
                                        "known_frauds", "first_seen", "last_seen", "top_transaction_id"]]
 

@@ -9,10 +9,13 @@ Methods (both monotone non-decreasing, so the ranking of transactions is kept, u
 
 * ``isotonic`` - isotonic regression of the label on the logit (pool-adjacent-violators;
   Zadrozny & Elkan, "Transforming classifier scores into accurate multiclass probability
-  estimates", KDD 2002), via :class:`sklearn.isotonic.IsotonicRegression`. Stored as its
-  breakpoints (``X_thresholds_`` -> ``x``, ``y_thresholds_`` -> ``y``) and applied with
-  :func:`numpy.interp` (linear between breakpoints, clipped at the ends), which is what
-  ``IsotonicRegression.predict`` computes.
+  estimates", KDD 2002), via :class:`sklearn.isotonic.IsotonicRegression`, **centred** (Oron &
+  Flournoy 2017, ``"variant": "centred"``): one breakpoint per block at its mean logit, so the map
+  is strictly increasing between the first and last block and ranking by probability does not tie
+  whole blocks (:func:`_fit_isotonic`). Stored as breakpoints ``x`` (logits) and ``y``
+  (probabilities) and applied with :func:`numpy.interp` (linear between breakpoints, clipped at
+  the ends). Maps written before the centred variant hold sklearn's step breakpoints
+  (``X_thresholds_``, ``y_thresholds_``) and are applied the same way.
 * ``platt`` - ``p = sigmoid(a * logit + b)`` with ``a > 0`` (Platt, "Probabilistic outputs for
   support vector machines", 1999), fitted by logistic regression on the logit (two floats).
 
@@ -59,14 +62,31 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def _fit_isotonic(logit: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """Centred isotonic regression (Oron & Flournoy, "Centered Isotonic Regression: Point and
+    Interval Estimation for Dose-Response Studies", Statistics in Biopharmaceutical Research 9(3),
+    2017): the pool-adjacent-violators fit (:class:`sklearn.isotonic.IsotonicRegression`) gives
+    blocks of logits with one fraud rate each; each block becomes ONE breakpoint at its mean logit
+    with that rate, and the map interpolates linearly between them. Plain isotonic regression is a
+    step function: every transaction of a block gets the same probability, so ranking by
+    probability ties whole blocks (on the demo model, test AP 0.823 from its probabilities against
+    0.848 from its logits). The centred map is strictly increasing between the first and last
+    block's mean logit (ties are left only beyond them) and keeps the block rates."""
     from sklearn.isotonic import IsotonicRegression
 
-    iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
-    iso.fit(np.asarray(logit, np.float64), np.asarray(y, np.float64))
-    x, yy = np.asarray(iso.X_thresholds_, np.float64), np.clip(np.asarray(iso.y_thresholds_, np.float64), 0, 1)
+    lg, yy = np.asarray(logit, np.float64), np.asarray(y, np.float64)
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(lg, yy)
+    fitted = np.clip(iso.predict(lg), 0.0, 1.0)
+    order = np.argsort(lg, kind="stable")
+    f_sorted, x_sorted = fitted[order], lg[order]
+    # blocks: runs of one fitted rate (equal adjacent rates are one block)
+    start = np.concatenate([[True], np.diff(f_sorted) != 0])
+    block = np.cumsum(start) - 1
+    n_b = np.bincount(block)
+    x = np.bincount(block, weights=x_sorted) / n_b
+    yy_b = f_sorted[start]
     if len(x) == 1:  # one block (constant map): two equal breakpoints keep the stored form uniform
-        x, yy = np.array([x[0], x[0] + 1.0]), np.array([yy[0], yy[0]])
-    return {"method": "isotonic", "x": x.tolist(), "y": yy.tolist()}
+        x, yy_b = np.array([x[0], x[0] + 1.0]), np.array([yy_b[0], yy_b[0]])
+    return {"method": "isotonic", "variant": "centred", "x": x.tolist(), "y": yy_b.tolist()}
 
 
 def _fit_platt(logit: np.ndarray, y: np.ndarray) -> dict[str, Any]:

@@ -49,12 +49,20 @@ def test_ece_and_reliability_by_hand():
 
 
 # ---------------------------------------------------------------------------- fitting, applying
-def test_isotonic_map_is_sklearns_and_platt_recovers_its_parameters():
+def test_isotonic_map_is_sklearns_centred_and_platt_recovers_its_parameters():
     lg, y, ents = _synthetic()
     iso = cal.fit_calibration(lg, y, ents, method="isotonic")
     ref = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(lg, y)
+    # centred: one breakpoint per PAV block, at the block's mean logit, with the block's rate
+    fitted = ref.predict(lg)
+    rates = np.unique(fitted)
+    assert iso["variant"] == "centred" and np.allclose(iso["y"], rates)
+    assert np.allclose(iso["x"], [lg[fitted == r].mean() for r in rates])
+    # at each block's mean logit the map gives the block's rate; strictly increasing in between
+    assert np.allclose(cal.apply_calibration(iso, iso["x"]), rates)
+    inner = np.linspace(iso["x"][0], iso["x"][-1], 301)[1:-1]
+    assert (np.diff(cal.apply_calibration(iso, inner)) > 0).all()
     probe = np.linspace(-6, 6, 301)
-    assert np.allclose(cal.apply_calibration(iso, probe), ref.predict(probe))
     pl = cal.fit_calibration(lg, y, ents, method="platt")
     assert pl["a"] == pytest.approx(2.0, abs=0.25) and pl["b"] == pytest.approx(-3.0, abs=0.3)
     assert cal.apply_calibration(pl, [0.0])[0] == pytest.approx(1 / (1 + math.exp(-pl["b"])))
@@ -65,6 +73,32 @@ def test_isotonic_map_is_sklearns_and_platt_recovers_its_parameters():
     for m in (iso, pl):
         assert cal.apply_calibration(m, lg).sum() == pytest.approx(y.sum(), rel=0.05)
     assert cal.apply_calibration(None, [0.0])[0] == 0.5  # no map: the score
+
+
+def test_ranking_by_calibrated_probability_keeps_the_logits_ranking():
+    """The step (plain isotonic) map ties whole blocks, so average precision from its
+    probabilities is below that of the logits; the centred map keeps the logits' ranking inside
+    its range, and its calibration is no worse out of sample."""
+    from sklearn.metrics import average_precision_score
+
+    lg, y, ents = _synthetic(n=6000, seed=3)
+    hold_lg, hold_y, _ = _synthetic(n=6000, seed=4)
+    iso = cal.fit_calibration(lg, y, ents, method="isotonic")
+    step = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(lg, y)
+    inside = (hold_lg > iso["x"][0]) & (hold_lg < iso["x"][-1])
+    p_c = cal.apply_calibration(iso, hold_lg)
+    assert len(np.unique(p_c[inside])) == len(np.unique(hold_lg[inside]))  # no ties inside
+    assert len(np.unique(step.predict(hold_lg[inside]))) < 0.05 * inside.sum()  # the step map ties
+    ap_logit = average_precision_score(hold_y[inside], hold_lg[inside])
+    assert average_precision_score(hold_y[inside], p_c[inside]) == pytest.approx(ap_logit, abs=1e-12)
+    assert average_precision_score(hold_y[inside], step.predict(hold_lg[inside])) < ap_logit - 1e-3
+    brier_c = np.mean((p_c - hold_y) ** 2)
+    brier_step = np.mean((step.predict(hold_lg) - hold_y) ** 2)
+    assert brier_c <= brier_step * 1.01
+    # a map stored before the centred variant (sklearn's step breakpoints) is still applied as stored
+    old = {"method": "isotonic", "x": step.X_thresholds_.tolist(), "y": step.y_thresholds_.tolist()}
+    cal.check_calibration(old)
+    assert np.allclose(cal.apply_calibration(old, hold_lg), step.predict(hold_lg))
 
 
 def test_auto_rule_platt_with_few_frauds_else_lower_cv_brier():

@@ -77,6 +77,18 @@ def test_rank_entities_orders_by_highest_score_and_counts(world):
         assert s.loc[s["transaction_id"] == row["top_transaction_id"], "probability"].iloc[0] == row["max_probability"]
 
 
+def test_rank_entities_breaks_probability_ties_by_logit():
+    """A step calibration map gives whole blocks one probability: among them the higher logit
+    (the model's own ranking) comes first, before the flagged count."""
+    s = pd.DataFrame({"entity_id": ["a", "a", "a", "b", "c"], "transaction_id": list("12345"),
+                      "timestamp": pd.date_range("2024-01-01", periods=5),
+                      "probability": [0.6, 0.6, 0.6, 0.6, 0.6], "logit": [0.1, 0.2, 0.3, 1.5, 0.9]})
+    r = cv.rank_entities(s, 0.5)
+    assert r["entity_id"].tolist() == ["b", "c", "a"]  # without the logit: a (3 flagged) first
+    assert "_max_logit" not in r
+    assert cv.rank_entities(s.drop(columns="logit"), 0.5)["entity_id"].iloc[0] == "a"
+
+
 def test_rank_entities_masks_card_like_entities_for_display():
     s = pd.DataFrame({"entity_id": ["4111111111111111", "4111111111111111", "x"],
                       "transaction_id": ["1", "2", "3"], "timestamp": pd.date_range("2024-01-01", periods=3),
