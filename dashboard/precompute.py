@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +26,26 @@ from dashboard import state
 
 log = logging.getLogger("fraudlens.dashboard")
 
-#: leads (reasons, key evidence, agreement) the background precompute builds ahead, per data + model
+#: leads (reasons, key evidence, agreement) the background precompute builds ahead, per data + model:
+#: the first ones in job order (the most risky cases' opening transactions); later ones are built by
+#: the page when it opens them
 LEAD_STORE_MAX = 512
+#: seconds a page waits for the transaction the precompute process is explaining now, at most,
+#: before computing it itself (the process runs at niceness 15: under load it may get little CPU)
+WAIT_PRECOMPUTE_S = 20.0
+#: the lead builder sleeps this share of each build's time after it (it shares the GIL with pages)
+LEAD_BUILD_PAUSE = 1.0
 
 
 class LeadStore:
-    """Thread-safe, bounded (least recently stored first out) ``transaction id -> Lead`` map that
-    the precompute thread fills (:func:`precompute_job`) and the Case page reads
-    (:func:`dashboard.components.lead.case_lead`). Entries are shared: read them, never mutate."""
+    """Thread-safe, bounded ``transaction id -> Lead`` map that the precompute's lead builder
+    fills (:func:`precompute_job`) and the Case page reads
+    (:func:`dashboard.components.lead.case_lead`). Once full it refuses new entries (nothing is
+    evicted: the first ones, in job order, are the most risky cases). Entries are shared: read
+    them, never mutate."""
 
     def __init__(self, max_entries: int = LEAD_STORE_MAX):
-        import threading
-        from collections import OrderedDict
-
-        self._d: OrderedDict = OrderedDict()
+        self._d: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.max_entries = int(max_entries)
 
@@ -46,12 +53,18 @@ class LeadStore:
         with self._lock:
             return self._d.get(str(transaction_id))
 
-    def put(self, transaction_id: str, lead: Any) -> None:
+    def put(self, transaction_id: str, lead: Any) -> bool:
+        """Store ``lead``; False (not stored) when the store is full and the id is new."""
         with self._lock:
-            self._d[str(transaction_id)] = lead
-            self._d.move_to_end(str(transaction_id))
-            while len(self._d) > self.max_entries:
-                self._d.popitem(last=False)
+            key = str(transaction_id)
+            if key not in self._d and len(self._d) >= self.max_entries:
+                return False
+            self._d[key] = lead
+            return True
+
+    def full(self) -> bool:
+        with self._lock:
+            return len(self._d) >= self.max_entries
 
     def __len__(self) -> int:
         with self._lock:
@@ -64,21 +77,34 @@ def lead_store(data_sha: str, spec: str, max_rows: int | None, model_sha: str) -
     return LeadStore()
 
 
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve()) if path else ""
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: str, review: float,
-                    budget_s: float, _path: str, _model_path: str, _data_dir: str) -> dict[str, Any]:
+                   budget_s: float, _path: str, _model_path: str, _data_dir: str) -> dict[str, Any]:
     """ONE background precompute per (data, model, review threshold): a low-priority process
     (:mod:`engine.cases.precompute_job`) explains the flagged transactions, most risky first, into
     the explanation cache, and a thread of this process builds each stored result's lead (reasons,
     key evidence; :func:`dashboard.components.lead.build_lead`) into :func:`lead_store`, so the
-    Case page only draws. Neither calls ``st.*``. The returned dict holds ``process``, ``thread``
-    (the lead builder), ``status`` (path of the job's status file), ``stop`` and, when done,
-    ``counts``."""
+    Case page only draws. Neither calls ``st.*``. Starting a job stops every other job of this
+    server (one precompute process at a time). The returned dict holds ``process``, ``thread`` (the
+    lead builder), ``status`` (path of the status file), ``stop`` and, when done, ``counts``.
+
+    Raises:
+        OSError: the data dir's ``precompute`` folder cannot be made private or written.
+        ValueError: ``budget_s`` is not finite.
+    """
+    import math
     import subprocess
-    import threading
+    import time
+    import uuid
 
     from engine.cases import precompute_job as pj
 
+    if not math.isfinite(budget_s):
+        raise ValueError(f"precompute budget: expected a finite number of seconds, got {budget_s}")
     source = state._source(_path, spec, data_sha, max_rows)
     bundle = state.get_bundle(_model_path)
     scores = state._scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
@@ -87,59 +113,81 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
     sid, cparams = state._cache_ids(source, spec, max_rows, ())
     cache = state.explanation_cache(_data_dir)
     leads = lead_store(data_sha, spec, max_rows, model_sha)
-    work = Path(_data_dir) / "precompute"
+    work = Path(_data_dir).expanduser().resolve() / "precompute"
     work.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tag = f"{data_sha[:12]}-{model_sha[:12]}-{os.getpid()}-{abs(hash((spec, max_rows, review))) % 10**8}"
+    st_ = work.stat()
+    if st_.st_uid != os.getuid() or st_.st_mode & 0o077:
+        os.chmod(work, 0o700)  # raises OSError when not ours
+    tag = f"{data_sha[:12]}-{model_sha[:12]}-{uuid.uuid4().hex[:12]}"
     status = work / f"{tag}.status.json"
-    status.unlink(missing_ok=True)
     job_file = work / f"{tag}.job.json"
+    spec_path = Path(spec).expanduser()
+    spec_is_file = spec_path.suffix == ".toml" and spec_path.is_file()
     pj.write_json_atomic(job_file, {
-        "data": str(_path), "spec": str(spec), "max_rows": max_rows, "data_sha256": data_sha,
-        "model": str(_model_path or ""), "model_sha256": model_sha, "cache": str(cache.path),
-        "source_id": sid, "params": cparams, "ids": ids, "budget_s": float(budget_s), "status": str(status)})
+        "data": _absolute(_path), "spec": _absolute(spec) if spec_is_file else str(spec),
+        "spec_sha256": pj.file_sha256(spec_path) if spec_is_file else None, "max_rows": max_rows,
+        "data_sha256": data_sha, "model": _absolute(_model_path or ""), "model_sha256": model_sha,
+        "cache": str(Path(cache.path).resolve()), "source_id": sid, "params": cparams, "ids": ids,
+        "budget_s": float(budget_s), "status": str(status)})
+    for old in list(JOBS):  # one precompute process per server: the newest data + model wins
+        old["stop"].set()
     job: dict[str, Any] = {"stop": threading.Event(), "n": len(ids), "counts": None, "status": status,
                            "model_sha": model_sha, "source_id": sid}
-    with open(work / f"{tag}.log", "ab") as err:
+    log_fd = os.open(work / f"{tag}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+    try:
         job["process"] = subprocess.Popen(
             [sys.executable, "-m", "engine.cases.precompute_job", str(job_file)], stdin=subprocess.DEVNULL,
-            stdout=err, stderr=err, cwd=str(Path(__file__).resolve().parents[1]),
+            stdout=log_fd, stderr=log_fd, cwd=str(Path(__file__).resolve().parents[1]),
             env={**os.environ, "OMP_NUM_THREADS": "1"})
+    finally:
+        os.close(log_fd)
 
     def build_leads() -> None:  # the Case page then only draws
         from dashboard.components.lead import build_lead
 
-        n_done = 0
-        while True:
-            alive = job["process"].poll() is None
-            st_ = pj.read_status(status) or {}
-            done = list(st_.get("done") or [])
-            for tid in done[n_done:]:
-                if job["stop"].is_set():
-                    break
-                if leads.get(tid) is not None:
-                    continue
-                try:
-                    expls = cache.get(model_sha, sid, tid, cparams)
-                    if expls is not None:
-                        leads.put(tid, build_lead(bundle, source.frame, tid, dict(expls)))
-                except Exception as e:  # noqa: BLE001 - the page builds it on open and says why it failed
-                    log.info("lead of %s not built ahead: %s: %s", tid, type(e).__name__, e)
-            n_done = len(done)
-            if job["stop"].is_set() and alive:
-                job["process"].terminate()
-                job["process"].wait(30)
-                alive = False
-            if not alive:
-                if st_.get("state") == "done":
-                    job["counts"] = st_.get("counts")
-                    log.info("precompute: %s", job["counts"])
-                else:  # error, or the process died without a final status
-                    job["counts"] = {"error": st_.get("error") or f"exit status {job['process'].returncode}"}
-                    log.warning("precompute stopped: %s", job["counts"]["error"])
-                return
-            job["stop"].wait(0.5)
+        offset = 0
+        try:
+            while True:
+                alive = job["process"].poll() is None
+                done, offset = pj.read_done(status, offset)
+                for tid in done:
+                    if job["stop"].is_set() or leads.full():
+                        break
+                    if leads.get(tid) is not None:
+                        continue
+                    t0 = time.perf_counter()
+                    try:
+                        expls = cache.get(model_sha, sid, tid, cparams)
+                        if expls is not None:
+                            leads.put(tid, build_lead(bundle, source.frame, tid, dict(expls)))
+                    except Exception as e:  # noqa: BLE001 - the page builds it on open and says why it failed
+                        log.info("lead of %s not built ahead: %s: %s", tid, type(e).__name__, e)
+                    job["stop"].wait(LEAD_BUILD_PAUSE * (time.perf_counter() - t0))
+                if job["stop"].is_set() and alive:
+                    job["process"].terminate()
+                    try:
+                        job["process"].wait(30)
+                    except subprocess.TimeoutExpired:
+                        job["process"].kill()
+                        job["process"].wait(30)
+                    alive = False
+                if not alive:
+                    final = pj.read_status(status) or {}
+                    if final.get("state") == "done":
+                        job["counts"] = final.get("counts")
+                        log.info("precompute: %s", job["counts"])
+                    else:  # error, stopped, or the process died without a final status
+                        job["counts"] = {"error": final.get("error") or f"exit status {job['process'].returncode}"}
+                        log.warning("precompute stopped: %s", job["counts"]["error"])
+                    return
+                job["stop"].wait(0.5)
+        finally:
+            for f in (status, pj.done_path(status), job_file):
+                f.unlink(missing_ok=True)
 
-    JOBS[:] = [j for j in JOBS if j["process"].poll() is None] + [job]
+    with _JOBS_LOCK:
+        JOBS[:] = [j for j in JOBS if j["process"].poll() is None] + [job]
     job["thread"] = threading.Thread(target=build_leads, name="fraudlens-precompute-leads", daemon=True)
     job["thread"].start()
     return job
@@ -147,28 +195,34 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
 
 #: running precompute jobs of this process (:func:`precompute_job`), newest last
 JOBS: list[dict[str, Any]] = []
+_JOBS_LOCK = threading.Lock()
 
 
 def wait_for_precompute(cache: Any, model_sha: str, sid: str, transaction_id: str, cparams: dict,
-                         wait_s: float | None = None) -> Any:
+                        wait_s: float | None = None) -> Any:
     """When a running precompute process is explaining ``transaction_id`` right now, wait (up to
-    ``wait_s``, default :data:`engine.cases.explain_cache.WAIT_S`) for its result instead of
-    computing it a second time; the stored explanations, or None (no such job, it moved on
-    without storing it, or the wait ran out)."""
+    ``wait_s``, default :data:`WAIT_PRECOMPUTE_S`) for its result instead of computing it a second
+    time; the stored explanations, or None (no such job, it moved on without storing it, the wait
+    ran out, or the cache cannot be read)."""
     import time
 
     from engine.cases import precompute_job as pj
-    from engine.cases.explain_cache import WAIT_S
 
-    jobs = [j for j in JOBS if j.get("model_sha") == model_sha and j.get("source_id") == sid
-            and j["process"].poll() is None]
+    with _JOBS_LOCK:
+        jobs = [j for j in JOBS if j.get("model_sha") == model_sha and j.get("source_id") == sid
+                and j["process"].poll() is None]
+    limit = WAIT_PRECOMPUTE_S if wait_s is None else wait_s
     for job in jobs:
         t0 = time.monotonic()
         while (pj.read_status(job["status"]) or {}).get("current") == transaction_id:
-            if time.monotonic() - t0 > (WAIT_S if wait_s is None else wait_s) or job["process"].poll() is not None:
+            if time.monotonic() - t0 > limit or job["process"].poll() is not None:
                 break
             time.sleep(0.05)
-        hit = cache.get(model_sha, sid, transaction_id, cparams)
+        try:
+            hit = cache.get(model_sha, sid, transaction_id, cparams)
+        except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss, never an error page
+            log.warning("explanation cache unavailable: %s", e)
+            return None
         if hit is not None:
             return hit
     return None

@@ -70,5 +70,8 @@ def no_background_precompute():
     ask for it; a test of the thread sets it itself."""
     mp = pytest.MonkeyPatch()
     mp.setenv("FRAUDLENS_PRECOMPUTE_S", "0")
+    # a test that starts the precompute process runs it at normal priority: at niceness 15 it gets
+    # almost no CPU while the other pytest worker runs (the niceness test sets its own value)
+    mp.setenv("FRAUDLENS_PRECOMPUTE_NICENESS", "0")
     yield
     mp.undo()

@@ -208,18 +208,32 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
         assert list(ahead.evidence.transaction_ids) == list(now.evidence.transaction_ids)
 
 
-def test_stopping_the_precompute_ends_its_process(env):
+def test_a_new_precompute_stops_the_previous_one_and_leaves_only_its_log(env):
+    """One precompute process per server: starting one for another review threshold stops the
+    running one; a stopped job's thread ends its process and removes its job, status and done
+    files (only the log stays, mode 0600, in a 0700 folder)."""
+    import stat
+
     from dashboard import precompute as pc
 
     data_dir = env["store"]
     data_dir.mkdir(parents=True, exist_ok=True)
-    job = pc.precompute_job.__wrapped__(env["src"].file_sha256, env["spec"], None, env["bundle"].sha256, 0.0,
-                                            600.0, str(env["data"]), str(env["model"]), str(data_dir))
-    assert job["process"].poll() is None  # every transaction is "flagged" at review 0: it runs for long
-    job["stop"].set()
-    job["thread"].join(60)
-    assert not job["thread"].is_alive() and job["process"].returncode is not None
-    assert job["counts"] is not None
+    args = (env["src"].file_sha256, env["spec"], None, env["bundle"].sha256)
+    tail = (600.0, str(env["data"]), str(env["model"]), str(data_dir))
+    first = pc.precompute_job.__wrapped__(*args, 0.0, *tail)  # review 0: every transaction, a long job
+    second = pc.precompute_job.__wrapped__(*args, 0.01, *tail)
+    first["thread"].join(60)
+    assert not first["thread"].is_alive() and first["process"].returncode is not None
+    assert second["process"].poll() is None and not second["stop"].is_set()
+    second["stop"].set()
+    second["thread"].join(60)
+    assert not second["thread"].is_alive() and second["process"].returncode is not None
+    assert second["counts"] is not None
+    work = data_dir / "precompute"
+    assert stat.S_IMODE(work.stat().st_mode) == 0o700
+    left = sorted(p.name for p in work.iterdir())
+    assert left and all(n.endswith(".log") for n in left), left
+    assert all(stat.S_IMODE((work / n).stat().st_mode) == 0o600 for n in left)
 
 
 def test_the_page_draws_the_lead_built_ahead(env):

@@ -35,7 +35,7 @@ def world(tmp_path_factory):
 
 
 def _job(world, tmp_path, **over):
-    job = {"data": str(world["data"]), "spec": world["spec"], "max_rows": None,
+    job = {"data": str(world["data"]), "spec": world["spec"], "spec_sha256": None, "max_rows": None,
            "data_sha256": world["src"].file_sha256, "model": str(world["model"]),
            "model_sha256": world["bundle"].sha256, "cache": str(tmp_path / "e.sqlite"), "source_id": "src1",
            "params": {"max_rows": None}, "ids": world["ids"], "budget_s": 120.0,
@@ -46,9 +46,23 @@ def _job(world, tmp_path, **over):
 
 def test_the_job_explains_in_order_and_reports_each(world, tmp_path):
     job = _job(world, tmp_path)
-    out = pj.run_job(job)
+    seen_current = []
+    real = cv.explain_query
+
+    def spy(bundle, frame, tid, **kw):  # while a transaction is explained, the status names it
+        seen_current.append((tid, pj.read_status(job["status"])["current"]))
+        return real(bundle, frame, tid, **kw)
+
+    import pytest as _pytest
+
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cv, "explain_query", spy)
+        out = pj.run_job(job)
     assert out["state"] == "done", out
-    assert out["done"] == world["ids"] and out["counts"] == {"computed": 3, "cached": 0, "failed": 0, "left": 0}
+    assert seen_current == [(t, t) for t in world["ids"]]
+    assert out["current"] is None and out["n_done"] == 3
+    assert pj.read_done(job["status"]) == (world["ids"], sum(len(t) + 1 for t in world["ids"]))
+    assert out["counts"] == {"computed": 3, "cached": 0, "failed": 0, "left": 0}
     assert pj.read_status(job["status"]) == out and out["pid"] == os.getpid()
     cache = ExplanationCache(job["cache"])
     for tid in world["ids"]:
@@ -58,7 +72,8 @@ def test_the_job_explains_in_order_and_reports_each(world, tmp_path):
         np.testing.assert_allclose(got["occlusion"].values, ref["occlusion"].values, atol=1e-6)
     # a second run reads what is stored: nothing computed again, every id still reported
     again = pj.run_job(job)
-    assert again["counts"]["cached"] == 3 and again["counts"]["computed"] == 0 and again["done"] == world["ids"]
+    assert again["counts"]["cached"] == 3 and again["counts"]["computed"] == 0
+    assert pj.read_done(job["status"])[0] == world["ids"]
 
 
 @pytest.mark.parametrize("field,value,needle", [("data_sha256", "0" * 64, "file changed"),
@@ -66,8 +81,56 @@ def test_the_job_explains_in_order_and_reports_each(world, tmp_path):
 def test_other_data_or_model_than_the_servers_is_refused(world, tmp_path, field, value, needle):
     job = _job(world, tmp_path, **{field: value})
     out = pj.run_job(job)
-    assert out["state"] == "error" and needle in out["error"] and out["done"] == []
+    assert out["state"] == "error" and needle in out["error"] and pj.read_done(job["status"])[0] == []
     assert ExplanationCache(job["cache"]).count() == 0
+
+
+def test_a_failed_transaction_clears_current_and_the_others_go_on(world, tmp_path):
+    job = _job(world, tmp_path, ids=[world["ids"][0], "no-such-id", world["ids"][1]])
+    out = pj.run_job(job)
+    assert out["state"] == "done" and out["current"] is None
+    assert out["counts"] == {"computed": 2, "cached": 0, "failed": 1, "left": 0}
+    assert pj.read_done(job["status"])[0] == [world["ids"][0], world["ids"][1]]
+
+
+def test_an_edited_spec_file_is_refused(world, tmp_path):
+    from engine.data.spec import SPEC_DIR
+
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes((SPEC_DIR / f"{world['spec']}.toml").read_bytes())
+    job = _job(world, tmp_path, spec=str(spec), spec_sha256=pj.file_sha256(spec))
+    spec.write_text(spec.read_text() + "\n# edited\n")
+    out = pj.run_job(job)
+    assert out["state"] == "error" and "spec changed" in out["error"]
+
+
+def test_status_and_done_files_are_read_defensively(tmp_path):
+    st = tmp_path / "s.json"
+    st.write_text("[" * 100_000)  # deep nesting
+    assert pj.read_status(st) is None
+    st.write_text(json.dumps({"pad": "x" * (pj.MAX_STATUS_BYTES + 10)}))
+    assert pj.read_status(st) is None
+    pj.done_path(st).write_text("a\nb\npartial")  # a line being written is left for the next read
+    assert pj.read_done(st) == (["a", "b"], 4)
+    assert pj.read_done(st, 4) == ([], 4)
+    # the atomic writer never follows a planted symlink and leaves no temporary file behind
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    pj.write_json_atomic(st, {"ok": 1})
+    assert pj.read_status(st) == {"ok": 1} and target.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json", "s.json.done", "victim"]
+    with pytest.raises(ValueError):
+        pj.write_json_atomic(st, {"bad": float("nan")})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json", "s.json.done", "victim"]
+
+
+def test_the_lead_store_keeps_the_first_entries_and_refuses_when_full():
+    from dashboard import precompute as pc
+
+    s = pc.LeadStore(max_entries=2)
+    assert s.put("a", 1) and s.put("b", 2) and s.full()
+    assert not s.put("c", 3) and s.get("c") is None and s.get("a") == 1  # nothing evicted
+    assert s.put("a", 9) and s.get("a") == 9 and len(s) == 2  # a known id may be replaced
 
 
 def test_a_job_without_a_field_is_refused(world, tmp_path):
@@ -81,15 +144,21 @@ def test_runs_as_its_own_low_priority_process(world, tmp_path):
     job = _job(world, tmp_path, ids=world["ids"][:1])
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job))
+    env = {**os.environ, pj.ENV_NICENESS: "4"}
     r = subprocess.run([sys.executable, "-m", "engine.cases.precompute_job", str(path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert not path.exists()  # the job file (every flagged id) is deleted once read
     st = pj.read_status(job["status"])
-    assert st["done"] == world["ids"][:1] and st["pid"] != os.getpid()
-    assert st["niceness"] >= min(19, os.getpriority(os.PRIO_PROCESS, 0) + pj.NICENESS)
+    assert pj.read_done(job["status"])[0] == world["ids"][:1] and st["pid"] != os.getpid()
+    assert st["niceness"] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 4)  # the override, added to ours
     bad = subprocess.run([sys.executable, "-m", "engine.cases.precompute_job"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "usage" in bad.stderr
+    path.write_text("{not json")
+    unreadable = subprocess.run([sys.executable, "-m", "engine.cases.precompute_job", str(path)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+    assert unreadable.returncode == 2 and "JSONDecodeError" in unreadable.stderr
     assert oct((tmp_path / "status.json").stat().st_mode & 0o777) == "0o600"
 
 
@@ -144,3 +213,11 @@ def test_a_page_waits_for_the_transaction_the_process_explains_now(world, tmp_pa
     t0 = time.monotonic()
     assert pc.wait_for_precompute(cache, "m", "s", world["ids"][2], {}, wait_s=0.5) is None
     assert 0.45 <= time.monotonic() - t0 < 5
+
+
+def test_niceness_defaults_to_15_and_reads_its_override(monkeypatch):
+    monkeypatch.delenv(pj.ENV_NICENESS, raising=False)
+    assert pj.niceness() == pj.NICENESS == 15
+    for raw, want in (("3", 3), ("abc", 15), ("99", 19), ("-5", 0)):
+        monkeypatch.setenv(pj.ENV_NICENESS, raw)
+        assert pj.niceness() == want, raw
