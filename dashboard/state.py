@@ -496,8 +496,8 @@ def precompute_budget_s() -> float:
 
 def flagged_order(scores: Any, ranking: Any = None) -> list[str]:
     """Transaction ids of the flagged transactions, most risky case first: every entity's
-    highest-scored transaction (the one its case opens on: latest on ties, as
-    :func:`engine.cases.view.default_query`), then every entity's second, and so on; entities in
+    highest-scored transaction (the one its case opens on: ties by the higher logit, then the
+    latest, as :func:`engine.cases.view.default_query`), then every entity's second, and so on; entities in
     ``ranking``'s order (the Case page's entity order, :func:`engine.cases.view.rank_entities`;
     default: by descending highest probability). The transaction the Case page opens first (top
     entity, its default query) always comes first, flagged or not.
@@ -515,7 +515,9 @@ def flagged_order(scores: Any, ranking: Any = None) -> list[str]:
         mx = f.groupby("entity_id", sort=False)["_p"].max().sort_values(ascending=False, kind="stable")
         rank = {str(e): i for i, e in enumerate(mx.index)}
     f = f.assign(_rank=f["entity_id"].astype(str).map(rank).fillna(len(rank)).to_numpy())
-    f = f.sort_values(["_p", "_pos"], ascending=[False, False], kind="stable")  # latest on ties
+    f = f.assign(_lg=(scores["logit"].astype("float64").fillna(-np.inf).to_numpy() if "logit" in scores
+                      else np.zeros(len(f))))
+    f = f.sort_values(["_p", "_lg", "_pos"], ascending=[False, False, False], kind="stable")  # as default_query
     first = f.loc[f["_rank"] == f["_rank"].min()].head(1) if len(f) else f
     f = f.loc[f["_flag"]]
     f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())

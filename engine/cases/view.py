@@ -205,7 +205,12 @@ def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
         return pd.DataFrame(columns=["entity_id", "entity", "max_probability", "n_transactions", "n_flagged",
                                      "known_frauds", "first_seen", "last_seen", "top_transaction_id"])
     p = s["probability"].fillna(-1.0)
-    top_idx = p.groupby(s["entity_id"], sort=False).idxmax()
+    if "logit" in s:  # ties of probability: the higher logit, then the latest (as default_query)
+        by = s.assign(_p=p, _lg=s["logit"].astype("float64").fillna(-np.inf), _pos=np.arange(len(s)))
+        top_idx = by.sort_values(["_p", "_lg", "_pos"], kind="stable").groupby("entity_id", sort=False).tail(1)
+        top_idx = pd.Series(top_idx.index, index=top_idx["entity_id"].to_numpy()).reindex(pd.unique(s["entity_id"]))
+    else:
+        top_idx = p.groupby(s["entity_id"], sort=False).idxmax()
     g = s.assign(_flag=(s["probability"] >= threshold)).groupby("entity_id", sort=False)
     out = pd.DataFrame(
         {
@@ -274,12 +279,17 @@ def entity_timeline(frame: pd.DataFrame, scores: pd.DataFrame, entity_id: str, t
 
 
 def default_query(timeline: pd.DataFrame) -> str | None:
-    """The highest-scored transaction of a timeline (latest on ties); ``None`` if empty."""
+    """The highest-scored transaction of a timeline (ties of probability: the higher logit when the
+    timeline has a ``logit`` column, then the latest); ``None`` if empty."""
     if not len(timeline):
         return None
     p = timeline["probability"].fillna(-1.0).to_numpy()
-    best = np.flatnonzero(p == p.max())[-1]
-    return str(timeline["transaction_id"].iloc[best])
+    top = np.flatnonzero(p == p.max())
+    if "logit" in timeline and len(top) > 1:
+        lg = timeline["logit"].to_numpy(np.float64)[top]
+        lg = np.where(np.isnan(lg), -np.inf, lg)
+        top = top[lg == lg.max()]
+    return str(timeline["transaction_id"].iloc[top[-1]])
 
 
 def query_options(timeline: pd.DataFrame, current: str | None = None, min_options: int = 10) -> list[str]:

@@ -86,6 +86,16 @@ def test_rank_entities_breaks_probability_ties_by_logit():
     r = cv.rank_entities(s, 0.5)
     assert r["entity_id"].tolist() == ["b", "c", "a"]  # without the logit: a (3 flagged) first
     assert "_max_logit" not in r
+    # the case opens on the same transaction everywhere: highest logit among the tied probabilities
+    assert r.set_index("entity_id").loc["a", "top_transaction_id"] == "3"
+    s2 = s.assign(logit=[0.1, 0.3, 0.2, 1.5, 0.9])
+    assert cv.rank_entities(s2, 0.5).set_index("entity_id").loc["a", "top_transaction_id"] == "2"
+    assert cv.default_query(s2[s2.entity_id == "a"]) == "2"
+    assert cv.default_query(s2[s2.entity_id == "a"].drop(columns="logit")) == "3"  # no logit: the latest
+    from dashboard.state import flagged_order
+
+    order = flagged_order(s2.assign(flagged=True), cv.rank_entities(s2, 0.5))
+    assert order[0] == "4" and order.index("2") < order.index("1")
     assert cv.rank_entities(s.drop(columns="logit"), 0.5)["entity_id"].iloc[0] == "a"
 
 
