@@ -120,9 +120,9 @@ CONFIG_CASES = {
     "huge_context": (_cfg(context_length=10**9), "context_length: expected an integer in [2, 1,024], got 1000000000"),
     "huge_layers": (_cfg(n_layers=100_000), "n_layers: expected an integer in [1, 32], got 100000"),
     "huge_d_ff": (_cfg(d_ff=2**40), "d_ff: expected an integer in [1, 8,192], got 1099511627776"),
-    # column 6 (merchant_state) is embedded; 4 and 5 (merchant, city) are novelty only: codes, no table rows
-    "huge_cardinality": (lambda m: m["model_config"]["cat_cardinalities"].__setitem__(6, 10**12),
-                         "cat_cardinalities[6]: expected an integer in [1, 4,194,304], got 1000000000000"),
+    # column 8 (mcc) is embedded; 4-7 (merchant, city, state, zip) are novelty only: codes, no table rows
+    "huge_cardinality": (lambda m: m["model_config"]["cat_cardinalities"].__setitem__(8, 10**12),
+                         "cat_cardinalities[8]: expected an integer in [1, 4,194,304], got 1000000000000"),
     "huge_novelty_codes": (lambda m: m["model_config"]["cat_cardinalities"].__setitem__(4, 2**41),
                            "cat_cardinalities[4]: expected an integer in [1, 1,099,511,627,778], got 2199023255552"),
     "novelty_col_unhashable": (_cfg(novelty_only_cols=[[4], 5]), "novelty_only_cols[0]: expected an integer in [0, 9], got [4]"),
@@ -161,7 +161,7 @@ def test_in_range_values_that_imply_too_many_parameters_are_refused(base, tmp_pa
 
 def test_a_config_that_disagrees_with_the_feature_statistics_is_refused(base, tmp_path, built):
     def edit(m):
-        m["model_config"]["cat_cardinalities"][6] += 1
+        m["model_config"]["cat_cardinalities"][8] += 1
 
     d = variant(base[0], tmp_path / "layout", meta=edit)
     with pytest.raises(CheckpointError, match=r"checkpoint.json: model_config.cat_cardinalities is \[3, .* but the "
@@ -371,7 +371,7 @@ def test_an_edited_demo_model_with_a_recomputed_hash_does_not_pass_as_the_demo(t
     d = variant(ck.ASSET_MODEL_DIR, tmp_path / "demo_model", state=lambda t: t["head.bias"].sub_(5.0))  # "no fraud"
     monkeypatch.setattr(ck, "ASSET_MODEL_DIR", d)
     with pytest.raises(CheckpointError, match=r"demo_model: the bundled demo model was changed \(its files hash to "
-                                              r"[0-9a-f]{12}…, this release pins 6373d5ebf548…\); restore assets/demo_model$"):
+                                              r"[0-9a-f]{12}…, this release pins 659335c98e88…\); restore assets/demo_model$"):
         load_checkpoint()
     assert built == []
 
@@ -425,7 +425,7 @@ def test_the_shipped_checkpoints_still_load_and_score(base):
     s = score_frame(bundle, base[2])
     assert np.isfinite(s["logit"]).all() and s["probability"].between(0, 1).all()
     demo = load_checkpoint()
-    assert demo.sha256 == ck.DEMO_MODEL_SHA256 and math.isclose(demo.threshold, 0.13114754098360656)
+    assert demo.sha256 == ck.DEMO_MODEL_SHA256 and math.isclose(demo.threshold, 0.06827915029117998)
 
 
 def test_text_from_a_checkpoint_is_printed_as_text_by_the_cli(base, tmp_path, monkeypatch):
