@@ -294,9 +294,10 @@ def default_query(timeline: pd.DataFrame) -> str | None:
 
 def query_options(timeline: pd.DataFrame, current: str | None = None, min_options: int = 10) -> list[str]:
     """Transaction ids for the "flagged transactions" picker: flagged ones by probability (highest
-    first); if fewer than ``min_options`` are flagged, topped up with the next highest scored;
-    ``current`` is always included."""
-    t = timeline.sort_values("probability", ascending=False, kind="stable", na_position="last")
+    first; ties by the higher logit when the timeline has one); if fewer than ``min_options`` are
+    flagged, topped up with the next highest scored; ``current`` is always included."""
+    keys = ["probability", "logit"] if "logit" in timeline else ["probability"]
+    t = timeline.sort_values(keys, ascending=False, kind="stable", na_position="last")
     ids = t.loc[t["flagged"], "transaction_id"].tolist()
     if len(ids) < min_options:
         ids += [i for i in t["transaction_id"].tolist() if i not in set(ids)][: min_options - len(ids)]
