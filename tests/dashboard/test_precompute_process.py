@@ -221,3 +221,39 @@ def test_niceness_defaults_to_15_and_reads_its_override(monkeypatch):
     for raw, want in (("3", 3), ("abc", 15), ("99", 19), ("-5", 0)):
         monkeypatch.setenv(pj.ENV_NICENESS, raw)
         assert pj.niceness() == want, raw
+
+
+def test_the_process_stops_when_the_server_goes_away(world, tmp_path):
+    """A server killed with SIGKILL leaves no precompute running: the process sees its parent change
+    and stops after the transaction in hand (here: a long job of every transaction)."""
+    import signal
+    import time
+
+    job = _job(world, tmp_path, ids=[str(t) for t in world["src"].frame["transaction_id"]], budget_s=600.0)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    parent = subprocess.Popen(  # stands for the server: starts the process, prints its pid, then idles
+        [sys.executable, "-c", "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', "
+         "'engine.cases.precompute_job', sys.argv[1]]); print(p.pid, flush=True); time.sleep(600)", str(path)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    t0 = time.monotonic()
+    while (pj.read_status(job["status"]) or {}).get("n_done", 0) < 1 and time.monotonic() - t0 < 120:
+        time.sleep(0.2)
+    assert (pj.read_status(job["status"]) or {}).get("n_done", 0) >= 1, "the process never got going"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(30)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        try:  # gone, or a zombie nobody reaped yet (state Z): it has exited either way
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the precompute process kept running after its server was killed")
+    done = pj.read_status(job["status"])
+    assert done["state"] == "done" and done["counts"]["left"] > 0  # stopped early, cleanly
