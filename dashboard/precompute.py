@@ -102,6 +102,7 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
     import uuid
 
     from engine.cases import precompute_job as pj
+    from engine.data.io import file_sha256
 
     if not math.isfinite(budget_s):
         raise ValueError(f"precompute budget: expected a finite number of seconds, got {budget_s}")
@@ -125,7 +126,7 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
     spec_is_file = spec_path.suffix == ".toml" and spec_path.is_file()
     pj.write_json_atomic(job_file, {
         "data": _absolute(_path), "spec": _absolute(spec) if spec_is_file else str(spec),
-        "spec_sha256": pj.file_sha256(spec_path) if spec_is_file else None, "max_rows": max_rows,
+        "spec_sha256": file_sha256(spec_path) if spec_is_file else None, "max_rows": max_rows,
         "data_sha256": data_sha, "model": _absolute(_model_path or ""), "model_sha256": model_sha,
         "cache": str(Path(cache.path).resolve()), "source_id": sid, "params": cparams, "ids": ids,
         "budget_s": float(budget_s), "status": str(status)})

@@ -52,6 +52,8 @@ def niceness() -> int:
     except ValueError:
         return NICENESS
     return min(19, max(0, v))
+
+
 #: job fields the process needs
 JOB_FIELDS = ("data", "spec", "spec_sha256", "max_rows", "data_sha256", "model", "model_sha256", "cache",
               "source_id", "params", "ids", "budget_s", "status")
@@ -122,17 +124,6 @@ def read_done(status_path: str | Path, offset: int = 0) -> tuple[list[str], int]
     return [t for t in lines if t], offset + end
 
 
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def run_job(job: dict[str, Any], stop: threading.Event | None = None) -> dict[str, Any]:
     """Explain ``job["ids"]`` into the explanation cache, updating the status and done files;
     returns the final status.
@@ -143,6 +134,7 @@ def run_job(job: dict[str, Any], stop: threading.Event | None = None) -> dict[st
     """
     from engine.cases import view as cv
     from engine.cases.explain_cache import ExplanationCache, precompute
+    from engine.data.io import file_sha256
 
     missing = [k for k in JOB_FIELDS if k not in job]
     if missing:

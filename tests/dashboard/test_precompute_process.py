@@ -16,6 +16,7 @@ import pytest
 from engine.cases import precompute_job as pj
 from engine.cases import view as cv
 from engine.cases.explain_cache import ExplanationCache
+from engine.data.io import file_sha256
 from tiny_models import demo_slice, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,7 @@ def test_an_edited_spec_file_is_refused(world, tmp_path):
 
     spec = tmp_path / "spec.toml"
     spec.write_bytes((SPEC_DIR / f"{world['spec']}.toml").read_bytes())
-    job = _job(world, tmp_path, spec=str(spec), spec_sha256=pj.file_sha256(spec))
+    job = _job(world, tmp_path, spec=str(spec), spec_sha256=file_sha256(spec))
     spec.write_text(spec.read_text() + "\n# edited\n")
     out = pj.run_job(job)
     assert out["state"] == "error" and "spec changed" in out["error"]
