@@ -504,20 +504,16 @@ def flagged_order(scores: Any, ranking: Any = None) -> list[str]:
 
     ``scores``: frame order (entities contiguous, time order within an entity), with
     ``entity_id``, ``transaction_id``, ``probability``, ``flagged``."""
-    import numpy as np
 
     f = scores[["entity_id", "transaction_id", "probability"]].assign(
-        _pos=np.arange(len(scores)), _flag=scores["flagged"].to_numpy(dtype=bool),
-        _p=scores["probability"].fillna(-1.0).to_numpy())
+        _flag=scores["flagged"].to_numpy(dtype=bool), _p=scores["probability"].fillna(-1.0).to_numpy())
     if ranking is not None and len(ranking):
         rank = {str(e): i for i, e in enumerate(ranking["entity_id"])}
     else:
         mx = f.groupby("entity_id", sort=False)["_p"].max().sort_values(ascending=False, kind="stable")
         rank = {str(e): i for i, e in enumerate(mx.index)}
     f = f.assign(_rank=f["entity_id"].astype(str).map(rank).fillna(len(rank)).to_numpy())
-    f = f.assign(_lg=(scores["logit"].astype("float64").fillna(-np.inf).to_numpy() if "logit" in scores
-                      else np.zeros(len(f))))
-    f = f.sort_values(["_p", "_lg", "_pos"], ascending=[False, False, False], kind="stable")  # as default_query
+    f = f.iloc[cv.score_order(scores)]  # riskiest first, as default_query
     first = f.loc[f["_rank"] == f["_rank"].min()].head(1) if len(f) else f
     f = f.loc[f["_flag"]]
     f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())

@@ -206,9 +206,8 @@ def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
                                      "known_frauds", "first_seen", "last_seen", "top_transaction_id"])
     p = s["probability"].fillna(-1.0)
     if "logit" in s:  # ties of probability: the higher logit, then the latest (as default_query)
-        by = s.assign(_p=p, _lg=s["logit"].astype("float64").fillna(-np.inf), _pos=np.arange(len(s)))
-        top_idx = by.sort_values(["_p", "_lg", "_pos"], kind="stable").groupby("entity_id", sort=False).tail(1)
-        top_idx = pd.Series(top_idx.index, index=top_idx["entity_id"].to_numpy()).reindex(pd.unique(s["entity_id"]))
+        top = s.iloc[score_order(s)].drop_duplicates("entity_id")
+        top_idx = pd.Series(top.index, index=top["entity_id"].to_numpy()).reindex(pd.unique(s["entity_id"]))
     else:
         top_idx = p.groupby(s["entity_id"], sort=False).idxmax()
     g = s.assign(_flag=(s["probability"] >= threshold)).groupby("entity_id", sort=False)
@@ -278,18 +277,24 @@ def entity_timeline(frame: pd.DataFrame, scores: pd.DataFrame, entity_id: str, t
     return out.sort_values(["timestamp"], kind="stable").reset_index(drop=True)
 
 
+def score_order(frame: pd.DataFrame) -> np.ndarray:
+    """Row positions of ``frame`` (``[N]`` int64) from the riskiest down: highest ``probability``
+    first (NaN as -1); ties by the higher ``logit`` when the frame has that column (NaN lowest; a
+    step calibration map gives whole blocks one probability); then the later row. The one order
+    in which a case's opening transaction is chosen (:func:`default_query`,
+    :func:`rank_entities`' ``top_transaction_id``, the precompute's ``flagged_order``)."""
+    n = len(frame)
+    p = frame["probability"].fillna(-1.0).to_numpy(np.float64)
+    lg = (frame["logit"].astype("float64").fillna(-np.inf).to_numpy() if "logit" in frame else np.zeros(n))
+    return np.lexsort((-np.arange(n), -lg, -p))
+
+
 def default_query(timeline: pd.DataFrame) -> str | None:
     """The highest-scored transaction of a timeline (ties of probability: the higher logit when the
     timeline has a ``logit`` column, then the latest); ``None`` if empty."""
     if not len(timeline):
         return None
-    p = timeline["probability"].fillna(-1.0).to_numpy()
-    top = np.flatnonzero(p == p.max())
-    if "logit" in timeline and len(top) > 1:
-        lg = timeline["logit"].to_numpy(np.float64)[top]
-        lg = np.where(np.isnan(lg), -np.inf, lg)
-        top = top[lg == lg.max()]
-    return str(timeline["transaction_id"].iloc[top[-1]])
+    return str(timeline["transaction_id"].iloc[score_order(timeline)[0]])
 
 
 def query_options(timeline: pd.DataFrame, current: str | None = None, min_options: int = 10) -> list[str]:
