@@ -197,19 +197,19 @@ def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
     Returns:
         One row per entity, highest ``max_probability`` first (ties: higher highest logit when
         ``scores`` has a ``logit`` column, then more flagged, then later last seen): ``entity_id``
-        (raw), ``entity`` (masked for display), ``max_probability``, ``n_transactions``, ``n_flagged`` (>= threshold), ``known_frauds`` (label == 1; NA
-        without labels), ``first_seen``, ``last_seen``, ``top_transaction_id``.
+        (raw), ``entity`` (masked for display), ``max_probability``, ``n_transactions``,
+        ``n_flagged`` (>= threshold), ``known_frauds`` (label == 1; NA without labels),
+        ``first_seen``, ``last_seen``, ``top_transaction_id`` (first by :func:`score_order`).
     """
     s = scores
     if not len(s):
         return pd.DataFrame(columns=["entity_id", "entity", "max_probability", "n_transactions", "n_flagged",
                                      "known_frauds", "first_seen", "last_seen", "top_transaction_id"])
-    p = s["probability"].fillna(-1.0)
     if "logit" in s:  # ties of probability: the higher logit, then the latest (as default_query)
         top = s.iloc[score_order(s)].drop_duplicates("entity_id")
         top_idx = pd.Series(top.index, index=top["entity_id"].to_numpy()).reindex(pd.unique(s["entity_id"]))
     else:
-        top_idx = p.groupby(s["entity_id"], sort=False).idxmax()
+        top_idx = s["probability"].fillna(-1.0).groupby(s["entity_id"], sort=False).idxmax()
     g = s.assign(_flag=(s["probability"] >= threshold)).groupby("entity_id", sort=False)
     out = pd.DataFrame(
         {
@@ -229,11 +229,11 @@ def rank_entities(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
     out["top_transaction_id"] = s.loc[top_idx.to_numpy(), "transaction_id"].to_numpy()
     out = out.reset_index()
     out.insert(1, "entity", out["entity_id"].map(mask_card_number))
-    keys = ["max_probability", "n_flagged", "last_seen"]
-    if "logit" in s:  # a step calibration map ties whole blocks of probabilities: the logit orders them
-        out["_max_logit"] = out["entity_id"].map(s["logit"].astype("float64").groupby(s["entity_id"], sort=False).max())
-        keys.insert(1, "_max_logit")
-    out = out.sort_values(keys, ascending=False, kind="stable", na_position="last")
+    # a step calibration map ties whole blocks of probabilities: the highest logit orders them
+    out["_max_logit"] = (out["entity_id"].map(s["logit"].astype("float64").groupby(s["entity_id"], sort=False).max())
+                         if "logit" in s else 0.0)
+    out = out.sort_values(["max_probability", "_max_logit", "n_flagged", "last_seen"], ascending=False,
+                          kind="stable", na_position="last")
     return out.reset_index(drop=True)[["entity_id", "entity", "max_probability", "n_transactions", "n_flagged",
                                        "known_frauds", "first_seen", "last_seen", "top_transaction_id"]]
 
@@ -278,11 +278,9 @@ def entity_timeline(frame: pd.DataFrame, scores: pd.DataFrame, entity_id: str, t
 
 
 def score_order(frame: pd.DataFrame) -> np.ndarray:
-    """Row positions of ``frame`` (``[N]`` int64) from the riskiest down: highest ``probability``
-    first (NaN as -1); ties by the higher ``logit`` when the frame has that column (NaN lowest; a
-    step calibration map gives whole blocks one probability); then the later row. The one order
-    in which a case's opening transaction is chosen (:func:`default_query`,
-    :func:`rank_entities`' ``top_transaction_id``, the precompute's ``flagged_order``)."""
+    """Row positions ``[N]`` int64 of ``frame``, riskiest first: by ``probability`` (NaN as -1), ties by
+    ``logit`` when present (NaN lowest; a step calibration map ties whole blocks), then the later row.
+    Chooses a case's opening transaction (default_query, rank_entities, the precompute's order)."""
     n = len(frame)
     p = frame["probability"].fillna(-1.0).to_numpy(np.float64)
     lg = (frame["logit"].astype("float64").fillna(-np.inf).to_numpy() if "logit" in frame else np.zeros(n))
@@ -292,9 +290,7 @@ def score_order(frame: pd.DataFrame) -> np.ndarray:
 def default_query(timeline: pd.DataFrame) -> str | None:
     """The highest-scored transaction of a timeline (ties of probability: the higher logit when the
     timeline has a ``logit`` column, then the latest); ``None`` if empty."""
-    if not len(timeline):
-        return None
-    return str(timeline["transaction_id"].iloc[score_order(timeline)[0]])
+    return str(timeline["transaction_id"].iloc[score_order(timeline)[0]]) if len(timeline) else None
 
 
 def query_options(timeline: pd.DataFrame, current: str | None = None, min_options: int = 10) -> list[str]:
