@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
@@ -52,6 +53,12 @@ CURSOR_KEY = "case_cursor"
 EXPLAIN_METHODS = ("occlusion", "none")
 #: default CPU budget of the explanation worker, as a fraction of one core
 DEFAULT_EXPLAIN_CPU = 0.25
+#: seconds the worker waits after a batch before the next one, so the flags of that time share
+#: one case upsert (a case then appears in the queue at most about this long after its flag)
+CASE_BATCH_S = 0.25
+#: entities whose running case summary the worker keeps (least recently used dropped; a dropped
+#: entity's summary is read from its whole history again)
+SUMMARY_CACHE = 100_000
 
 
 def service_source_id(bundle: ModelBundle) -> str:
@@ -130,6 +137,8 @@ class CaseWorker(threading.Thread):
         self.idle = threading.Event()  # set when the worker has caught up with the history
         self.cases_written = self.explained = self.errors = 0
         self.last_error = ""
+        # entity -> its case summary so far (HistoryStore.entity_summary(since=...)), LRU order
+        self.summaries: OrderedDict[str, dict] = OrderedDict()
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()
@@ -163,6 +172,8 @@ class CaseWorker(threading.Thread):
                     self.idle.set()
                     self.wake.wait(1.0)
                     self.wake.clear()
+                else:  # let the next flags gather: one upsert per CASE_BATCH_S, not per request
+                    self.stopping.wait(CASE_BATCH_S)
         finally:
             history.close()
             store.close()
@@ -174,6 +185,14 @@ class CaseWorker(threading.Thread):
             self.paused_s += pause
             self.stopping.wait(pause)
 
+    def _summary(self, history: HistoryStore, entity_id: str) -> dict:
+        """The entity's case summary, reading only its history rows since the last call."""
+        out = history.entity_summary(entity_id, since=self.summaries.pop(entity_id, None))
+        self.summaries[entity_id] = out
+        while len(self.summaries) > SUMMARY_CACHE:
+            self.summaries.popitem(last=False)
+        return out
+
     def step(self, history: HistoryStore, store) -> bool:
         """One batch of flagged transactions; False when there was none."""
         cursor = int(history.meta(CURSOR_KEY) or 0)
@@ -184,7 +203,7 @@ class CaseWorker(threading.Thread):
         self.idle.clear()
         sha = self.bundle.sha256
         entities = list(dict.fromkeys(e for _, _, e in items))
-        store.upsert_cases(sha, pd.DataFrame([history.entity_summary(e) for e in entities]), source_id=self.source)
+        store.upsert_cases(sha, pd.DataFrame([self._summary(history, e) for e in entities]), source_id=self.source)
         self.cases_written += len(entities)
         if self.explain_method != "none":
             frames: dict[str, pd.DataFrame] = {}

@@ -274,18 +274,44 @@ class HistoryStore:
             f["label"] = pd.array(f["label"], dtype="Int8")
         return f
 
-    def entity_summary(self, entity_id: str) -> dict[str, Any]:
+    def entity_summary(self, entity_id: str, since: dict[str, Any] | None = None) -> dict[str, Any]:
         """Facts for the entity's case (:data:`engine.cases.store.CASE_INPUT_COLUMNS`): highest
-        probability and its transaction, first/last timestamp, largest amount, count, known frauds."""
+        probability and its transaction (the earliest of equal ones), first/last timestamp, largest
+        amount, count, known frauds; and ``through_seq``, the last history row they cover.
+
+        Args:
+            since: a summary this method returned before for the same entity: only the rows
+                after its ``through_seq`` are read and merged into it (rows are append-only, so
+                the result equals a summary of the whole history; the case worker calls this per
+                flagged batch, and reading the whole history each time grew with its length).
+        """
         c = self.conn
-        top = c.execute("SELECT transaction_id, probability FROM transactions WHERE entity_id = ? "
-                        "ORDER BY probability DESC, seq LIMIT 1", (entity_id,)).fetchone()
+        after = int(since["through_seq"]) if since is not None else -1
+        top = c.execute("SELECT transaction_id, probability FROM transactions WHERE entity_id = ? AND seq > ? "
+                        "ORDER BY probability DESC, seq LIMIT 1", (entity_id, after)).fetchone()
         agg = c.execute("SELECT min(ts_ns), max(ts_ns), count(*), max(json_extract(row_json, '$.amount')), "
-                        "sum(json_extract(row_json, '$.label') = 1) FROM transactions WHERE entity_id = ?",
-                        (entity_id,)).fetchone()
-        return {"entity_id": entity_id, "max_probability": float(top[1]), "max_transaction_id": top[0],
-                "first_ts": pd.Timestamp(agg[0], unit="ns"), "last_ts": pd.Timestamp(agg[1], unit="ns"),
-                "max_amount": agg[3], "n_transactions": int(agg[2]), "n_known_fraud": int(agg[4] or 0)}
+                        "sum(json_extract(row_json, '$.label') = 1), max(seq) FROM transactions "
+                        "WHERE entity_id = ? AND seq > ?", (entity_id, after)).fetchone()
+        if top is None:  # no new row
+            if since is None:
+                raise KeyError(f"entity {entity_id!r} has no transaction in the history store")
+            return since
+        new = {"entity_id": entity_id, "max_probability": float(top[1]), "max_transaction_id": top[0],
+               "first_ts": pd.Timestamp(agg[0], unit="ns"), "last_ts": pd.Timestamp(agg[1], unit="ns"),
+               "max_amount": agg[3], "n_transactions": int(agg[2]), "n_known_fraud": int(agg[4] or 0),
+               "through_seq": int(agg[5])}
+        if since is None:
+            return new
+        old = since
+        amounts = [a for a in (old["max_amount"], new["max_amount"]) if a is not None]
+        keep_top = old["max_probability"] >= new["max_probability"]  # equal: the earlier row, as ORDER BY seq
+        return {"entity_id": entity_id,
+                "max_probability": old["max_probability"] if keep_top else new["max_probability"],
+                "max_transaction_id": old["max_transaction_id"] if keep_top else new["max_transaction_id"],
+                "first_ts": min(old["first_ts"], new["first_ts"]), "last_ts": max(old["last_ts"], new["last_ts"]),
+                "max_amount": max(amounts) if amounts else None,
+                "n_transactions": old["n_transactions"] + new["n_transactions"],
+                "n_known_fraud": old["n_known_fraud"] + new["n_known_fraud"], "through_seq": new["through_seq"]}
 
     def flagged_after(self, seq: int, limit: int = 100) -> list[tuple[int, str, str]]:
         """``(seq, transaction_id, entity_id)`` of flagged transactions after ``seq``, oldest first."""

@@ -343,3 +343,65 @@ def test_cli_refuses_a_public_host_without_a_token(monkeypatch):
     assert r.exit_code == 2 and "refusing to listen on 0.0.0.0 without a token" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["serve", "--sync", "sometimes"])
     assert r.exit_code == 2 and "--sync" in r.output
+
+
+def test_incremental_case_summary_equals_a_whole_history_read(bundle, records, batch_probs, tmp_path):
+    """The case worker reads only the rows after its last summary (HistoryStore.entity_summary
+    ``since``); merged over several batches the summary equals one read of the whole history,
+    ties of the highest probability keep the earliest transaction, and an entity with no new row
+    keeps its summary."""
+    import engine.serve.casework as cw
+
+    svc, c = make(bundle, tmp_path)
+    svc.thresholds = {"review": 0.0, "decline": 1.0, "source": "test"}  # every transaction flagged
+    history, store = cw.HistoryStore(svc.history_path), CaseStore(tmp_path / "cases.sqlite3")
+    w = svc.worker
+    for lo, hi in ((0, 7), (7, 19), (19, 40)):
+        for rec in records[lo:hi]:
+            assert c.post("/v1/score", json=rec).status_code == 200
+        assert w.step(history, store)
+    entities = {r["card"] for r in records[:40]}
+    assert len(entities) >= 2 and set(w.summaries) == entities
+    for e in entities:
+        assert w.summaries[e] == history.entity_summary(e)
+    q = store.queue(bundle.sha256, source_id=service_source_id(bundle), review_threshold=0.0)
+    for e in entities:
+        row = q[q["entity_id"] == e].iloc[0]
+        full = history.entity_summary(e)
+        assert row["n_transactions"] == full["n_transactions"] == sum(r["card"] == e for r in records[:40])
+        assert row["max_transaction_id"] == full["max_transaction_id"]
+    # a tie of the highest probability: the earlier transaction stays the case's top one
+    e = next(iter(entities))
+    s = history.entity_summary(e)
+    tie = {**s, "max_probability": 2.0, "max_transaction_id": "earlier"}
+    again = history.entity_summary(e, since={**tie, "through_seq": 0})
+    assert again["max_transaction_id"] == "earlier"
+    assert again["n_transactions"] == s["n_transactions"] + s["n_transactions"]  # merged with the given counts
+    assert history.entity_summary(e, since=s) is s  # nothing new
+    with pytest.raises(KeyError, match="no transaction"):
+        history.entity_summary("no-such-card")
+    history.close(), store.close()
+    svc.close()
+
+
+def test_score_route_is_answered_by_the_guard_direct_handler(bundle, records, tmp_path, monkeypatch):
+    """``POST /v1/score`` is answered by the handler the Guard calls directly (no FastAPI route
+    per request), after the Guard's checks; the FastAPI route (OpenAPI) is the same function."""
+    from starlette.routing import Route
+
+    svc, c = make(bundle, tmp_path, token="s3cret")
+    route = next(r for r in c.app.routes if isinstance(r, Route) and r.path == "/v1/score")
+
+    async def boom(scope, receive, send):
+        raise AssertionError("the FastAPI route ran")
+
+    monkeypatch.setattr(route, "app", boom)
+    h = {"Authorization": "Bearer s3cret"}
+    assert c.post("/v1/score", json=records[0]).status_code == 401  # checks first
+    r = c.post("/v1/score", json=records[0], headers=h)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert r.json()["transaction_id"] == records[0]["tid"] and r.json()["latency_ms"] > 0
+    bad = c.post("/v1/score", json={"card": "x"}, headers=h)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][0] == "body"
+    assert "/v1/score" in c.get("/openapi.json", headers=h).json()["paths"]
+    svc.close()
