@@ -494,13 +494,19 @@ def precompute_budget_s() -> float:
         return PRECOMPUTE_S_DEFAULT
 
 
-def flagged_order(scores: Any, ranking: Any = None) -> list[str]:
-    """Transaction ids of the flagged transactions, most risky case first: every entity's
-    highest-scored transaction (the one its case opens on: ties by the higher logit, then the
-    latest, as :func:`engine.cases.view.default_query`), then every entity's second, and so on; entities in
-    ``ranking``'s order (the Case page's entity order, :func:`engine.cases.view.rank_entities`;
-    default: by descending highest probability). The transaction the Case page opens first (top
-    entity, its default query) always comes first, flagged or not.
+#: the precompute explains the opening transaction of this many entities of the page's order first,
+#: flagged or not (an analyst also opens the cases just below the threshold)
+OPEN_AHEAD = 10
+
+
+def flagged_order(scores: Any, ranking: Any = None, open_ahead: int = OPEN_AHEAD) -> list[str]:
+    """Transaction ids in the precompute's order: first the opening transaction (the one the
+    Case page opens an entity on: highest score, ties by the higher logit, then the latest, as
+    :func:`engine.cases.view.default_query`) of the first ``open_ahead`` entities, flagged or
+    not; then every other flagged entity's opening transaction, then every entity's second flagged
+    transaction, and so on. Entities in ``ranking``'s order (the Case page's entity order,
+    :func:`engine.cases.view.rank_entities`; default: by descending highest probability), so the
+    transaction the Case page opens first always comes first.
 
     ``scores``: frame order (entities contiguous, time order within an entity), with
     ``entity_id``, ``transaction_id``, ``probability``, ``flagged``."""
@@ -514,12 +520,13 @@ def flagged_order(scores: Any, ranking: Any = None) -> list[str]:
         rank = {str(e): i for i, e in enumerate(mx.index)}
     f = f.assign(_rank=f["entity_id"].astype(str).map(rank).fillna(len(rank)).to_numpy())
     f = f.iloc[cv.score_order(scores)]  # riskiest first, as default_query
-    first = f.loc[f["_rank"] == f["_rank"].min()].head(1) if len(f) else f
+    opening = f.drop_duplicates("entity_id").sort_values("_rank", kind="stable").head(max(int(open_ahead), 1))
     f = f.loc[f["_flag"]]
     f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())
     ids = [str(t) for t in f.sort_values(["_nth", "_rank"], kind="stable")["transaction_id"]]
-    lead = [str(t) for t in first["transaction_id"]]
-    return lead + [t for t in ids if t not in lead]
+    lead = [str(t) for t in opening["transaction_id"]]
+    seen = set(lead)
+    return lead + [t for t in ids if t not in seen]
 
 
 def start_precompute(loaded: Loaded) -> dict[str, Any] | None:

@@ -174,7 +174,10 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
     assert state.precompute_budget_s() == 0.0
     order = state.flagged_order(env["scores"])
     s = env["scores"].set_index("transaction_id").loc[order]
-    assert len(order) == int(env["scores"]["flagged"].sum()) and len(set(order)) == len(order)
+    flagged_ids = set(env["scores"].loc[env["scores"]["flagged"], "transaction_id"].astype(str))
+    assert flagged_ids <= set(order) and len(set(order)) == len(order)
+    extra = [t for t in order if t not in flagged_ids]  # opening transactions of unflagged entities
+    assert len(extra) <= state.OPEN_AHEAD and set(extra) <= set(order[:state.OPEN_AHEAD])
     # first each case's top transaction (most risky case first), then the second of each, ...
     n_ent = s["entity_id"].nunique()
     tops = s.iloc[:n_ent]
@@ -349,6 +352,11 @@ def test_precompute_starts_with_the_transaction_the_case_page_opens_first():
     order = state.flagged_order(scores, ranking)
     assert order == ["a3", "b2", "a1"]  # each case's opening transaction, most risky case first, then the rest
     assert state.flagged_order(scores) == order  # without a ranking: by highest probability
-    # nothing flagged: still the transaction the page opens first
+    # nothing flagged: still the opening transactions of the first entities of the page's order
     none = scores.assign(flagged=False)
-    assert state.flagged_order(none, cv.rank_entities(none, 0.99)) == ["a3"]
+    assert state.flagged_order(none, cv.rank_entities(none, 0.99)) == ["a3", "b2"]
+    assert state.flagged_order(none, cv.rank_entities(none, 0.99), open_ahead=1) == ["a3"]
+    # an entity below the threshold is opened ahead of the other flagged transactions
+    low = scores.assign(flagged=scores["transaction_id"].isin(["a1", "a3"]))
+    assert state.flagged_order(low, cv.rank_entities(low, 0.8)) == ["a3", "b2", "a1"]
+    assert state.flagged_order(low, cv.rank_entities(low, 0.8), open_ahead=1) == ["a3", "a1"]
