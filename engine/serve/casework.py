@@ -26,22 +26,21 @@ that its thread's CPU time stays at most ``explain_cpu`` (a fraction of one core
 :data:`DEFAULT_EXPLAIN_CPU`) of the wall time. Cases are opened at once; explanations then lag
 behind a burst of flags (the backlog is ``GET /healthz``'s ``case_worker.backlog`` and the
 ``fraudlens_serve_worker_backlog`` gauge) instead of slowing the scoring path, which shares the
-cores and the interpreter lock.
+cores.
 
-Every ``THRESHOLD_REFRESH_S`` seconds it also re-reads the thresholds in force
-(:func:`engine.cases.thresholds.thresholds_in_force`: set on the dashboard's Queue page, else the
-checkpoint's), so a threshold change applies to later requests without a restart.
+The worker runs in a process of its own (:class:`CaseWorker`), so its Python work never holds the
+scoring path's interpreter lock. The service re-reads the thresholds in force every
+:data:`THRESHOLD_REFRESH_S` seconds (:meth:`engine.serve.service.ScoringService.refresh_thresholds`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import multiprocessing
+import os
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable
-
 import pandas as pd
 
 from engine.model.checkpoint import ModelBundle
@@ -56,6 +55,8 @@ DEFAULT_EXPLAIN_CPU = 0.25
 #: seconds the worker waits after a batch before the next one, so the flags of that time share
 #: one case upsert (a case then appears in the queue at most about this long after its flag)
 CASE_BATCH_S = 0.25
+#: niceness of the worker process (its CPU yields to the scoring path's)
+WORKER_NICENESS = 10
 #: entities whose running case summary the worker keeps (least recently used dropped; a dropped
 #: entity's summary is read from its whole history again)
 SUMMARY_CACHE = 100_000
@@ -103,63 +104,142 @@ def explain_flagged(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: st
                         "calibrated": calibrated})
 
 
-class CaseWorker(threading.Thread):
-    """Background thread: cases and explanations of flagged transactions (module docstring).
+class _Shared:
+    """What the service process and the worker process share (a ``spawn`` context's events and
+    values): wake / stopping / idle, the counters, the last error."""
+
+    COUNTERS = ("cases_written", "explained", "errors", "backlog")
+
+    def __init__(self, ctx):
+        self.wake, self.stopping, self.idle = ctx.Event(), ctx.Event(), ctx.Event()
+        self.counts = {k: ctx.Value("q", 0, lock=False) for k in self.COUNTERS}  # one writer: the worker
+        self.paused_s = ctx.Value("d", 0.0, lock=False)
+        self.last_error = ctx.Array("c", 512, lock=False)
+
+
+def _counter(name: str):
+    def get(self) -> int:
+        return int(self.shared.counts[name].value)
+
+    def put(self, value: int) -> None:
+        self.shared.counts[name].value = int(value)
+
+    return property(get, put, doc=f"{name} (shared with the worker process)")
+
+
+class CaseWorker:
+    """Cases and explanations of flagged transactions, in a process of its own (module docstring).
+
+    :meth:`start` spawns the process (:func:`_worker_main`: it loads the checkpoint from
+    ``bundle.path``, checks its sha256 and runs :meth:`run`). A thread of the service would share
+    the service's interpreter lock: the explanations' Python work (pandas, the context build) then
+    delayed requests by up to the interpreter's 5 ms switch interval. The process is niced
+    (:data:`WORKER_NICENESS`), exits within about a second when the service process is gone (a
+    ``kill -9`` of the service leaves no worker behind) and shares its counters, wake / stop
+    events and last error with the service (read by ``GET /healthz`` and ``/metrics``).
+    :meth:`step` can also be run in the calling process (tests).
 
     Args:
-        bundle: the model.
+        bundle: the model (its ``path`` is reloaded by the worker process).
         history_path: the history store file (the worker opens its own connection).
         case_db: the case store file (``None``: :func:`engine.cases.store.default_db_path`).
         explain_method: ``"occlusion"`` or ``"none"`` (cases only).
-        on_thresholds: called with the thresholds dict whenever they are re-read.
         explain_cpu: CPU budget of the explanations, a fraction of one core in (0, 1]
             (module docstring; 1 = no pause).
+        shared: the events and counters to use (the worker process gets the service's).
 
     Raises:
         ValueError: an unknown explain method or a budget outside (0, 1].
     """
 
+    cases_written = _counter("cases_written")
+    explained = _counter("explained")
+    errors = _counter("errors")
+    backlog = _counter("backlog")  # flagged transactions after the cursor at the last step
+
     def __init__(self, bundle: ModelBundle, history_path: Path, case_db: Path | None, explain_method: str,
-                 on_thresholds: Callable[[dict], None], explain_cpu: float = DEFAULT_EXPLAIN_CPU):
-        super().__init__(name="fraudlens-cases", daemon=True)
+                 explain_cpu: float = DEFAULT_EXPLAIN_CPU, shared: _Shared | None = None):
         if explain_method not in EXPLAIN_METHODS:
             raise ValueError(f"explain method: expected one of {EXPLAIN_METHODS}, got {explain_method!r}")
         if not 0.0 < explain_cpu <= 1.0:
             raise ValueError(f"explain CPU budget: expected a fraction of one core in (0, 1], got {explain_cpu!r}")
         self.explain_cpu = float(explain_cpu)
-        self.paused_s = 0.0  # seconds slept to keep to the budget
-        self.backlog = 0  # flagged transactions after the cursor at the last step
-        self.bundle, self.history_path, self.case_db = bundle, history_path, case_db
-        self.explain_method, self.on_thresholds = explain_method, on_thresholds
+        self.bundle, self.history_path, self.case_db = bundle, Path(history_path), case_db
+        self.explain_method = explain_method
         self.source = service_source_id(bundle)
-        self.wake = threading.Event()
-        self.stopping = threading.Event()
-        self.idle = threading.Event()  # set when the worker has caught up with the history
-        self.cases_written = self.explained = self.errors = 0
-        self.last_error = ""
+        self.shared = shared if shared is not None else _Shared(multiprocessing.get_context("spawn"))
+        self.wake, self.stopping, self.idle = self.shared.wake, self.shared.stopping, self.shared.idle
+        self.process = None
         # entity -> its case summary so far (HistoryStore.entity_summary(since=...)), LRU order
         self.summaries: OrderedDict[str, dict] = OrderedDict()
 
+    @property
+    def paused_s(self) -> float:
+        """Seconds slept to keep to the CPU budget."""
+        return float(self.shared.paused_s.value)
+
+    @paused_s.setter
+    def paused_s(self, value: float) -> None:
+        self.shared.paused_s.value = float(value)
+
+    @property
+    def last_error(self) -> str:
+        return self.shared.last_error.value.decode("utf-8", "replace")
+
+    @last_error.setter
+    def last_error(self, text: str) -> None:
+        self.shared.last_error.value = text.encode("utf-8")[:500]
+
+    def start(self) -> None:
+        """Spawn the worker process.
+
+        Raises:
+            ValueError: the bundle was not loaded from a checkpoint directory (``path`` is None).
+        """
+        if self.bundle.path is None:
+            raise ValueError("the case worker process loads the checkpoint from disk: the bundle has no path")
+        ctx = multiprocessing.get_context("spawn")
+        self.process = ctx.Process(
+            target=_worker_main, name="fraudlens-cases", daemon=True,
+            args=(str(self.bundle.path), self.bundle.sha256, str(self.history_path),
+                  None if self.case_db is None else str(self.case_db), self.explain_method, self.explain_cpu,
+                  self.shared, os.getpid()))
+        self.process.start()
+
+    def is_alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id (None before :meth:`start`)."""
+        return None if self.process is None else self.process.pid
+
     def stop(self, timeout: float = 10.0) -> None:
+        """Ask the process to stop after its current transaction; killed after ``timeout`` s."""
         self.stopping.set()
         self.wake.set()
-        self.join(timeout)
+        if self.process is not None:
+            self.process.join(timeout)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(5)
 
-    def run(self) -> None:
+    def run(self, parent_pid: int | None = None) -> None:
+        """The worker loop (in the worker process): steps until stopped, or until the process
+        ``parent_pid`` is gone (checked at least once a second)."""
         import torch
 
         from engine.cases.store import CaseStore
-        from engine.cases.thresholds import thresholds_in_force
 
         torch.set_num_threads(1)
         history = HistoryStore(self.history_path)
         store = CaseStore(self.case_db)
-        next_refresh = time.monotonic() + THRESHOLD_REFRESH_S
+
+        def orphaned() -> bool:
+            return parent_pid is not None and os.getppid() != parent_pid
+
         try:
-            while not self.stopping.is_set():
-                if time.monotonic() >= next_refresh:
-                    self.on_thresholds(thresholds_in_force(self.bundle, store))
-                    next_refresh = time.monotonic() + THRESHOLD_REFRESH_S
+            while not self.stopping.is_set() and not orphaned():
                 try:
                     did = self.step(history, store)
                 except Exception as e:  # noqa: BLE001 - logged, counted, retried on the next wake
@@ -220,3 +300,27 @@ class CaseWorker(threading.Thread):
                 self._keep_budget(time.thread_time() - cpu0)
         history.set_meta(CURSOR_KEY, str(items[-1][0]))
         return True
+
+
+def _worker_main(model_path: str, sha256: str, history_path: str, case_db: str | None, explain_method: str,
+                 explain_cpu: float, shared: _Shared, parent_pid: int) -> None:
+    """Entry point of the worker process: load and check the checkpoint, then :meth:`CaseWorker.run`."""
+    from engine.model.checkpoint import load_checkpoint
+
+    try:
+        os.nice(WORKER_NICENESS)
+    except OSError:
+        pass
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s fraudlens case worker %(levelname)s %(message)s")
+    try:
+        bundle = load_checkpoint(Path(model_path))
+        if bundle.sha256 != sha256:
+            raise ValueError(f"the checkpoint at {model_path} changed since the service loaded it "
+                             f"(sha256 {bundle.sha256[:12]}, expected {sha256[:12]})")
+        w = CaseWorker(bundle, Path(history_path), None if case_db is None else Path(case_db), explain_method,
+                       explain_cpu, shared=shared)
+        w.run(parent_pid)
+    except Exception as e:  # noqa: BLE001 - reported through the shared state (healthz, metrics)
+        shared.counts["errors"].value += 1
+        shared.last_error.value = f"worker process: {type(e).__name__}: {e}".encode("utf-8")[:500]
+        log.exception("case worker process failed")

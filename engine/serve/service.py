@@ -126,18 +126,37 @@ class ScoringService:
         self.ts_column = self.spec.timestamp.column or "/".join(self.spec.timestamp.parts.values())
         self.counts = {"scored": 0, "duplicates": 0, "rejected": 0, "flagged": 0}
         self.worker: CaseWorker | None = None
+        self._closing = threading.Event()
+        self._refresher: threading.Thread | None = None
         if not shadow:
-            self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, self._set_thresholds,
-                                     explain_cpu=explain_cpu)
+            self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, explain_cpu=explain_cpu)
             if start_worker:
                 self.worker.start()
+                self._refresher = threading.Thread(target=self._refresh_loop, name="fraudlens-thresholds",
+                                                   daemon=True)
+                self._refresher.start()
         self.started = time.time()
 
-    def _set_thresholds(self, thr: dict) -> None:
-        self.thresholds = thr
+    def refresh_thresholds(self) -> dict:
+        """Re-read the thresholds in force (:func:`engine.cases.thresholds.thresholds_in_force`: set on
+        the dashboard's Queue page, else the checkpoint's); later requests use them. Returns them."""
+        self.thresholds = thresholds_in_force(self.bundle, db_path=self.case_db)
+        return self.thresholds
+
+    def _refresh_loop(self) -> None:
+        from engine.serve.casework import THRESHOLD_REFRESH_S
+
+        while not self._closing.wait(THRESHOLD_REFRESH_S):
+            try:
+                self.refresh_thresholds()
+            except Exception:  # noqa: BLE001 - the previous thresholds stay; retried next time
+                import logging
+
+                logging.getLogger("fraudlens.serve").exception("threshold refresh failed")
 
     def close(self) -> None:
-        if self.worker is not None and self.worker.is_alive():
+        self._closing.set()
+        if self.worker is not None:
             self.worker.stop()
         self.committer.stop()
         self.history.close()
@@ -270,7 +289,7 @@ class ScoringService:
         self._durable(ticket, pending)
         with self.lock:
             self._count(out)
-        if out.flagged and self.worker is not None:
+        if out.flagged and self.worker is not None and not self.worker.wake.is_set():
             self.worker.wake.set()
         return out
 
@@ -319,7 +338,7 @@ class ScoringService:
             for out in outs:
                 self._count(out)
             self.counts["rejected"] += len(rejected)
-        if any(o.flagged for o in outs) and self.worker is not None:
+        if any(o.flagged for o in outs) and self.worker is not None and not self.worker.wake.is_set():
             self.worker.wake.set()
         rejected.sort(key=lambda r: r["index"])
         return {"results": results, "rejected": rejected, "accepted": sum(not o.duplicate for o in outs),
@@ -343,7 +362,7 @@ class ScoringService:
         return {"status": "ok", "model_sha256": self.bundle.sha256, "spec": self.spec.name, "shadow": self.shadow,
                 "history_transactions": n, "history_commits": self.committer.commits,
                 "history_broken": self.committer.broken, "cache": cache, "thresholds": self.thresholds,
-                "case_worker": None if w is None else {"alive": w.is_alive(), "cases_written": w.cases_written,
+                "case_worker": None if w is None else {"alive": w.is_alive(), "pid": w.pid, "cases_written": w.cases_written,
                                                        "explained": w.explained, "errors": w.errors,
                                                        "backlog": w.backlog, "explain_cpu": w.explain_cpu,
                                                        "paused_s": round(w.paused_s, 1),

@@ -248,7 +248,7 @@ def test_explanation_worker_keeps_to_its_cpu_budget(bundle, records, batch_probs
     assert "fraudlens_serve_worker_backlog 0.0" in c.get("/metrics").text
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="fraction of one core"):
-            cw.CaseWorker(bundle, svc.history_path, None, "occlusion", lambda t: None, explain_cpu=bad)
+            cw.CaseWorker(bundle, svc.history_path, None, "occlusion", explain_cpu=bad)
     history.close(), store.close(), svc.close()
 
 
@@ -405,3 +405,42 @@ def test_score_route_is_answered_by_the_guard_direct_handler(bundle, records, tm
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][0] == "body"
     assert "/v1/score" in c.get("/openapi.json", headers=h).json()["paths"]
     svc.close()
+
+
+def test_case_worker_runs_in_its_own_process_and_thresholds_refresh(bundle, records, tmp_path):
+    """The case worker is a process of its own (its Python work never holds the scoring path's
+    interpreter lock); closing the service stops it; the service re-reads thresholds set on the
+    Queue page without a restart."""
+    import os
+
+    svc, c = make(bundle, tmp_path, start_worker=True, explain="none")
+    w = svc.worker
+    assert w.pid is not None and w.pid != os.getpid() and w.is_alive()
+    assert c.get("/healthz").json()["case_worker"]["pid"] == w.pid
+    assert svc.thresholds["source"] != "set by carol"
+    with CaseStore(tmp_path / "cases.sqlite3") as store:
+        store.set_thresholds(bundle.sha256, review=0.0, decline=1.0, actor="carol")
+    assert svc.refresh_thresholds()["review"] == 0.0 and svc.thresholds["source"].startswith("set by carol")
+    assert c.post("/v1/score", json=records[0]).json()["decision"] == "review"  # every score >= 0 is flagged
+    deadline = time.time() + 60
+    while time.time() < deadline and w.cases_written < 1:
+        time.sleep(0.05)
+    assert w.cases_written >= 1 and w.errors == 0, w.last_error
+    svc.close()
+    assert not w.is_alive() and w.process.exitcode == 0
+
+
+def test_case_worker_process_refuses_a_changed_checkpoint(bundle, tmp_path):
+    """The worker process reloads the checkpoint from disk and checks its sha256: a file changed
+    since the service loaded it is reported (errors, last_error), never used."""
+    import dataclasses
+
+    import engine.serve.casework as cw
+
+    w = cw.CaseWorker(dataclasses.replace(bundle, sha256="0" * 64), tmp_path / "h.sqlite3", tmp_path / "c.sqlite3",
+                      "none")
+    w.start()
+    w.process.join(120)
+    assert w.errors == 1 and "changed since the service loaded it" in w.last_error
+    with pytest.raises(ValueError, match="no path"):
+        cw.CaseWorker(dataclasses.replace(bundle, path=None), tmp_path / "h.sqlite3", None, "none").start()

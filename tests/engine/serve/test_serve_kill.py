@@ -47,6 +47,15 @@ def _start(ck: Path, tmp: Path, port: int) -> subprocess.Popen:
     pytest.fail("server did not start: " + "".join(lines))
 
 
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's exit may stay unreaped in a container)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _stored(tmp: Path) -> list[str]:
     with sqlite3.connect(tmp / "history.sqlite3") as con:
         return [r[0] for r in con.execute("SELECT transaction_id FROM transactions ORDER BY seq")]
@@ -76,6 +85,8 @@ def test_kill_9_loses_no_acknowledged_transaction(tmp_path):
                 probs[rec["tid"]] = r.json()["probability"]
 
     t = threading.Thread(target=client)
+    worker_pid = httpx.get(f"{url}/healthz", timeout=10).json()["case_worker"]["pid"]
+    assert worker_pid and worker_pid != server.pid and _running(worker_pid)
     try:
         t.start()
         while len(acked) < 40 and t.is_alive():
@@ -87,6 +98,11 @@ def test_kill_9_loses_no_acknowledged_transaction(tmp_path):
     finally:
         if server.poll() is None:
             server.kill()
+    # the case worker process notices its service is gone and exits (no orphan explaining on)
+    deadline = time.time() + 30
+    while time.time() < deadline and _running(worker_pid):
+        time.sleep(0.1)
+    assert not _running(worker_pid)
     n_acked = len(acked)
     assert 40 <= n_acked < len(records)
     stored = _stored(tmp_path)
