@@ -95,3 +95,38 @@ def test_json_numbers_and_service_rules():
     cols = [c for a in hb.aggregates for c in a.columns()]
     full = canonical_row({**rec, **{c: 0.0 for c in cols}}, hb)
     assert full["terminal_risk_fraud_rate_7d"] == 0.0 and full["entity_id"] == "7"
+
+
+def test_plain_iso_fast_path_equals_pandas():
+    """The request path parses plain ISO 8601 local times itself (engine.serve.record._iso_plain_ns);
+    wherever it answers, the answer equals the file reader's pd.to_datetime(format="ISO8601",
+    utc=True); everything else is left to pandas (None)."""
+    import numpy as np
+    import pandas as pd
+
+    from engine.serve.record import _iso_plain_ns
+
+    def pandas_ns(t):
+        p = pd.to_datetime(pd.Index([t], dtype=object), format="ISO8601", errors="coerce", utc=True).tz_localize(None)
+        return None if p.isna()[0] else int(p[0].as_unit("ns").value)
+
+    rng = np.random.default_rng(0)
+    lo, hi = pd.Timestamp("1678-01-02").value, pd.Timestamp("2261-12-30").value
+    texts = []
+    for ns in rng.integers(lo, hi, 400):
+        ts = pd.Timestamp(int(ns))
+        texts += [ts.strftime("%Y-%m-%d %H:%M:%S"), ts.strftime("%Y-%m-%dT%H:%M"),
+                  ts.strftime("%Y-%m-%d %H:%M:%S.") + f"{ts.nanosecond + 1000 * ts.microsecond:09d}"[: rng.integers(1, 10)]]
+    texts += ["2018-04-01 00:00:31", "2020-02-29 12:00:00", "2000-01-01T00:00:00.5", "2018-04-01 23:59:59.999999999"]
+    answered = 0
+    for t in texts:
+        got = _iso_plain_ns(t)
+        if got is not None:
+            answered += 1
+            assert got == pandas_ns(t), t
+    assert answered == len(texts)  # every plain form above takes the fast path
+    # not plain, or not valid: left to pandas (which parses or refuses them with the file reader's rule)
+    for t in ["2019-02-29 00:00:00", "2018-04-01 24:00:00", "2018-04-01 23:60:00", "2018-04-01 23:59:60",
+              "2018-13-01 00:00:00", "2018-04-01", "2018-04-01 00:00:00+02:00", "2018-04-01 00:00:00Z",
+              "1500-01-01 00:00:00", "2263-01-01 00:00:00", "18-04-01 00:00:00", "2018-04-01 00:00:00.1234567890"]:
+        assert _iso_plain_ns(t) is None, t
