@@ -46,7 +46,7 @@ _NS_MAX = pd.Timestamp.max.as_unit("ns").value
 _UNIT_NS = {"s": 1_000_000_000, "h": 3_600_000_000_000, "D": 86_400_000_000_000}
 _TIME = re.compile(r"\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*")
 #: the plain ISO 8601 local time most files carry ("2018-04-01 00:00:31", "...T...", fractions up to ns)
-_ISO_PLAIN = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?")
+_ISO_PLAIN = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?", re.ASCII)
 _PART_LIMITS = {"year": (1678, 2261), "month": (1, 12), "day": (1, 31), "hour": (0, 23), "minute": (0, 59)}
 
 
