@@ -291,11 +291,18 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
     # ---- edit form -------------------------------------------------------------------------------
     rows = cur["rows"]
     ids = [str(t) for t in rows["transaction_id"]]
-    labels = cv.context_labels(rows, currency)
-    lab = dict(zip(ids, labels))
+    labels = cv.context_labels(rows, currency)  # the edited rows' (the rows table below)
+    # the picker's labels from the ORIGINAL rows (time, amount): an edit must not change the label of the selected
+    # transaction, since Streamlit keeps a selectbox's choice by its label, and a label that vanished
+    # came back as the label text instead of a transaction id (found by the browser bench)
+    base_rows = base["rows"]
+    lab = dict(zip((str(t) for t in base_rows["transaction_id"]), cv.context_labels(base_rows, currency)))
     fields = _edit_fields(loaded)
+    target_key = f"whatif_target_{query}"
+    if target_key in ss and ss[target_key] not in ids:  # the chosen transaction was removed: start over
+        del ss[target_key]
     with st.expander("Change or remove a transaction", expanded=not edits):
-        target = st.selectbox("Transaction", ids[::-1], key=f"whatif_target_{query}",
+        target = st.selectbox("Transaction", ids[::-1], key=target_key,
                               format_func=lambda t: cv.mask(lab.get(t, t)))
         r = rows.iloc[ids.index(target)]
         prefix = f"whatif_{query}_{target}"

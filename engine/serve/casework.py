@@ -2,7 +2,7 @@
 
 The request path only appends the scored transaction (with ``flagged = 1`` when its probability
 is at or above the review threshold) to the history store and wakes this worker; the response
-never waits for it. The worker thread reads the flagged transactions after its cursor (stored in
+never waits for it. The worker reads the flagged transactions after its cursor (stored in
 the history store's ``meta`` table, so a restart resumes where it stopped and a ``kill -9``
 loses no case of an acknowledged transaction), and for each batch:
 
@@ -55,11 +55,13 @@ DEFAULT_EXPLAIN_CPU = 0.25
 #: seconds the worker waits after a batch before the next one, so the flags of that time share
 #: one case upsert (a case then appears in the queue at most about this long after its flag)
 CASE_BATCH_S = 0.25
+#: flagged transactions per step (a full batch is followed by the next at once, not after CASE_BATCH_S)
+BATCH = 100
 #: niceness of the worker process (its CPU yields to the scoring path's)
 WORKER_NICENESS = 10
 #: entities whose running case summary the worker keeps (least recently used dropped; a dropped
 #: entity's summary is read from its whole history again)
-SUMMARY_CACHE = 100_000
+SUMMARY_CACHE = 20_000
 
 
 def service_source_id(bundle: ModelBundle) -> str:
@@ -105,16 +107,22 @@ def explain_flagged(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: st
 
 
 class _Shared:
-    """What the service process and the worker process share (a ``spawn`` context's events and
-    values): wake / stopping / idle, the counters, the last error."""
+    """What the service process and the worker process share (a ``spawn`` context's objects).
+    Nothing here can block the service: the wake-up is a semaphore (``release`` never waits, and
+    a process killed while waiting on it holds nothing: a ``multiprocessing.Event``'s ``set``
+    waits for every waiter under a shared lock, so a worker killed while idle froze the service's
+    next flag, and a service killed inside ``set`` left the worker stuck); the stop, idle and
+    pending flags, the counters and the last error are plain shared memory (one writer each)."""
 
     COUNTERS = ("cases_written", "explained", "errors", "backlog")
+    STOP, IDLE, PENDING = 0, 1, 2
 
     def __init__(self, ctx):
-        self.wake, self.stopping, self.idle = ctx.Event(), ctx.Event(), ctx.Event()
-        self.counts = {k: ctx.Value("q", 0, lock=False) for k in self.COUNTERS}  # one writer: the worker
-        self.paused_s = ctx.Value("d", 0.0, lock=False)
-        self.last_error = ctx.Array("c", 512, lock=False)
+        self.wake = ctx.Semaphore(0)
+        self.flags = ctx.RawArray("b", 3)
+        self.counts = {k: ctx.RawValue("q", 0) for k in self.COUNTERS}  # one writer: the worker
+        self.paused_s = ctx.RawValue("d", 0.0)
+        self.last_error = ctx.RawArray("c", 512)
 
 
 def _counter(name: str):
@@ -146,7 +154,7 @@ class CaseWorker:
         explain_method: ``"occlusion"`` or ``"none"`` (cases only).
         explain_cpu: CPU budget of the explanations, a fraction of one core in (0, 1]
             (module docstring; 1 = no pause).
-        shared: the events and counters to use (the worker process gets the service's).
+        shared: the wake-up, flags and counters to use (the worker process gets the service's).
 
     Raises:
         ValueError: an unknown explain method or a budget outside (0, 1].
@@ -168,8 +176,10 @@ class CaseWorker:
         self.explain_method = explain_method
         self.source = service_source_id(bundle)
         self.shared = shared if shared is not None else _Shared(multiprocessing.get_context("spawn"))
-        self.wake, self.stopping, self.idle = self.shared.wake, self.shared.stopping, self.shared.idle
         self.process = None
+        self.started = False  # start() was called: a dead process is then a failure (ScoringService.supervise)
+        self.restarts = 0
+        self._watch_parent = False  # set in the worker process
         # entity -> its case summary so far (HistoryStore.entity_summary(since=...)), LRU order
         self.summaries: OrderedDict[str, dict] = OrderedDict()
 
@@ -199,12 +209,14 @@ class CaseWorker:
         if self.bundle.path is None:
             raise ValueError("the case worker process loads the checkpoint from disk: the bundle has no path")
         ctx = multiprocessing.get_context("spawn")
+        self.shared.flags[_Shared.STOP] = 0
         self.process = ctx.Process(
             target=_worker_main, name="fraudlens-cases", daemon=True,
             args=(str(self.bundle.path), self.bundle.sha256, str(self.history_path),
                   None if self.case_db is None else str(self.case_db), self.explain_method, self.explain_cpu,
                   self.shared, os.getpid()))
         self.process.start()
+        self.started = True
 
     def is_alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
@@ -214,46 +226,87 @@ class CaseWorker:
         """The worker process's id (None before :meth:`start`)."""
         return None if self.process is None else self.process.pid
 
+    @property
+    def failed(self) -> bool:
+        """Started, not asked to stop, and its process is gone (crashed, killed, refused the checkpoint)."""
+        return self.started and not self.shared.flags[_Shared.STOP] and not self.is_alive()
+
+    @property
+    def idle(self) -> bool:
+        """The worker had caught up with the history at its last step."""
+        return bool(self.shared.flags[_Shared.IDLE])
+
+    def notify(self) -> None:
+        """Wake the worker (flagged transactions were appended). Never blocks; one wake-up per
+        batch of calls (the pending flag), not one per flagged request."""
+        f = self.shared.flags
+        if not f[_Shared.PENDING]:
+            f[_Shared.PENDING] = 1
+            self.shared.wake.release()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the process to stop after its current transaction; killed after ``timeout`` s."""
-        self.stopping.set()
-        self.wake.set()
+        self.shared.flags[_Shared.STOP] = 1
+        self.shared.wake.release()
         if self.process is not None:
             self.process.join(timeout)
             if self.process.is_alive():
                 self.process.kill()
                 self.process.join(5)
 
-    def run(self, parent_pid: int | None = None) -> None:
-        """The worker loop (in the worker process): steps until stopped, or until the process
-        ``parent_pid`` is gone (checked at least once a second)."""
+    def should_stop(self) -> bool:
+        """Asked to stop, or (in the worker process) the service process is gone."""
+        if self.shared.flags[_Shared.STOP]:
+            return True
+        if self._watch_parent:
+            parent = multiprocessing.parent_process()
+            return parent is not None and not parent.is_alive()
+        return False
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, returning early when :meth:`should_stop` (checked every 0.1 s)."""
+        end = time.monotonic() + seconds
+        while not self.should_stop():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+    def _wait_for_work(self, seconds: float) -> None:
+        """Wait for :meth:`notify` (at most ``seconds``), then clear the pending wake-ups."""
+        sh = self.shared
+        sh.wake.acquire(timeout=seconds)
+        sh.flags[_Shared.PENDING] = 0
+        while sh.wake.acquire(block=False):
+            pass
+
+    def run(self, watch_parent: bool = False) -> None:
+        """The worker loop (in the worker process): steps until stopped or, with
+        ``watch_parent``, until the service process is gone (checked at least once a second and
+        before each explanation)."""
         import torch
 
         from engine.cases.store import CaseStore
 
+        self._watch_parent = watch_parent
         torch.set_num_threads(1)
         history = HistoryStore(self.history_path)
         store = CaseStore(self.case_db)
-
-        def orphaned() -> bool:
-            return parent_pid is not None and os.getppid() != parent_pid
-
         try:
-            while not self.stopping.is_set() and not orphaned():
+            while not self.should_stop():
                 try:
-                    did = self.step(history, store)
+                    n = self.step(history, store)
                 except Exception as e:  # noqa: BLE001 - logged, counted, retried on the next wake
                     self.errors += 1
                     self.last_error = f"{type(e).__name__}: {e}"
                     log.exception("case worker step failed")
-                    did = False
-                    self.stopping.wait(1.0)
-                if not did:
-                    self.idle.set()
-                    self.wake.wait(1.0)
-                    self.wake.clear()
-                else:  # let the next flags gather: one upsert per CASE_BATCH_S, not per request
-                    self.stopping.wait(CASE_BATCH_S)
+                    n = 0
+                    self._sleep(1.0)
+                if not n:
+                    self.shared.flags[_Shared.IDLE] = 1
+                    self._wait_for_work(1.0)
+                elif n < BATCH:  # let the next flags gather: one upsert per CASE_BATCH_S, not per request
+                    self._sleep(CASE_BATCH_S)
         finally:
             history.close()
             store.close()
@@ -263,7 +316,7 @@ class CaseWorker:
         pause = cpu_s * (1.0 / self.explain_cpu - 1.0)
         if pause > 0:
             self.paused_s += pause
-            self.stopping.wait(pause)
+            self._sleep(pause)
 
     def _summary(self, history: HistoryStore, entity_id: str) -> dict:
         """The entity's case summary, reading only its history rows since the last call."""
@@ -273,14 +326,14 @@ class CaseWorker:
             self.summaries.popitem(last=False)
         return out
 
-    def step(self, history: HistoryStore, store) -> bool:
-        """One batch of flagged transactions; False when there was none."""
+    def step(self, history: HistoryStore, store) -> int:
+        """One batch of at most :data:`BATCH` flagged transactions; how many (0: none)."""
         cursor = int(history.meta(CURSOR_KEY) or 0)
-        items = history.flagged_after(cursor, 100)
+        items = history.flagged_after(cursor, BATCH)
         self.backlog = history.flagged_count_after(cursor)
         if not items:
-            return False
-        self.idle.clear()
+            return 0
+        self.shared.flags[_Shared.IDLE] = 0
         sha = self.bundle.sha256
         entities = list(dict.fromkeys(e for _, _, e in items))
         store.upsert_cases(sha, pd.DataFrame([self._summary(history, e) for e in entities]), source_id=self.source)
@@ -288,8 +341,8 @@ class CaseWorker:
         if self.explain_method != "none":
             frames: dict[str, pd.DataFrame] = {}
             for _, tid, e in items:
-                if self.stopping.is_set():
-                    return True  # cursor not advanced: the rest is explained after a restart
+                if self.should_stop():
+                    return len(items)  # cursor not advanced: the rest is explained after a restart
                 if e not in frames:
                     frames[e] = history.entity_frame(e)
                 case = store.find_case(sha, self.source, e)
@@ -299,27 +352,50 @@ class CaseWorker:
                 self.explained += 1
                 self._keep_budget(time.thread_time() - cpu0)
         history.set_meta(CURSOR_KEY, str(items[-1][0]))
-        return True
+        return len(items)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: ask the kernel to SIGTERM this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``),
+    so a ``kill -9`` of the service ends the worker at once even mid-explanation. Best effort:
+    elsewhere (and if the call fails) :meth:`CaseWorker.should_stop` watches the parent."""
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # died before the call
+        os._exit(0)
 
 
 def _worker_main(model_path: str, sha256: str, history_path: str, case_db: str | None, explain_method: str,
                  explain_cpu: float, shared: _Shared, parent_pid: int) -> None:
-    """Entry point of the worker process: load and check the checkpoint, then :meth:`CaseWorker.run`."""
-    from engine.model.checkpoint import load_checkpoint
-
-    try:
-        os.nice(WORKER_NICENESS)
-    except OSError:
-        pass
+    """Entry point of the worker process: load and check the checkpoint, then :meth:`CaseWorker.run`.
+    Any failure is recorded in the shared state (``errors``, ``last_error``) before it exits; the
+    service restarts it (:meth:`engine.serve.service.ScoringService.supervise`)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s fraudlens case worker %(levelname)s %(message)s")
     try:
+        _die_with_parent(parent_pid)
+        if hasattr(os, "nice"):  # not on Windows
+            try:
+                os.nice(WORKER_NICENESS)
+            except OSError:
+                pass
+        from engine.model.checkpoint import load_checkpoint
+
         bundle = load_checkpoint(Path(model_path))
         if bundle.sha256 != sha256:
             raise ValueError(f"the checkpoint at {model_path} changed since the service loaded it "
                              f"(sha256 {bundle.sha256[:12]}, expected {sha256[:12]})")
         w = CaseWorker(bundle, Path(history_path), None if case_db is None else Path(case_db), explain_method,
                        explain_cpu, shared=shared)
-        w.run(parent_pid)
+        w.run(watch_parent=True)
     except Exception as e:  # noqa: BLE001 - reported through the shared state (healthz, metrics)
         shared.counts["errors"].value += 1
         shared.last_error.value = f"worker process: {type(e).__name__}: {e}".encode("utf-8")[:500]

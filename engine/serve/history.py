@@ -287,11 +287,17 @@ class HistoryStore:
         """
         c = self.conn
         after = int(since["through_seq"]) if since is not None else -1
-        top = c.execute("SELECT transaction_id, probability FROM transactions WHERE entity_id = ? AND seq > ? "
-                        "ORDER BY probability DESC, seq LIMIT 1", (entity_id, after)).fetchone()
-        agg = c.execute("SELECT min(ts_ns), max(ts_ns), count(*), max(json_extract(row_json, '$.amount')), "
-                        "sum(json_extract(row_json, '$.label') = 1), max(seq) FROM transactions "
-                        "WHERE entity_id = ? AND seq > ?", (entity_id, after)).fetchone()
+        # both reads bounded by the last row seen now: rows committed between them (autocommit, WAL) are
+        # left to the next call instead of being counted by one read and missed by the other
+        hi = c.execute("SELECT max(seq) FROM transactions WHERE entity_id = ? AND seq > ?",
+                       (entity_id, after)).fetchone()[0]
+        top = None if hi is None else c.execute(
+            "SELECT transaction_id, probability FROM transactions WHERE entity_id = ? AND seq > ? AND seq <= ? "
+            "ORDER BY probability DESC, seq LIMIT 1", (entity_id, after, hi)).fetchone()
+        agg = None if hi is None else c.execute(
+            "SELECT min(ts_ns), max(ts_ns), count(*), max(json_extract(row_json, '$.amount')), "
+            "sum(json_extract(row_json, '$.label') = 1), max(seq) FROM transactions "
+            "WHERE entity_id = ? AND seq > ? AND seq <= ?", (entity_id, after, hi)).fetchone()
         if top is None:  # no new row
             if since is None:
                 raise KeyError(f"entity {entity_id!r} has no transaction in the history store")

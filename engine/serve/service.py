@@ -34,6 +34,7 @@ response says ``"shadow": true``, and no case or explanation is ever written.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -55,6 +56,9 @@ from engine.serve.state import EntityCache
 
 #: most transactions in one batch request
 MAX_BATCH = 1000
+#: longest wait before restarting a case worker process that keeps failing (seconds)
+RESTART_BACKOFF_MAX_S = 300.0
+log = logging.getLogger("fraudlens.serve")
 
 
 class ServiceError(Exception):
@@ -121,38 +125,70 @@ class ScoringService:
         self.lock = threading.Lock()
         self.case_db = Path(case_db) if case_db is not None else None
         # read only: a missing case store is not created here (nor ever in shadow mode)
-        self.thresholds = thresholds_in_force(bundle, db_path=self.case_db)
+        self.refresh_thresholds()
         self.id_column = self.spec.id or TRANSACTION_ID_KEY
         self.ts_column = self.spec.timestamp.column or "/".join(self.spec.timestamp.parts.values())
         self.counts = {"scored": 0, "duplicates": 0, "rejected": 0, "flagged": 0}
         self.worker: CaseWorker | None = None
         self._closing = threading.Event()
-        self._refresher: threading.Thread | None = None
+        self._supervisor: threading.Thread | None = None
         if not shadow:
             self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, explain_cpu=explain_cpu)
             if start_worker:
                 self.worker.start()
-                self._refresher = threading.Thread(target=self._refresh_loop, name="fraudlens-thresholds",
-                                                   daemon=True)
-                self._refresher.start()
+                self._supervisor = threading.Thread(target=self._supervise_loop, name="fraudlens-supervisor",
+                                                    daemon=True)
+                self._supervisor.start()
         self.started = time.time()
 
     def refresh_thresholds(self) -> dict:
         """Re-read the thresholds in force (:func:`engine.cases.thresholds.thresholds_in_force`: set on
-        the dashboard's Queue page, else the checkpoint's); later requests use them. Returns them."""
-        self.thresholds = thresholds_in_force(self.bundle, db_path=self.case_db)
+        the dashboard's Queue page, else the checkpoint's); later requests use them. Returns them.
+        The case store is opened for this only when it exists, and closed again."""
+        from engine.cases.store import CaseStore, default_db_path
+
+        path = Path(self.case_db) if self.case_db is not None else default_db_path()
+        if path.is_file():
+            with CaseStore(path) as store:
+                self.thresholds = thresholds_in_force(self.bundle, store)
+        else:
+            self.thresholds = thresholds_in_force(self.bundle, db_path=path)
         return self.thresholds
 
-    def _refresh_loop(self) -> None:
+    def supervise(self, now: float, state: dict) -> None:
+        """One supervision tick (the ``fraudlens-supervisor`` thread calls it every second): a case
+        worker process that died (crash, ``kill -9``, a refused checkpoint) is restarted after a
+        back-off that doubles from 1 s to :data:`RESTART_BACKOFF_MAX_S` while it keeps failing
+        (``state`` holds the back-off between ticks); every ``THRESHOLD_REFRESH_S`` the
+        thresholds are re-read."""
         from engine.serve.casework import THRESHOLD_REFRESH_S
 
-        while not self._closing.wait(THRESHOLD_REFRESH_S):
-            try:
-                self.refresh_thresholds()
-            except Exception:  # noqa: BLE001 - the previous thresholds stay; retried next time
-                import logging
+        w = self.worker
+        if w is not None and w.failed:
+            if "restart_at" not in state:
+                state["restart_at"] = now + state.get("backoff", 1.0)
+                log.warning("case worker process %s is gone (exit code %s; last error: %s); restarting in %.0f s",
+                            w.pid, w.process.exitcode if w.process else None, w.last_error or "-",
+                            state["restart_at"] - now)
+            elif now >= state["restart_at"]:
+                del state["restart_at"]
+                state["backoff"] = min(2.0 * state.get("backoff", 1.0), RESTART_BACKOFF_MAX_S)
+                state["started_at"] = now
+                w.restarts += 1
+                w.start()
+        elif w is not None and now - state.get("started_at", now) > 60.0:
+            state["backoff"] = 1.0  # alive for a minute: the next failure starts the back-off again
+        if now >= state.setdefault("thresholds_at", now + THRESHOLD_REFRESH_S):
+            state["thresholds_at"] = now + THRESHOLD_REFRESH_S
+            self.refresh_thresholds()
 
-                logging.getLogger("fraudlens.serve").exception("threshold refresh failed")
+    def _supervise_loop(self) -> None:
+        state: dict = {}
+        while not self._closing.wait(1.0):
+            try:
+                self.supervise(time.monotonic(), state)
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("service supervision failed")
 
     def close(self) -> None:
         self._closing.set()
@@ -289,8 +325,8 @@ class ScoringService:
         self._durable(ticket, pending)
         with self.lock:
             self._count(out)
-        if out.flagged and self.worker is not None and not self.worker.wake.is_set():
-            self.worker.wake.set()
+        if out.flagged and self.worker is not None:
+            self.worker.notify()
         return out
 
     def score_batch(self, recs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -338,8 +374,8 @@ class ScoringService:
             for out in outs:
                 self._count(out)
             self.counts["rejected"] += len(rejected)
-        if any(o.flagged for o in outs) and self.worker is not None and not self.worker.wake.is_set():
-            self.worker.wake.set()
+        if any(o.flagged for o in outs) and self.worker is not None:
+            self.worker.notify()
         rejected.sort(key=lambda r: r["index"])
         return {"results": results, "rejected": rejected, "accepted": sum(not o.duplicate for o in outs),
                 "rejected_count": len(rejected)}
@@ -359,10 +395,12 @@ class ScoringService:
             n = self.history.count()
             cache = self.cache.stats()
         w = self.worker
-        return {"status": "ok", "model_sha256": self.bundle.sha256, "spec": self.spec.name, "shadow": self.shadow,
+        return {"status": "degraded" if w is not None and w.failed else "ok", "model_sha256": self.bundle.sha256,
+                "spec": self.spec.name, "shadow": self.shadow,
                 "history_transactions": n, "history_commits": self.committer.commits,
                 "history_broken": self.committer.broken, "cache": cache, "thresholds": self.thresholds,
-                "case_worker": None if w is None else {"alive": w.is_alive(), "pid": w.pid, "cases_written": w.cases_written,
+                "case_worker": None if w is None else {"alive": w.is_alive(), "pid": w.pid, "restarts": w.restarts,
+                                                       "cases_written": w.cases_written,
                                                        "explained": w.explained, "errors": w.errors,
                                                        "backlog": w.backlog, "explain_cpu": w.explain_cpu,
                                                        "paused_s": round(w.paused_s, 1),

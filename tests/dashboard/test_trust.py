@@ -331,3 +331,27 @@ def test_an_edit_rescores_once_and_runs_no_faithfulness_check(env, monkeypatch):
     _ok(at)
     assert n == {"score_only": 1, "explained": 1, "faithfulness": 0}, n
     assert any(c.value.startswith("No edits yet") for c in at.caption)
+
+
+def test_whatif_target_survives_an_edit_of_its_amount_and_its_removal(env):
+    """The target picker's labels come from the original rows: after an amount edit the picker
+    still holds the edited transaction's id (the browser bench found the label text returned
+    instead of an id once the edited amount changed the label, and the tab crashed); after the
+    target is removed, the picker starts over on a transaction still in the history."""
+    at = _case(env)
+    q = env["query"]
+    target = _earlier(env, 1)[0]
+    box = f"whatif_target_{q}"
+    at.selectbox(key=box).select(target).run()
+    before = at.selectbox(key=box).format_func(target)
+    at.number_input(key=f"whatif_{q}_{target}_amount").set_value(31337.0).run()
+    at.button(key="whatif_apply").click().run()
+    _ok(at)
+    assert at.selectbox(key=box).value == target
+    assert at.selectbox(key=box).format_func(target) == before  # the label did not follow the edit
+    at.radio(key=f"whatif_{q}_{target}_action").set_value("remove").run()
+    at.button(key="whatif_apply").click().run()
+    _ok(at)
+    assert [e["op"] for e in at.session_state["whatif_edits"][q]] == ["change", "remove"]
+    picked = at.selectbox(key=box).value
+    assert picked != target and picked in _earlier(env, 10**6) + [q]  # an id still in the edited history

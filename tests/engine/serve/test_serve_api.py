@@ -237,7 +237,7 @@ def test_explanation_worker_keeps_to_its_cpu_budget(bundle, records, batch_probs
         return {"explanation": {}, "reasons": []}
 
     monkeypatch.setattr(cw, "explain_flagged", busy)
-    monkeypatch.setattr(w.stopping, "wait", lambda s: waits.append(s))
+    monkeypatch.setattr(w, "_sleep", lambda s: waits.append(s))
     assert w.step(history, store) and w.backlog == n_flagged
     assert w.explained == n_flagged and len(waits) == n_flagged
     for cpu, pause in zip(spent, waits):
@@ -441,6 +441,46 @@ def test_case_worker_process_refuses_a_changed_checkpoint(bundle, tmp_path):
                       "none")
     w.start()
     w.process.join(120)
-    assert w.errors == 1 and "changed since the service loaded it" in w.last_error
+    assert w.errors == 1 and "changed since the service loaded it" in w.last_error and w.failed
     with pytest.raises(ValueError, match="no path"):
         cw.CaseWorker(dataclasses.replace(bundle, path=None), tmp_path / "h.sqlite3", None, "none").start()
+
+
+def test_a_killed_case_worker_never_blocks_scoring_and_is_restarted(bundle, records, tmp_path):
+    """The worker process killed with SIGKILL while idle (waiting for work): the next flagged
+    request still answers at once (its wake-up never blocks: no multiprocessing.Event, whose
+    set() waits for its waiters under a shared lock), /healthz says "degraded", and the
+    supervisor restarts the worker after its back-off."""
+    import os
+    import signal
+
+    svc, c = make(bundle, tmp_path, explain="none")  # the supervisor is driven by hand below
+    svc.thresholds = {"review": 0.0, "decline": 1.0, "source": "test"}  # every transaction flagged
+    w = svc.worker
+    w.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and not w.idle:
+        time.sleep(0.05)
+    assert w.idle and w.is_alive()
+    old = w.pid
+    os.kill(old, signal.SIGKILL)
+    w.process.join(10)
+    assert w.failed and c.get("/healthz").json()["status"] == "degraded"
+    t0 = time.perf_counter()
+    for rec in records[:5]:
+        assert c.post("/v1/score", json=rec).status_code == 200
+    assert time.perf_counter() - t0 < 5.0  # not stuck on the dead worker's wake-up
+    state: dict = {}
+    svc.supervise(100.0, state)  # schedules the restart after the back-off (1 s)
+    assert w.pid == old and state["restart_at"] == 101.0
+    svc.supervise(101.0, state)
+    assert w.pid != old and w.restarts == 1 and w.is_alive()
+    assert state["backoff"] == 2.0  # doubles while it keeps failing
+    deadline = time.time() + 120
+    while time.time() < deadline and w.cases_written < 1:
+        time.sleep(0.05)
+    assert w.cases_written >= 1  # the restarted worker picked up the flags appended meanwhile
+    h = c.get("/healthz").json()
+    assert h["status"] == "ok" and h["case_worker"]["restarts"] == 1
+    svc.close()
+    assert not w.is_alive() and not w.failed  # a stopped worker is not a failure
