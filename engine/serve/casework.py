@@ -142,9 +142,12 @@ class CaseWorker:
     ``bundle.path``, checks its sha256 and runs :meth:`run`). A thread of the service would share
     the service's interpreter lock: the explanations' Python work (pandas, the context build) then
     delayed requests by up to the interpreter's 5 ms switch interval. The process is niced
-    (:data:`WORKER_NICENESS`), exits within about a second when the service process is gone (a
-    ``kill -9`` of the service leaves no worker behind) and shares its counters, wake / stop
-    events and last error with the service (read by ``GET /healthz`` and ``/metrics``).
+    (:data:`WORKER_NICENESS`) and ends with the service process (Linux: ``PR_SET_PDEATHSIG``;
+    elsewhere it watches the parent's sentinel before each explanation and at least once a
+    second), so a ``kill -9`` of the service leaves no worker behind. It shares only state that
+    cannot block either side (:class:`_Shared`: a wake-up semaphore, the stop flag, counters, last
+    error; read by ``GET /healthz`` and ``/metrics``). A worker that died is restarted by
+    :class:`engine.serve.supervisor.Supervisor`.
     :meth:`step` can also be run in the calling process (tests).
 
     Args:
@@ -177,7 +180,7 @@ class CaseWorker:
         self.source = service_source_id(bundle)
         self.shared = shared if shared is not None else _Shared(multiprocessing.get_context("spawn"))
         self.process = None
-        self.started = False  # start() was called: a dead process is then a failure (ScoringService.supervise)
+        self.started = False  # start() was called: a dead process is then a failure (restarted)
         self.restarts = 0
         self._watch_parent = False  # set in the worker process
         # entity -> its case summary so far (HistoryStore.entity_summary(since=...)), LRU order
@@ -378,7 +381,7 @@ def _worker_main(model_path: str, sha256: str, history_path: str, case_db: str |
                  explain_cpu: float, shared: _Shared, parent_pid: int) -> None:
     """Entry point of the worker process: load and check the checkpoint, then :meth:`CaseWorker.run`.
     Any failure is recorded in the shared state (``errors``, ``last_error``) before it exits; the
-    service restarts it (:meth:`engine.serve.service.ScoringService.supervise`)."""
+    service restarts it (:class:`engine.serve.supervisor.Supervisor`)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s fraudlens case worker %(levelname)s %(message)s")
     try:
         _die_with_parent(parent_pid)

@@ -34,7 +34,6 @@ response says ``"shadow": true``, and no case or explanation is ever written.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -53,12 +52,11 @@ from engine.serve.history import (GroupCommitter, HistoryLock, HistoryStore, Rec
                                   row_json, utcnow)
 from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
 from engine.serve.state import EntityCache
+from engine.serve.supervisor import Supervisor
 
 #: most transactions in one batch request
 MAX_BATCH = 1000
-#: longest wait before restarting a case worker process that keeps failing (seconds)
-RESTART_BACKOFF_MAX_S = 300.0
-log = logging.getLogger("fraudlens.serve")
+
 
 
 class ServiceError(Exception):
@@ -130,15 +128,12 @@ class ScoringService:
         self.ts_column = self.spec.timestamp.column or "/".join(self.spec.timestamp.parts.values())
         self.counts = {"scored": 0, "duplicates": 0, "rejected": 0, "flagged": 0}
         self.worker: CaseWorker | None = None
-        self._closing = threading.Event()
-        self._supervisor: threading.Thread | None = None
+        self.supervisor = Supervisor(self)  # restarts a dead case worker, refreshes the thresholds
         if not shadow:
             self.worker = CaseWorker(bundle, self.history_path, self.case_db, explain, explain_cpu=explain_cpu)
             if start_worker:
                 self.worker.start()
-                self._supervisor = threading.Thread(target=self._supervise_loop, name="fraudlens-supervisor",
-                                                    daemon=True)
-                self._supervisor.start()
+                self.supervisor.start()
         self.started = time.time()
 
     def refresh_thresholds(self) -> dict:
@@ -155,43 +150,8 @@ class ScoringService:
             self.thresholds = thresholds_in_force(self.bundle, db_path=path)
         return self.thresholds
 
-    def supervise(self, now: float, state: dict) -> None:
-        """One supervision tick (the ``fraudlens-supervisor`` thread calls it every second): a case
-        worker process that died (crash, ``kill -9``, a refused checkpoint) is restarted after a
-        back-off that doubles from 1 s to :data:`RESTART_BACKOFF_MAX_S` while it keeps failing
-        (``state`` holds the back-off between ticks); every ``THRESHOLD_REFRESH_S`` the
-        thresholds are re-read."""
-        from engine.serve.casework import THRESHOLD_REFRESH_S
-
-        w = self.worker
-        if w is not None and w.failed:
-            if "restart_at" not in state:
-                state["restart_at"] = now + state.get("backoff", 1.0)
-                log.warning("case worker process %s is gone (exit code %s; last error: %s); restarting in %.0f s",
-                            w.pid, w.process.exitcode if w.process else None, w.last_error or "-",
-                            state["restart_at"] - now)
-            elif now >= state["restart_at"]:
-                del state["restart_at"]
-                state["backoff"] = min(2.0 * state.get("backoff", 1.0), RESTART_BACKOFF_MAX_S)
-                state["started_at"] = now
-                w.restarts += 1
-                w.start()
-        elif w is not None and now - state.get("started_at", now) > 60.0:
-            state["backoff"] = 1.0  # alive for a minute: the next failure starts the back-off again
-        if now >= state.setdefault("thresholds_at", now + THRESHOLD_REFRESH_S):
-            state["thresholds_at"] = now + THRESHOLD_REFRESH_S
-            self.refresh_thresholds()
-
-    def _supervise_loop(self) -> None:
-        state: dict = {}
-        while not self._closing.wait(1.0):
-            try:
-                self.supervise(time.monotonic(), state)
-            except Exception:  # noqa: BLE001 - logged; the next tick tries again
-                log.exception("service supervision failed")
-
     def close(self) -> None:
-        self._closing.set()
+        self.supervisor.stop()
         if self.worker is not None:
             self.worker.stop()
         self.committer.stop()

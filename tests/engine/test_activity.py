@@ -89,3 +89,39 @@ def test_config_checks_the_activity_fields():
                                     if k not in ("activity_windows_s", "first_seen_cols")}
                                    | {"field_names": ["amount", "time_since_prev", "a", "b"]})
     assert legacy.activity_windows_s == [] and legacy.first_seen_cols == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_prefix_sum_path_equals_the_general_one(seed, monkeypatch):
+    """Histories in time order take the O(B T log T) path (prefix sums, running maxima, a sort
+    for first-seen); it equals the general [B, T, T] path on batches of different histories with
+    ties, gaps of exactly a window length, left padding, all-absent rows and repeated values; an
+    unsorted row falls back to the general path."""
+    from engine.model import activity as act
+
+    rng = np.random.default_rng(seed)
+    B, T = 16, 40
+    time_s = np.sort(np.round(rng.exponential(900.0, (B, T)).cumsum(1) / 300.0) * 300.0, axis=1)
+    time_s[:, :5] = time_s[:, :1]  # left padding carries the first time, as pack_present does
+    time_s[2] += 1.7e9 + 0.123  # epoch seconds with a fraction
+    present = rng.random((B, T)) > rng.uniform(0.0, 0.8, (B, 1))
+    present[:, :5] = False
+    present[0] = False
+    z = rng.normal(0, 1, (B, T)).astype(np.float32)
+    cat = rng.integers(0, 4, (B, T, 3))
+    args = (torch.tensor(time_s), torch.tensor(present), torch.tensor(z), torch.tensor(cat))
+    windows = [600.0, 3600.0, 86400.0]
+    fast = act._activity_inputs_sorted(*args, windows)
+    assert fast is not None
+    monkeypatch.setattr(act, "_activity_inputs_sorted", lambda *a: None)  # the general path
+    general = act.activity_inputs(*args, windows)
+    np.testing.assert_allclose(fast[0].numpy(), general[0].numpy(), atol=2e-5)
+    np.testing.assert_array_equal(fast[1].numpy(), general[1].numpy())
+    monkeypatch.undo()
+    for b in (1, 2, 9):  # and the brute force of single rows
+        want_r, want_s = _brute(time_s[b], present[b], z[b], cat[b], windows)
+        np.testing.assert_allclose(fast[0][b].numpy(), want_r, atol=2e-5)
+        np.testing.assert_array_equal(fast[1][b].numpy(), want_s)
+    shuffled = args[0].clone()
+    shuffled[3, 10] = float(shuffled[3, 11]) + 5.0  # later than its successor
+    assert act._activity_inputs_sorted(shuffled, *args[1:], windows) is None

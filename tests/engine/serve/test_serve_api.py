@@ -471,9 +471,9 @@ def test_a_killed_case_worker_never_blocks_scoring_and_is_restarted(bundle, reco
         assert c.post("/v1/score", json=rec).status_code == 200
     assert time.perf_counter() - t0 < 5.0  # not stuck on the dead worker's wake-up
     state: dict = {}
-    svc.supervise(100.0, state)  # schedules the restart after the back-off (1 s)
+    svc.supervisor.tick(100.0, state)  # schedules the restart after the back-off (1 s)
     assert w.pid == old and state["restart_at"] == 101.0
-    svc.supervise(101.0, state)
+    svc.supervisor.tick(101.0, state)
     assert w.pid != old and w.restarts == 1 and w.is_alive()
     assert state["backoff"] == 2.0  # doubles while it keeps failing
     deadline = time.time() + 120
