@@ -185,6 +185,28 @@ def bench_explanations(
         _fail(str(e))
 
 
+@bench_app.command("randomisation")
+def bench_randomisation(
+    data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
+    spec: Optional[str] = typer.Option(None, help="spec name or TOML file (default: the model's spec)"),
+    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: the demo model)"),
+    max_cases: int = typer.Option(12, min=3, help="flagged test-period cases (at least 3)"),
+    seed: int = typer.Option(0, help="case sampling and the re-drawn weights"),
+    shap_budget_s: float = typer.Option(1.0, min=0.1, help="SHAP time budget per explanation (seconds)"),
+    out: Path = typer.Option(ROOT / "bench" / "results" / "randomisation.md"),
+):
+    """Cascading model-parameter randomisation (Adebayo et al. 2018) of every explanation method and of
+    three deliberately broken explainers (amount, recency, row encoder only) over flagged test-period
+    cases: per method the verdict and each step's mean rank correlation with its 95 % interval."""
+    from engine.trust.randomisation_bench import main as randomisation_main
+
+    try:
+        randomisation_main(data, spec, model, out, max_cases=max_cases, seed=seed, shap_budget_s=shap_budget_s,
+                           log=plain_log)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+
+
 @bench_app.command("serve")
 def bench_serve(
     model: Optional[Path] = typer.Option(None, help="TabFormer checkpoint (default: the demo model)"),
