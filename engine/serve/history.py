@@ -284,6 +284,9 @@ class HistoryStore:
                 after its ``through_seq`` are read and merged into it (rows are append-only, so
                 the result equals a summary of the whole history; the case worker calls this per
                 flagged batch, and reading the whole history each time grew with its length).
+                With no newer row, ``since`` itself is returned.
+        Raises:
+            KeyError: the entity has no transaction in the store (and no ``since``).
         """
         c = self.conn
         after = int(since["through_seq"]) if since is not None else -1
