@@ -65,7 +65,8 @@ def server_env(data: Path, work: Path, precompute_s: float, spec: str | None = N
         add_user(users, USER, "analyst", PASSWORD)
     return {"FRAUDLENS_DATA_DIR": str(work / "data"), "FRAUDLENS_USERS": str(users), "FRAUDLENS_DATA": str(data),
             "FRAUDLENS_SPEC": spec or spec_for(data), "FRAUDLENS_PSEUDONYM_SALT": "bench",
-            "FRAUDLENS_PRECOMPUTE_S": str(precompute_s), "OMP_NUM_THREADS": "1", "FRAUDLENS_MODEL": ""}
+            "FRAUDLENS_PRECOMPUTE_S": str(precompute_s), "OMP_NUM_THREADS": "1", "FRAUDLENS_MODEL": "",
+            "FRAUDLENS_LOG_LEVEL": "INFO"}  # where each case's explanations and lead came from (server log)
 
 
 def sign_in(page, url: str) -> None:
@@ -357,6 +358,7 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             target = opts.nth(i % n_opts)  # few entities: cycle (never the one shown now)
             label = target.inner_text().split(" · ")[0].strip()
             t0 = time.perf_counter()
+            print(f"  switch to {label} at {time.strftime('%H:%M:%S')}", flush=True)  # matched with the server log
             target.click()
             _, stale = wait_lead(page, f"Case {label}", old)
             return time.perf_counter() - t0, stale
@@ -387,8 +389,15 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             print(f"what-if case {c + 1}: tab {wi['tab'][-1]:.2f} s, edits {[round(x, 2) for x in r['edits']]}, "
                   f"undo/reset {[round(x, 2) for x in r['undo']]}", flush=True)
         page.close()
-        return {"file": data.name, "opens": opens[:2], "switches": switches, "stale": stale_total, "whatif": wi,
-                "rows": sum(1 for _ in open(data, encoding="utf-8")) - 1}
+    # where each case's explanations and lead came from (FRAUDLENS_LOG_LEVEL=INFO in server_env)
+    for line in (work / f"streamlit-{data.stem}.log").read_text(errors="replace").splitlines():
+        if "explanations of" in line or "lead of" in line or "precompute" in line:
+            print(f"  server: {line.strip()[:200]}", flush=True)
+    for f in sorted((work / "data" / "precompute").glob("*.log")):  # the precompute process: when each was ready
+        for line in f.read_text(errors="replace").splitlines()[:40]:
+            print(f"  precompute: {line.strip()[:200]}", flush=True)
+    return {"file": data.name, "opens": opens[:2], "switches": switches, "stale": stale_total, "whatif": wi,
+            "rows": sum(1 for _ in open(data, encoding="utf-8")) - 1}
 
 
 def _q(xs: list[float], q: float) -> float:

@@ -40,6 +40,28 @@ TX_SORT, TX_GEN = "tx_sort", "tx_table_gen"
 log = logging.getLogger("fraudlens.dashboard")
 
 
+def _log_level_from_env() -> None:
+    """``$FRAUDLENS_LOG_LEVEL`` (e.g. ``INFO``): the ``fraudlens`` loggers of this server print at
+    that level to stderr, with millisecond times (which explanation came from where: the browser
+    bench reads them). Unset: Python's default (warnings and errors only)."""
+    level = os.environ.get("FRAUDLENS_LOG_LEVEL", "").strip().upper()
+    root = logging.getLogger("fraudlens")
+    if not level or getattr(root, "_fraudlens_handler", False):
+        return
+    try:
+        root.setLevel(level)
+    except ValueError:
+        log.warning("FRAUDLENS_LOG_LEVEL=%r is not a logging level; ignored", level)
+        return
+    h = logging.StreamHandler()
+    h.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", "%H:%M:%S"))
+    root.addHandler(h)
+    root._fraudlens_handler = True
+
+
+_log_level_from_env()
+
+
 # ------------------------------------------------------------------------------------ settings
 @dataclass
 class Settings:

@@ -22,6 +22,8 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import logging
+
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +40,7 @@ from engine.cases import view as cv
 EVIDENCE_K = 8
 #: Spearman rho at or above which every pair of methods is said to agree
 AGREE_RHO = 0.5
+log = logging.getLogger("fraudlens.dashboard")
 
 
 def word(loaded: Any) -> str:
@@ -143,7 +146,9 @@ def case_lead(loaded: Any, transaction_id: str) -> Lead:
 
     ahead = lead_store(sha, spec, max_rows, model_sha).get(str(transaction_id))
     if ahead is not None:
+        log.info("lead of %s: built ahead", transaction_id)
         return ahead
+    log.info("lead of %s: built now", transaction_id)
     return _lead(sha, spec, max_rows, model_sha, str(transaction_id), loaded)
 
 

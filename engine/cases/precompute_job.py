@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import threading
 from pathlib import Path
 from typing import Any
@@ -163,11 +164,15 @@ def run_job(job: dict[str, Any], stop: threading.Event | None = None) -> dict[st
         def explain(tid: str):
             status["current"] = tid  # a page asking for it waits for this result (dashboard/precompute.py)
             write_json_atomic(status_path, status)
+            t0 = time.perf_counter()
             try:
                 return cv.explain_query(bundle, source.frame, tid)
             finally:
                 status["current"] = None
                 write_json_atomic(status_path, status)
+                # one line per transaction in the job's log (0600): when each case became ready
+                print(f"{time.strftime('%H:%M:%S')} explained {str(tid)[:80]!r} in {time.perf_counter() - t0:.2f} s",
+                      file=sys.stderr, flush=True)
 
         def after(tid: str, _out: Any) -> None:
             os.write(dfd, (str(tid).replace("\n", " ") + "\n").encode("utf-8"))
