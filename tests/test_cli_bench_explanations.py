@@ -28,7 +28,7 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
         res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(data), "--spec", spec,
                                        "--model", str(tmp_path / "model"), "--max-cases", "2",
                                        "--methods", ",".join(METHODS), "--out", str(out),
-                                       "--shap-reference-samples", "400"])
+                                       "--shap-reference-samples", "400", "--randomisation-cases", "3"])
     finally:
         torch.set_num_threads(n)
     assert res.exit_code == 0, res.output
@@ -36,6 +36,10 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
     fields, planted = fields.split("<!-- /bench:", 1)  # then the planted-cause section (demo data)
     assert "|planted -->" in planted and "must not name a planted pattern" in planted
+    rand = text.split("|randomisation -->", 1)[1]  # the randomisation section: every method and the dummies
+    for m in [*METHODS, "dummy_amount", "dummy_recency", "dummy_row_encoder"]:
+        assert f"| {m} | " in rand
+    assert "| dummy_amount | not evidence | head |" in rand  # the broken explainer fails, whatever the model
     lines = main.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("| method | cases"))
     end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))

@@ -169,18 +169,21 @@ def bench_explanations(
     planted_only: bool = typer.Option(False, "--planted-only",
                                       help="only the planted-cause section (demo-simulator data: top-2 reason codes "
                                            "naming the planted pattern, precision@|G|); minutes, not the full bench"),
+    randomisation_cases: int = typer.Option(12, min=0, help="flagged cases of the cascading randomisation section "
+                                            "(every method and 3 broken explainers; ~4 min for 12); 0 = none"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
     ground truth, completeness and time per method over flagged test-period cases, the SHAP
     estimator's error against exact or high-sample reference values; with --fields (default) IG /
-    field Shapley versus field ablation and the query alone versus with history."""
+    field Shapley versus field ablation and the query alone versus with history; the cascading
+    randomisation verdicts of every method and three broken explainers (--randomisation-cases)."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
                           fields=fields, shap_reference_samples=shap_reference_samples or None,
-                          planted_only=planted_only)
+                          planted_only=planted_only, randomisation_cases=randomisation_cases)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 

@@ -354,13 +354,16 @@ def field_attribution_section(bundle: ModelBundle, frame: pd.DataFrame, out: str
 def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
          out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
          seed: int = 0, note: str = "", log=print, fields: bool = True,
-         shap_reference_samples: int | None = REFERENCE_SAMPLES, planted_only: bool = False) -> pd.DataFrame:
+         shap_reference_samples: int | None = REFERENCE_SAMPLES, planted_only: bool = False,
+         randomisation_cases: int = 0) -> pd.DataFrame:
     """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
     run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
     an extra line for the section, e.g. how the model was trained). With ``fields`` the per-field
     section (:func:`field_attribution_section`) runs on the same cases and is written too.
     ``shap_reference_samples``: as in :func:`run_explanation_bench`. ``planted_only``: only the
     planted-cause section (:func:`planted_section`; demo-simulator data), returned.
+    ``randomisation_cases`` > 0: also the cascading randomisation section over that many flagged
+    cases (:mod:`engine.trust.randomisation_bench`, the dummies included), written to ``out`` too.
 
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
@@ -403,6 +406,14 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
         planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
                         data=f"{data} ({len(loaded.frame):,} rows)")
+    if randomisation_cases > 0:
+        from engine.trust import randomisation_bench as rb
+
+        results, info = rb.run(bundle, loaded.frame, max_cases=randomisation_cases, seed=seed, log=log)
+        body = rb.markdown(results, info, f"{name} — model {bundle.short_sha}: cascading randomisation",
+                           {k: v for k, v in ctx.items() if k != "wall time"})
+        _write_section(out, f"{key}|randomisation", body)
+        log(body)
     log(f"written to {path}")
     return res
 
