@@ -49,20 +49,23 @@ def thresholds_in_force(bundle: Any, store: Any = None, db_path: str | Path | No
         bundle: a :class:`engine.model.checkpoint.ModelBundle` (``sha256`` and ``meta`` are read).
         store: a :class:`engine.cases.store.CaseStore`; when ``None``, the case store at
             ``db_path`` (default: :func:`engine.cases.store.default_db_path`) is opened if that
-            file exists - a missing store is never created here.
+            file exists, read and closed again - a missing store is never created here.
 
     Returns:
         ``{"review", "decline", "source"}``: the thresholds stored for the model's sha256
         (``source`` = ``"set by NAME at TIME UTC"``), else :func:`checkpoint_thresholds`.
     """
     sha = getattr(bundle, "sha256", None)
+    t = None
     if store is None and sha:
         from engine.cases.store import CaseStore, default_db_path
 
         p = Path(db_path) if db_path is not None else default_db_path()
         if p.is_file():
-            store = CaseStore(p)
-    t = store.get_thresholds(sha) if store is not None and sha else None
+            with CaseStore(p) as opened:  # closed again: the scoring service re-reads every 30 s
+                t = opened.get_thresholds(sha)
+    elif store is not None and sha:
+        t = store.get_thresholds(sha)
     if t is not None:
         return {"review": float(t.review), "decline": float(t.decline),
                 "source": f"set by {t.updated_by} at {t.updated_at[:19]} UTC"}

@@ -58,7 +58,6 @@ from engine.serve.supervisor import Supervisor
 MAX_BATCH = 1000
 
 
-
 class ServiceError(Exception):
     """A request the service refuses: HTTP ``status`` and the FastAPI-style ``detail`` list."""
 
@@ -138,16 +137,8 @@ class ScoringService:
 
     def refresh_thresholds(self) -> dict:
         """Re-read the thresholds in force (:func:`engine.cases.thresholds.thresholds_in_force`: set on
-        the dashboard's Queue page, else the checkpoint's); later requests use them. Returns them.
-        The case store is opened for this only when it exists, and closed again."""
-        from engine.cases.store import CaseStore, default_db_path
-
-        path = Path(self.case_db) if self.case_db is not None else default_db_path()
-        if path.is_file():
-            with CaseStore(path) as store:
-                self.thresholds = thresholds_in_force(self.bundle, store)
-        else:
-            self.thresholds = thresholds_in_force(self.bundle, db_path=path)
+        the dashboard's Queue page, else the checkpoint's); later requests use them. Returns them."""
+        self.thresholds = thresholds_in_force(self.bundle, db_path=self.case_db)
         return self.thresholds
 
     def close(self) -> None:

@@ -484,3 +484,23 @@ def test_a_killed_case_worker_never_blocks_scoring_and_is_restarted(bundle, reco
     assert h["status"] == "ok" and h["case_worker"]["restarts"] == 1
     svc.close()
     assert not w.is_alive() and not w.failed  # a stopped worker is not a failure
+
+
+def test_thresholds_in_force_closes_the_case_store_it_opens(bundle, tmp_path, monkeypatch):
+    """The service re-reads the thresholds every 30 s through thresholds_in_force(db_path=...):
+    the case store it opens for that is closed again (it was left open on every call)."""
+    from engine.cases.store import CaseStore
+    from engine.cases.thresholds import thresholds_in_force
+
+    db = tmp_path / "cases.sqlite3"
+    with CaseStore(db) as store:
+        store.set_thresholds(bundle.sha256, review=0.3, decline=0.8, actor="carol")
+    closed = []
+    real = CaseStore.close
+    monkeypatch.setattr(CaseStore, "close", lambda self: closed.append(1) or real(self))
+    for _ in range(3):
+        t = thresholds_in_force(bundle, db_path=db)
+        assert t["review"] == 0.3 and t["decline"] == 0.8 and t["source"].startswith("set by carol")
+    assert len(closed) == 3
+    assert thresholds_in_force(bundle, db_path=tmp_path / "missing.sqlite3")["source"] == "checkpoint default"
+    assert not (tmp_path / "missing.sqlite3").exists() and len(closed) == 3  # a missing store is not created
