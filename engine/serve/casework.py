@@ -29,8 +29,8 @@ behind a burst of flags (the backlog is ``GET /healthz``'s ``case_worker.backlog
 cores.
 
 The worker runs in a process of its own (:class:`CaseWorker`), so its Python work never holds the
-scoring path's interpreter lock. The service re-reads the thresholds in force every
-:data:`THRESHOLD_REFRESH_S` seconds (:meth:`engine.serve.service.ScoringService.refresh_thresholds`).
+scoring path's interpreter lock. The service re-reads the thresholds in force itself
+(:mod:`engine.serve.supervisor`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from engine.model.checkpoint import ModelBundle
 from engine.serve.history import HistoryStore
 
 log = logging.getLogger("fraudlens.serve")
-THRESHOLD_REFRESH_S = 30.0
 CURSOR_KEY = "case_cursor"
 EXPLAIN_METHODS = ("occlusion", "none")
 #: default CPU budget of the explanation worker, as a fraction of one core
@@ -124,6 +123,11 @@ class _Shared:
         self.paused_s = ctx.RawValue("d", 0.0)
         self.last_error = ctx.RawArray("c", 512)
 
+    def record_error(self, text: str) -> None:
+        """Count one error and keep ``text`` (UTF-8, at most 500 bytes) as the last one."""
+        self.counts["errors"].value += 1
+        self.last_error.value = text.encode("utf-8")[:500]
+
 
 def _counter(name: str):
     def get(self) -> int:
@@ -198,10 +202,6 @@ class CaseWorker:
     @property
     def last_error(self) -> str:
         return self.shared.last_error.value.decode("utf-8", "replace")
-
-    @last_error.setter
-    def last_error(self, text: str) -> None:
-        self.shared.last_error.value = text.encode("utf-8")[:500]
 
     def start(self) -> None:
         """Spawn the worker process.
@@ -300,8 +300,7 @@ class CaseWorker:
                 try:
                     n = self.step(history, store)
                 except Exception as e:  # noqa: BLE001 - logged, counted, retried on the next wake
-                    self.errors += 1
-                    self.last_error = f"{type(e).__name__}: {e}"
+                    self.shared.record_error(f"{type(e).__name__}: {e}")
                     log.exception("case worker step failed")
                     n = 0
                     self._sleep(1.0)
@@ -400,6 +399,5 @@ def _worker_main(model_path: str, sha256: str, history_path: str, case_db: str |
                        explain_cpu, shared=shared)
         w.run(watch_parent=True)
     except Exception as e:  # noqa: BLE001 - reported through the shared state (healthz, metrics)
-        shared.counts["errors"].value += 1
-        shared.last_error.value = f"worker process: {type(e).__name__}: {e}".encode("utf-8")[:500]
+        shared.record_error(f"worker process: {type(e).__name__}: {e}")
         log.exception("case worker process failed")

@@ -294,21 +294,19 @@ class HistoryStore:
         # left to the next call instead of being counted by one read and missed by the other
         hi = c.execute("SELECT max(seq) FROM transactions WHERE entity_id = ? AND seq > ?",
                        (entity_id, after)).fetchone()[0]
-        top = None if hi is None else c.execute(
-            "SELECT transaction_id, probability FROM transactions WHERE entity_id = ? AND seq > ? AND seq <= ? "
-            "ORDER BY probability DESC, seq LIMIT 1", (entity_id, after, hi)).fetchone()
-        agg = None if hi is None else c.execute(
-            "SELECT min(ts_ns), max(ts_ns), count(*), max(json_extract(row_json, '$.amount')), "
-            "sum(json_extract(row_json, '$.label') = 1), max(seq) FROM transactions "
-            "WHERE entity_id = ? AND seq > ? AND seq <= ?", (entity_id, after, hi)).fetchone()
-        if top is None:  # no new row
+        if hi is None:  # no new row
             if since is None:
                 raise KeyError(f"entity {entity_id!r} has no transaction in the history store")
             return since
+        top = c.execute("SELECT transaction_id, probability FROM transactions WHERE entity_id = ? AND seq > ? "
+                        "AND seq <= ? ORDER BY probability DESC, seq LIMIT 1", (entity_id, after, hi)).fetchone()
+        agg = c.execute("SELECT min(ts_ns), max(ts_ns), count(*), max(json_extract(row_json, '$.amount')), "
+                        "sum(json_extract(row_json, '$.label') = 1) FROM transactions "
+                        "WHERE entity_id = ? AND seq > ? AND seq <= ?", (entity_id, after, hi)).fetchone()
         new = {"entity_id": entity_id, "max_probability": float(top[1]), "max_transaction_id": top[0],
                "first_ts": pd.Timestamp(agg[0], unit="ns"), "last_ts": pd.Timestamp(agg[1], unit="ns"),
                "max_amount": agg[3], "n_transactions": int(agg[2]), "n_known_fraud": int(agg[4] or 0),
-               "through_seq": int(agg[5])}
+               "through_seq": int(hi)}
         if since is None:
             return new
         old = since

@@ -7,7 +7,7 @@ the thresholds in force.
   checkpoint it refused) is restarted after a back-off that doubles from 1 s to
   :data:`RESTART_BACKOFF_MAX_S` while it keeps failing, and resets after a minute alive; until then
   ``GET /healthz`` says ``"degraded"`` (:attr:`CaseWorker.failed`);
-* every :data:`engine.serve.casework.THRESHOLD_REFRESH_S` seconds the service re-reads the
+* every :data:`THRESHOLD_REFRESH_S` seconds the service re-reads the
   thresholds (:meth:`engine.serve.service.ScoringService.refresh_thresholds`: set on the
   dashboard's Queue page apply without a restart).
 """
@@ -22,6 +22,8 @@ from typing import Any
 log = logging.getLogger("fraudlens.serve")
 #: longest wait before restarting a case worker process that keeps failing (seconds)
 RESTART_BACKOFF_MAX_S = 300.0
+#: seconds between two reads of the thresholds in force
+THRESHOLD_REFRESH_S = 30.0
 
 
 class Supervisor:
@@ -43,8 +45,6 @@ class Supervisor:
     def tick(self, now: float, state: dict[str, float] | None = None) -> None:
         """One step at monotonic time ``now`` (seconds); ``state`` carries the back-off between
         ticks (default: this supervisor's)."""
-        from engine.serve.casework import THRESHOLD_REFRESH_S
-
         state = self.state if state is None else state
         w = self.service.worker
         if w is not None and w.failed:
