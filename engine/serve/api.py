@@ -114,9 +114,13 @@ class _CacheCollector:
             yield g
 
 
-def _error(status: int, detail: list[dict[str, Any]]) -> Response:
+def _error_bytes(detail: list[dict[str, Any]]) -> bytes:
     # ASCII JSON (json.dumps escapes any text, lone surrogates included), so it always encodes
-    return Response(json.dumps({"detail": detail}), status_code=status, media_type="application/json")
+    return json.dumps({"detail": detail}).encode()
+
+
+def _error(status: int, detail: list[dict[str, Any]]) -> Response:
+    return Response(_error_bytes(detail), status_code=status, media_type="application/json")
 
 
 class _NonFiniteLiteral(ValueError):
@@ -172,8 +176,8 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
                               "(incremental, per-entity state).")
     app.state.service = service
 
-    def elapsed_ms(request: Request) -> float:
-        return (time.perf_counter() - request.scope["state"]["t0"]) * 1000.0
+    def elapsed_ms(state: dict[str, Any]) -> float:  # since the Guard saw the request
+        return (time.perf_counter() - state["t0"]) * 1000.0
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -192,8 +196,7 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
     async def call(fn, arg):
         return fn(arg) if inline else await run_in_threadpool(fn, arg)
 
-    async def body_json(request: Request):
-        raw = await request.body()  # already read and size-capped by the Guard
+    async def parse(raw: bytes):  # the body, already read and size-capped by the Guard
         return parse_body(raw) if len(raw) <= PARSE_INLINE_BYTES else await run_in_threadpool(parse_body, raw)
 
     async def score_body(raw: bytes, state: dict[str, Any]) -> tuple[int, bytes]:
@@ -203,14 +206,14 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
         much CPU as scoring on this path. The route below is the same function (OpenAPI, and any
         use of the app without the Guard)."""
         try:
-            rec = parse_body(raw) if len(raw) <= PARSE_INLINE_BYTES else await run_in_threadpool(parse_body, raw)
+            rec = await parse(raw)
             if not isinstance(rec, dict):
                 raise ServiceError(422, [{"loc": ["body"], "msg": "expected a JSON object (one transaction)",
                                           "type": "model_type"}])
             out = await call(service.score_one, rec)
         except ServiceError as e:
-            return e.status, json.dumps({"detail": e.detail}).encode()
-        out.body["latency_ms"] = (time.perf_counter() - state["t0"]) * 1000.0
+            return e.status, _error_bytes(e.detail)
+        out.body["latency_ms"] = elapsed_ms(state)
         return 200, json.dumps(out.body).encode()
 
     @app.post("/v1/score", summary="score one transaction",
@@ -223,7 +226,7 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": batch_schema}}}})
     async def score_batch(request: Request) -> Response:
         try:
-            body = await body_json(request)
+            body = await parse(await request.body())
             items = body.get("transactions") if isinstance(body, dict) else None
             if not isinstance(items, list):
                 raise ServiceError(422, [{"loc": ["body", "transactions"], "msg": "expected {\"transactions\": [...]}",
@@ -244,7 +247,7 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
         service.counts["rejected"] += len(pre)
         out["rejected"] = sorted(out["rejected"] + pre, key=lambda r: r["index"])
         out["rejected_count"] = len(out["rejected"])
-        out["latency_ms"] = elapsed_ms(request)
+        out["latency_ms"] = elapsed_ms(request.scope["state"])
         return Response(json.dumps(out), media_type="application/json")
 
     @app.get("/v1/explanations/{transaction_id:path}", summary="background explanation of a flagged transaction")
