@@ -154,6 +154,11 @@ def aggregate_columns(spec: DatasetSpec) -> list[str]:
     return [c for a in spec.aggregates for c in a.columns()]
 
 
+def _wall_ns(day: datetime, seconds: int) -> int:
+    """Nanoseconds since the epoch of ``seconds`` after midnight of ``day`` (naive, taken as UTC)."""
+    return (day - _EPOCH) // _MICROSECOND * 1000 + seconds * 1_000_000_000
+
+
 def _iso_plain_ns(t: str) -> int | None:
     """Nanoseconds since the epoch of a plain ISO 8601 local time (``YYYY-MM-DD HH:MM[:SS[.f]]``,
     no zone: taken as UTC, as the file reader's ``pd.to_datetime(..., format="ISO8601",
@@ -171,8 +176,7 @@ def _iso_plain_ns(t: str) -> int | None:
     h, mi, se = int(h), int(mi), int(se or 0)
     if h > 23 or mi > 59 or se > 59:
         return None
-    ns = (day - _EPOCH) // _MICROSECOND * 1000 + (h * 3600 + mi * 60 + se) * 1_000_000_000
-    ns += int(frac.ljust(9, "0")) if frac else 0
+    ns = _wall_ns(day, h * 3600 + mi * 60 + se) + (int(frac.ljust(9, "0")) if frac else 0)
     return ns if _NS_MIN <= ns <= _NS_MAX else None
 
 
@@ -242,7 +246,7 @@ def _timestamp_ns(rec: dict, spec: DatasetSpec) -> int:
         cols = "/".join(parts[k] for k in ("year", "month", "day"))
         raise RecordError(cols, "/".join(cell_text(rec.get(parts[k])) for k in ("year", "month", "day")),
                           "timestamp parts do not form a valid date") from None
-    return (day - _EPOCH) // _MICROSECOND * 1000 + secs * 1_000_000_000
+    return _wall_ns(day, secs)
 
 
 def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
