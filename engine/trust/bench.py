@@ -108,6 +108,16 @@ def period_rows(bundle: ModelBundle, frame: pd.DataFrame) -> tuple[np.ndarray, s
     return np.flatnonzero(frame["timestamp"].to_numpy() >= t.to_datetime64()), f"test period (from {t})"
 
 
+def flagged_period_rows(bundle: ModelBundle, frame: pd.DataFrame, enc) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(rows, flagged, period)``: the test period's row indices (:func:`period_rows`), those the
+    model flags (sigmoid of the logit >= ``bundle.threshold``; ``enc`` the frame's encoded batch),
+    and the period's description. The cases of every explanation bench."""
+    rows, period = period_rows(bundle, frame)
+    logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
+    prob = sigmoid(logits[rows].astype(np.float64))
+    return rows, rows[prob >= bundle.threshold], period
+
+
 def run_explanation_bench(
     bundle: ModelBundle,
     frame: pd.DataFrame,
@@ -157,11 +167,8 @@ def run_explanation_bench(
     t_all = time.perf_counter()
     frame = frame.reset_index(drop=True)
     attach_reference(bundle, frame)  # IG's typical transaction: the checkpoint's or this file's
-    rows, period = period_rows(bundle, frame)
     enc = bundle.encoder.transform(frame)
-    logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
-    prob = sigmoid(logits[rows].astype(np.float64))
-    flagged = rows[prob >= bundle.threshold]
+    rows, flagged, period = flagged_period_rows(bundle, frame, enc)
     rng = np.random.default_rng(seed)
     cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
     log(f"{period}: {len(rows):,} rows, {len(flagged):,} flagged at {bundle.threshold:.3f}; explaining {len(cases)}")
@@ -407,13 +414,10 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
         planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
                         data=f"{data} ({len(loaded.frame):,} rows)")
     if randomisation_cases > 0:
-        from engine.trust import randomisation_bench as rb
+        from engine.trust.randomisation_bench import write_section
 
-        results, info = rb.run(bundle, loaded.frame, max_cases=randomisation_cases, seed=seed, log=log)
-        body = rb.markdown(results, info, f"{name} — model {bundle.short_sha}: cascading randomisation",
-                           {k: v for k, v in ctx.items() if k != "wall time"})
-        _write_section(out, f"{key}|randomisation", body)
-        log(body)
+        write_section(bundle, loaded.frame, out, key=key, name=name, max_cases=randomisation_cases, seed=seed,
+                      context={k: v for k, v in ctx.items() if k != "wall time"}, log=log)
     log(f"written to {path}")
     return res
 
@@ -459,5 +463,5 @@ def _write_section(out: str | Path, key: str, body: str) -> None:
     out.write_text(text)
 
 
-__all__ = ["DEFAULT_OUT", "field_attribution_section", "planted_section", "ground_truth", "main", "markdown_table", "precision_at_k",
+__all__ = ["DEFAULT_OUT", "field_attribution_section", "flagged_period_rows", "planted_section", "ground_truth", "main", "markdown_table", "precision_at_k",
            "run_explanation_bench", "period_rows", "shap_accuracy_rows", "shap_accuracy_section", "write_markdown"]

@@ -62,16 +62,12 @@ def flagged_contexts(bundle: ModelBundle, frame: pd.DataFrame, max_cases: int, s
     ``min_context`` transactions (the query included), drawn uniformly with ``seed``; and the
     period's description."""
     from engine.explain.reference import attach_reference
-    from engine.model.scoring import score_encoded
-    from engine.trust.bench import period_rows
+    from engine.trust.bench import flagged_period_rows
 
     frame = frame.reset_index(drop=True)
     attach_reference(bundle, frame)
-    rows, period = period_rows(bundle, frame)
     enc = bundle.encoder.transform(frame)
-    logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
-    prob = 1.0 / (1.0 + np.exp(-logits[rows].astype(np.float64)))
-    flagged = rows[prob >= bundle.threshold]
+    _, flagged, period = flagged_period_rows(bundle, frame, enc)
     order = np.random.default_rng(seed).permutation(flagged)
     ctxs = []
     for r in order:
@@ -151,30 +147,43 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
     from engine.model.checkpoint import load_checkpoint
-    from engine.trust.bench import _write_section, machine_info
+    from engine.trust.bench import machine_info
 
     torch.set_num_threads(1)
     bundle = load_checkpoint(model)
     sp = bundle.spec if spec is None else spec if isinstance(spec, DatasetSpec) else load_spec(spec)
     loaded = read_transactions(data, sp)
-    results, info = run(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed,
-                        shap_budget_s=shap_budget_s, log=log)
     name = Path(data).name
     ctx = {"data": f"{data} (spec {sp.name}, {len(loaded.frame):,} rows)",
            "model": f"{bundle.path} (sha256 {bundle.short_sha}, d_model={bundle.config.d_model}, "
                     f"layers={bundle.config.n_layers})",
            "run": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": ", ".join(f"{k} {v}" for k, v in machine_info().items())}
-    body = markdown(results, info, f"{name} — model {bundle.short_sha}: cascading randomisation", ctx)
     out = Path(out)
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("# Cascading model-parameter randomisation (`fraudlens bench randomisation`)\n")
-    _write_section(out, f"{name}|{bundle.short_sha}|randomisation", body)
-    log(body)
+    body = write_section(bundle, loaded.frame, out, key=f"{name}|{bundle.short_sha}", name=name,
+                         max_cases=max_cases, seed=seed, shap_budget_s=shap_budget_s, methods=methods, context=ctx,
+                         log=log)
     log(f"written to {out}")
     return body
 
 
+def write_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, name: str,
+                  context: dict, max_cases: int = 12, seed: int = 0, shap_budget_s: float = 5.0,
+                  methods: Iterable[str] = METHODS, log=print) -> str:
+    """:func:`run`, then its :func:`markdown` as the section ``key + "|randomisation"`` of ``out``
+    (replacing the one there), printed and returned. Used by this command and by
+    ``fraudlens bench explanations``."""
+    from engine.trust.bench import _write_section
+
+    results, info = run(bundle, frame, max_cases=max_cases, methods=methods, seed=seed,
+                        shap_budget_s=shap_budget_s, log=log)
+    body = markdown(results, info, f"{name} — model {bundle.short_sha}: cascading randomisation", context)
+    _write_section(out, f"{key}|randomisation", body)
+    log(body)
+    return body
+
 __all__ = ["DUMMIES", "METHODS", "dummy_amount", "dummy_recency", "dummy_row_encoder", "flagged_contexts", "main",
-           "markdown", "run"]
+           "markdown", "run", "write_section"]

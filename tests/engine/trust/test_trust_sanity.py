@@ -11,6 +11,7 @@ from trust_helpers import context, one_torch_thread, positive_queries, trained_b
 
 from engine.explain import IGConfig
 from engine.explain.integrated_gradients import explain as explain_ig
+from engine.trust.randomisation_bench import dummy_amount, dummy_recency, dummy_row_encoder
 from engine.trust.sanity import (
     RANDOMISATION_BOUND,
     CompletenessWarning,
@@ -22,22 +23,10 @@ from engine.trust.sanity import (
 )
 
 
-def amount_magnitude(ctx):
-    """Deliberately broken: |amount| of each transaction, whatever the model."""
-    return np.abs(ctx.rows["amount"].to_numpy(np.float64))
-
-
-def recency(ctx):
-    """Deliberately broken: the later the transaction, the larger, whatever the model."""
-    return np.arange(ctx.T, dtype=np.float64)
-
-
-def row_encoder_only(ctx):
-    """Deliberately broken: the norm of each transaction's row embedding. It reads the model,
-    but only its row encoder, so randomising the head or the blocks cannot change it."""
-    with torch.no_grad():
-        x = ctx.bundle.model.rows(ctx.batch).sum(dim=2)  # [1, T, F, D] -> [1, T, D]
-    return x[0].norm(dim=-1).double().numpy()
+# deliberately broken "explainers" (engine/trust/randomisation_bench.py, the bench's own): |amount| and
+# recency read no model; the row-encoder norm reads only the row encoder, so randomising the head or
+# the blocks cannot change it
+amount_magnitude, recency, row_encoder_only = dummy_amount, dummy_recency, dummy_row_encoder
 
 
 def test_dummies_fail_and_integrated_gradients_passes():
