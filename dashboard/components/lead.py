@@ -23,7 +23,6 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import logging
-
 import math
 from dataclasses import dataclass, field
 from typing import Any

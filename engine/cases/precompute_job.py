@@ -35,8 +35,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import threading
+import time
 from pathlib import Path
 from typing import Any
 

@@ -122,11 +122,15 @@ def activity_inputs(
     has_prev = earlier.any(-1)  # [B, T]
     if cat.shape[-1]:
         same = (cat.unsqueeze(2) == cat.unsqueeze(1)) & earlier.unsqueeze(-1)  # [B, T, T, C]
-        new = (~same.any(2)) & has_prev.unsqueeze(-1)  # [B, T, C]
-        seen = torch.cat([new.to(z.dtype), has_prev.to(z.dtype).unsqueeze(-1)], dim=-1)
-    else:
-        seen = has_prev.to(z.dtype).unsqueeze(-1)
-    return recent, seen  # [B, T, 2W+3], [B, T, C+1]
+        return recent, _first_seen((~same.any(2)) & has_prev.unsqueeze(-1), has_prev, z.dtype)
+    return recent, _first_seen(None, has_prev, z.dtype)  # [B, T, 2W+3], [B, T, C+1]
+
+
+def _first_seen(new: torch.Tensor | None, has_prev: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[B, T, C+1]``: the "new value" flags ``new [B, T, C]`` bool (None when ``C = 0``) and the
+    "has history" flag ``has_prev [B, T]``, as ``dtype``."""
+    flag = has_prev.to(dtype).unsqueeze(-1)
+    return flag if new is None else torch.cat([new.to(dtype), flag], dim=-1)
 
 
 def _window_start(time_s: torch.Tensor, w: float) -> torch.Tensor | None:
@@ -155,7 +159,7 @@ def _activity_inputs_sorted(time_s: torch.Tensor, present: torch.Tensor, z: torc
     over a window are differences of prefix sums (float64) between the window's first position
     (:func:`_window_start`) and ``t``; the second-previous present transaction comes from a
     running maximum of present positions; "first seen" from prefix counts within groups of equal
-    values (a stable sort). The general path builds ``[B, T, T]`` tensors per window and ``[B, T,
+    values (a sort on unique keys). The general path builds ``[B, T, T]`` tensors per window and ``[B, T,
     T, C]`` for first-seen: most of the forward pass of SHAP's coalitions on 128-transaction
     contexts. Equal to it up to float summation (tested); None (use the general path) when a row
     is not in time order or a window start does not settle."""
@@ -170,17 +174,16 @@ def _activity_inputs_sorted(time_s: torch.Tensor, present: torch.Tensor, z: torc
         return torch.cat([x.new_zeros(B, 1), x.cumsum(dim=1)], dim=1)
 
     P, PZ, PZZ = before(p), before(p * z64), before(p * z64 * z64)
+    c, sz, szz = P[:, :T], PZ[:, :T], PZZ[:, :T]  # over all earlier present rows: [0, t)
     pos = torch.arange(T, device=dev).expand(B, T)
     feats = []
     for w in windows_s:
         lo = _window_start(time_s, float(w))
         if lo is None:
             return None
-        c = P.gather(1, pos) - P.gather(1, lo)  # earlier present in [lo, t)
-        sz = PZ.gather(1, pos) - PZ.gather(1, lo)
-        mean = sz / c.clamp(min=1.0)
-        feats += [(torch.log1p(c) / 3.0).to(dtype), torch.where(c > 0, z64 - mean, torch.zeros_like(z64)).to(dtype)]
-    c, sz, szz = P[:, :T], PZ[:, :T], PZZ[:, :T]  # all earlier present: [0, t)
+        cw = c - P.gather(1, lo)  # earlier present in [lo, t)
+        mean = (sz - PZ.gather(1, lo)) / cw.clamp(min=1.0)
+        feats += [(torch.log1p(cw) / 3.0).to(dtype), torch.where(cw > 0, z64 - mean, torch.zeros_like(z64)).to(dtype)]
     mean = sz / c.clamp(min=1.0)
     var = ((szz - 2.0 * mean * sz + mean * mean * c) / c.clamp(min=1.0)).clamp(min=0.0)
     zdev = torch.where(c >= 2, (z64 - mean) / torch.sqrt(var + 0.25), torch.zeros_like(z64)).clamp(-6.0, 6.0)
@@ -205,11 +208,8 @@ def _activity_inputs_sorted(time_s: torch.Tensor, present: torch.Tensor, z: torc
         start[..., 1:] = sk[..., 1:] != sk[..., :-1]  # first of each value's run
         run0 = torch.where(start, cs, torch.zeros_like(cs)).cummax(-1).values  # cs at the run's start
         same_before = torch.empty_like(cs).scatter_(-1, order, cs - run0)  # [B, C, T] back in position order
-        new = (same_before.permute(0, 2, 1) == 0) & has_prev.unsqueeze(-1)
-        seen = torch.cat([new.to(dtype), has_prev.to(dtype).unsqueeze(-1)], dim=-1)
-    else:
-        seen = has_prev.to(dtype).unsqueeze(-1)
-    return recent, seen
+        return recent, _first_seen((same_before.permute(0, 2, 1) == 0) & has_prev.unsqueeze(-1), has_prev, dtype)
+    return recent, _first_seen(None, has_prev, dtype)
 
 
 class ActivityEncoder(nn.Module):
