@@ -150,11 +150,17 @@ def bench_scale(
     plain_log(text)
 
 
+# the data / spec / model options of the explanation benches (explanations, randomisation): one definition
+DATA_OPTION = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)")
+SPEC_OPTION = typer.Option(None, help="spec name or TOML file (default: the model's spec)")
+MODEL_OPTION = typer.Option(None, help="checkpoint directory (default: the demo model)")
+
+
 @bench_app.command("explanations")
 def bench_explanations(
-    data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
-    spec: Optional[str] = typer.Option(None, help="spec name or TOML file (default: the model's spec)"),
-    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: the demo model)"),
+    data: Path = DATA_OPTION,
+    spec: Optional[str] = SPEC_OPTION,
+    model: Optional[Path] = MODEL_OPTION,
     max_cases: int = typer.Option(50, min=1, help="flagged test-period cases explained at most"),
     methods: str = typer.Option("attention,attention_rollout,integrated_gradients,shap,occlusion",
                                 help="comma-separated explanation methods"),
@@ -190,9 +196,9 @@ def bench_explanations(
 
 @bench_app.command("randomisation")
 def bench_randomisation(
-    data: Path = typer.Option(DEMO_DATA, exists=True, help="transactions file (default: bundled demo data)"),
-    spec: Optional[str] = typer.Option(None, help="spec name or TOML file (default: the model's spec)"),
-    model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: the demo model)"),
+    data: Path = DATA_OPTION,
+    spec: Optional[str] = SPEC_OPTION,
+    model: Optional[Path] = MODEL_OPTION,
     max_cases: int = typer.Option(12, min=3, help="flagged test-period cases (at least 3)"),
     seed: int = typer.Option(0, help="case sampling and the re-drawn weights"),
     shap_budget_s: float = typer.Option(5.0, min=0.1, help="SHAP time budget per explanation (seconds; 5 = its default)"),
