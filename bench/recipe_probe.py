@@ -12,6 +12,9 @@ Usage (from the repository root; FRAUDLENS_DATA_DIR set to a scratch folder)::
     python bench/recipe_probe.py NAME SEED ['{"batch_size": 16}'] ['{"drop": ["merchant"], "buckets": {"zip": 64}}']
     python bench/recipe_probe.py novelty3 0 '{}' '{"novelty": ["merchant", "merchant_city", "zip"]}'
 
+``PROBE_DATA`` and ``PROBE_SPEC`` (environment) run it on another file and spec (default the demo
+file and spec ``demo``), e.g. ``PROBE_DATA=../shared/data/banksim/... PROBE_SPEC=banksim``.
+
 The third argument overrides TrainConfig fields; the fourth edits the spec: ``drop`` turns fields
 into passthrough columns (so they are no model input; they are also removed from ``link_points``),
 ``buckets`` sets ``hashed_buckets`` of fields, ``novelty`` sets ``embed = false`` (novelty only: the
@@ -45,7 +48,8 @@ def main(argv: list[str]) -> dict:
     name, seed = argv[0], int(argv[1])
     over = json.loads(argv[2]) if len(argv) > 2 else {}
     specmod = json.loads(argv[3]) if len(argv) > 3 else {}
-    spec = load_spec("demo")
+    data = os.environ.get("PROBE_DATA", "demo_data/transactions.csv")
+    spec = load_spec(os.environ.get("PROBE_SPEC", "demo"))
     if specmod:
         d = spec.model_dump(mode="json")
         drop = set(specmod.get("drop", []))
@@ -60,15 +64,15 @@ def main(argv: list[str]) -> dict:
             if f["name"] in specmod.get("buckets", {}):
                 f["hashed_buckets"] = specmod["buckets"][f["name"]]
         spec = DatasetSpec.model_validate(d)
-    sha = hashlib.sha256(open("demo_data/transactions.csv", "rb").read()).hexdigest()
-    fr = read_transactions("demo_data/transactions.csv", spec).frame
+    sha = hashlib.sha256(open(data, "rb").read()).hexdigest()
+    fr = read_transactions(data, spec).frame
     split, _, _ = time_split(fr["timestamp"])
     y = fr["label"].to_numpy(dtype="float64", na_value=np.nan)
     cfg = TrainConfig(**{"epochs": 30, "patience": 4, "max_minutes": 20.0, "seed": seed, **over})
     t = time.perf_counter()
     bundle, hist, enc = fit(fr, spec, split, cfg, log=lambda m: None, progress=False)
     p = sigmoid(score_encoded(bundle.model, enc, fr["entity_id"].to_numpy()).astype(np.float64))
-    out = {"name": name, "seed": seed, "over": over, "spec": specmod, "data_sha256": sha[:12],
+    out = {"name": name, "data": os.path.basename(data), "seed": seed, "over": over, "spec": specmod, "data_sha256": sha[:12],
            "best_epoch": bundle.meta["best_epoch"],
            "epochs": len(hist), "min": round((time.perf_counter() - t) / 60, 1)}
     for key, s in (("val", 1), ("test", 2)):

@@ -112,8 +112,8 @@ class TrainConfig:
     weight_decay: float = 1e-4
     lr_schedule: str = "constant"
     batch_size: int = 64
-    epochs: int = 8
-    patience: int = 2
+    epochs: int = 30
+    patience: int = 4
     windows_per_epoch: int | None = 6000
     fill_epoch: bool = False
     ema_epochs: float = 0.0
@@ -124,7 +124,7 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     activity: bool = True
-    activity_ple: bool = False
+    activity_ple: bool = True
     calibration: str = "auto"
     target_precision: float | None = None
     alerts_per_day: float | None = None
