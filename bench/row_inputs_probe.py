@@ -19,7 +19,10 @@ benchmark with a verdict. Usage (repository root; FRAUDLENS_DATA_DIR set to a sc
 
     python bench/row_inputs_probe.py demo demo_data/transactions.csv
 
-2026-12-02 result on the demo file: bench/results/recipe_probe.md, last section.
+2026-12-02 result on the demo file: bench/results/recipe_probe.md, section "Inputs or learner?". Caveat: the
+categorical codes enter the MLP as standardised numbers (no embedding), which handicaps it against LightGBM,
+which can split on them; the MLP is not early-stopped either (40 epochs, the epoch with the best validation AP
+is reported).
 """
 
 from __future__ import annotations

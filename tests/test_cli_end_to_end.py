@@ -36,11 +36,11 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
         "train", "--data", str(data), "--spec", "handbook", "--out", str(model_dir), "--epochs", "2",
         "--windows-per-epoch", "120", "--context-length", "32", "--min-history", "16", "--d-model", "16",
         "--n-layers", "1", "--n-heads", "2", "--no-progress", "--train-end", "2018-04-25", "--val-end", "2018-05-03",
-        "--activity-ple",
+        "--no-activity-ple",
     ])
     assert r.exit_code == 0, r.output
     # the flag reaches the model (score and explain below run it), and the batch follows the windows per epoch
-    assert json.loads((model_dir / "checkpoint.json").read_text())["model_config"]["activity_ple"] is True
+    assert json.loads((model_dir / "checkpoint.json").read_text())["model_config"]["activity_ple"] is False
     assert "batch size 8 (not 64): 120 training windows per epoch give at least 40 optimisation steps" in \
         " ".join(r.output.split())
     assert f"rows read {n_rows:,} = accepted {n_rows - 1:,} + rejected 1" in r.output

@@ -202,6 +202,8 @@ def bench_randomisation(
     max_cases: int = typer.Option(12, min=3, help="flagged test-period cases (at least 3)"),
     seed: int = typer.Option(0, help="case sampling and the re-drawn weights"),
     shap_budget_s: float = typer.Option(5.0, min=0.1, help="SHAP time budget per explanation (seconds; 5 = its default)"),
+    draws: int = typer.Option(1, min=1, help="independent re-draws of the random weights; each case's rank "
+                              "correlation is averaged over them (the time grows with it)"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "randomisation.md"),
 ):
     """Cascading model-parameter randomisation (Adebayo et al. 2018) of every explanation method and of
@@ -211,7 +213,7 @@ def bench_randomisation(
 
     try:
         randomisation_main(data, spec, model, out, max_cases=max_cases, seed=seed, shap_budget_s=shap_budget_s,
-                           log=plain_log)
+                           draws=draws, log=plain_log)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 

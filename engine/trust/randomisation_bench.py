@@ -80,8 +80,10 @@ def flagged_contexts(bundle: ModelBundle, frame: pd.DataFrame, max_cases: int, s
 
 
 def run(bundle: ModelBundle, frame: pd.DataFrame, *, max_cases: int = 12, methods: Iterable[str] = METHODS,
-        seed: int = 0, shap_budget_s: float = 5.0, log=print):
-    """The randomisation check of ``methods`` and :data:`DUMMIES` over flagged test-period cases.
+        seed: int = 0, shap_budget_s: float = 5.0, draws: int = 1, log=print):
+    """The randomisation check of ``methods`` and :data:`DUMMIES` over flagged test-period cases
+    (``draws``: independent re-draws of the cascade, each case's rho averaged over them; see
+    :func:`engine.trust.sanity.randomisation_check`).
 
     Returns:
         ``(RandomisationResult, info dict)``.
@@ -97,10 +99,11 @@ def run(bundle: ModelBundle, frame: pd.DataFrame, *, max_cases: int = 12, method
         raise ValueError(f"{len(ctxs)} flagged test-period cases with history: the check needs at least 3")
     log(f"{period}; {len(ctxs)} cases, contexts of {min(c.T for c in ctxs)}-{max(c.T for c in ctxs)} transactions")
     names = list(methods)
-    res_real = randomisation_check(ctxs, names, seed=seed, configs={"shap": ShapConfig(time_budget_s=shap_budget_s)})
-    res_dummy = randomisation_check(ctxs, DUMMIES, seed=seed)
+    res_real = randomisation_check(ctxs, names, seed=seed, configs={"shap": ShapConfig(time_budget_s=shap_budget_s)},
+                                   draws=draws)
+    res_dummy = randomisation_check(ctxs, DUMMIES, seed=seed, draws=draws)
     info = {"period": period, "n_cases": len(ctxs), "context": f"{min(c.T for c in ctxs)}-{max(c.T for c in ctxs)}",
-            "seed": seed, "shap_budget_s": shap_budget_s, "wall_s": time.perf_counter() - t0,
+            "seed": seed, "draws": draws, "shap_budget_s": shap_budget_s, "wall_s": time.perf_counter() - t0,
             "steps": res_real.steps, "bound": res_real.bound}
     return (res_real, res_dummy), info
 
@@ -110,7 +113,7 @@ def markdown(results, info: dict, title: str, context: dict) -> str:
     real, dummy = results
     lines = [f"## {title}", ""] + [f"- {k}: {v}" for k, v in context.items()]
     lines += [f"- cases: {info['n_cases']} flagged ({info['period']}), contexts of {info['context']} transactions",
-              f"- seed {info['seed']}, SHAP time budget {info['shap_budget_s']:g} s per run, bound {info['bound']}, "
+              f"- seed {info['seed']}, {info.get('draws', 1)} draw(s) of the random weights, SHAP time budget {info['shap_budget_s']:g} s per run, bound {info['bound']}, "
               f"wall time {info['wall_s']:.0f} s", "",
               "rho per case and step = max(|Spearman|, |Spearman of magnitudes|) against the original attributions "
               "(the query excluded); a step *changed* the method when its 95 % t-interval lies below the lower end "
@@ -137,7 +140,7 @@ def markdown(results, info: dict, title: str, context: dict) -> str:
 
 def main(data: str | Path, spec: str | Path | None = None, model: str | Path | None = None,
          out: str | Path = Path("bench/results/randomisation.md"), *, max_cases: int = 12, seed: int = 0,
-         shap_budget_s: float = 5.0, methods: Iterable[str] = METHODS, log=print) -> str:
+         shap_budget_s: float = 5.0, methods: Iterable[str] = METHODS, draws: int = 1, log=print) -> str:
     """Read ``data``, load ``model``, :func:`run`, write the section to ``out`` (replacing the
     section of the same data file and model), print it and return it.
 
@@ -165,21 +168,21 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
         out.write_text("# Cascading model-parameter randomisation (`fraudlens bench randomisation`)\n")
     body = write_section(bundle, loaded.frame, out, key=f"{name}|{bundle.short_sha}", name=name,
                          max_cases=max_cases, seed=seed, shap_budget_s=shap_budget_s, methods=methods, context=ctx,
-                         log=log)
+                         draws=draws, log=log)
     log(f"written to {out}")
     return body
 
 
 def write_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, name: str,
                   context: dict, max_cases: int = 12, seed: int = 0, shap_budget_s: float = 5.0,
-                  methods: Iterable[str] = METHODS, log=print) -> str:
+                  methods: Iterable[str] = METHODS, draws: int = 1, log=print) -> str:
     """:func:`run`, then its :func:`markdown` as the section ``key + "|randomisation"`` of ``out``
     (replacing the one there), printed and returned. Used by this command and by
     ``fraudlens bench explanations``."""
     from engine.trust.bench import _write_section
 
     results, info = run(bundle, frame, max_cases=max_cases, methods=methods, seed=seed,
-                        shap_budget_s=shap_budget_s, log=log)
+                        shap_budget_s=shap_budget_s, draws=draws, log=log)
     body = markdown(results, info, f"{name} — model {bundle.short_sha}: cascading randomisation", context)
     _write_section(out, f"{key}|randomisation", body)
     log(body)

@@ -36,7 +36,9 @@ ranking that is merely reversed (rho -0.62) counts as kept, not as changed.
   interval's lower end is not above :data:`RANDOMISATION_BOUND`, the method disagrees with
   itself about as much as a randomised model would: **"undetermined"** (too noisy to judge);
 * at every step ``s >= 1``: the mean ``rho`` over the cases and its two-sided 95 % t-interval
-  (Student t, ``n - 1`` degrees of freedom). The step **changed** the method when the interval
+  (Student t, ``n - 1`` degrees of freedom); with ``draws > 1`` independent re-draws of the whole
+  cascade, a case's ``rho`` is first averaged over the draws (one random model alone can be
+  unusually kind or unkind to a method). The step **changed** the method when the interval
   lies wholly below the lower end of the noise floor's interval (for a deterministic method:
   below 1): randomising those layers moved the ranking more than re-running the method does;
 * after the last step (every layer random) the mean ``rho`` must be at most
@@ -172,13 +174,14 @@ class RandomisationResult:
         self_agreement: one row per (case, method): ``rho`` between two runs of the method with
             different seeds on the unchanged model (the noise floor).
         summary: one row per method: ``method``, ``final_spearman``, ``final_spearman_abs``
-            (means over cases at the last step, as reported before), ``stat`` (mean ``rho`` at the
+            (means over the last step's rows, every case and draw, as reported before), ``stat`` (mean ``rho`` at the
             last step, compared with ``bound``), ``bound``, ``self_agreement`` and ``self_agreement_low``
             (mean and lower end of its interval), ``n_cases``, ``first_unchanged`` (step name or
             ``""``), ``evidence`` (bool), ``verdict`` (``"evidence"`` / ``"not evidence"`` /
             ``"undetermined"``), ``reason`` (one sentence).
         steps: step names in order (``["none", "head", "block L-1", ..., "row encoder"]``).
-        bound: the bound used. seed: the randomisation seed. elapsed_s: wall time.
+        bound: the bound used. seed: the randomisation seed. draws: re-draws of the cascade.
+        elapsed_s: wall time.
     """
 
     table: pd.DataFrame
@@ -189,6 +192,7 @@ class RandomisationResult:
     elapsed_s: float = 0.0
     steps_table: pd.DataFrame | None = None
     self_agreement: pd.DataFrame | None = None
+    draws: int = 1
 
     def verdicts(self) -> dict[str, str]:
         return dict(zip(self.summary["method"], self.summary["verdict"]))
@@ -351,7 +355,7 @@ def randomisation_check(
         summ.append({"method": m, "final_spearman": fs, "final_spearman_abs": fa, "bound": bound, **judged})
     return RandomisationResult(table=table, summary=pd.DataFrame(summ), steps=[n for n, _ in steps],
                                bound=bound, seed=seed, elapsed_s=time.perf_counter() - t0,
-                               steps_table=steps_df, self_agreement=self_df)
+                               steps_table=steps_df, self_agreement=self_df, draws=draws)
 
 
 def _rho_from(spearman: float, spearman_abs: float) -> float:

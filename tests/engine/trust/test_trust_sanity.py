@@ -131,10 +131,21 @@ def test_every_randomisation_step_changes_shap_and_occlusion_on_the_tiny_model()
     st = res.steps_table.set_index(["method", "step"])
     assert st.loc[("shap", 1), "ci_high"] < 0.95 and st.loc[("shap", 4), "mean_rho"] < 0.7
     assert s.loc["attention", "first_unchanged"] == "head"
-    # a case's rho at a step is its mean over the 3 draws
+    # the original attributions once (draw 0), then every step in each of 3 draws
+    n_steps = len(res.steps) - 1
+    assert res.draws == 3 and len(res.table) == len(ctxs) * 3 * (1 + 3 * n_steps)
+    assert (res.table[res.table.step == 0].draw == 0).all()
+    # a case's rho at a step is its mean over the 3 draws; the interval is over the cases
     t = res.table[(res.table.method == "shap") & (res.table.step == 4)]
     assert sorted(t.draw.unique()) == [0, 1, 2] and len(t) == 3 * len(ctxs)
-    assert st.loc[("shap", 4), "mean_rho"] == pytest.approx(t.groupby("case_index")["rho"].mean().mean())
+    per_case = t.groupby("case_index")["rho"].mean().to_numpy()
+    assert st.loc[("shap", 4), "n_cases"] == len(ctxs)
+    half = (st.loc[("shap", 4), "ci_high"] - st.loc[("shap", 4), "ci_low"]) / 2
+    from scipy.stats import t as student_t
+    assert half == pytest.approx(student_t.ppf(0.975, len(ctxs) - 1) * per_case.std(ddof=1) / len(ctxs) ** 0.5)
+    # the draws are different random models (each from a fresh copy of the trained one)
+    by_draw = t.pivot(index="case_index", columns="draw", values="rho")
+    assert not np.allclose(by_draw[0], by_draw[1])
     with pytest.raises(ValueError, match="draws: expected an integer >= 1"):
         randomisation_check(ctxs[:3], ["occlusion"], draws=0)
 
