@@ -45,7 +45,7 @@ def row_inputs(spec_name: str, path: str):
     from engine.model.sequences import make_batch
     from engine.model.train import TrainConfig, time_split
     from engine.model.train_loop import new_model, prepare_fit
-    from engine.model.transformer import time_since_previous
+    from engine.model.transformer import amount_vs_history, time_since_previous
 
     spec = load_spec(spec_name)
     fr = read_transactions(path, spec).frame
@@ -61,9 +61,8 @@ def row_inputs(spec_name: str, path: str):
         rec, seen = activity_inputs(b.time_s, b.present, b.num[..., 0], b.cat.index_select(-1, cols),
                                     DEFAULT_ACTIVITY_WINDOWS_S)
         gap, has_prev = time_since_previous(b.time_s, b.present, b.prev_time_s)
-        z, p = b.num[..., 0], b.present.float()
-        prev_sum, prev_n = torch.cumsum(z * p, 1) - z * p, torch.cumsum(p, 1) - p
-        dev = torch.where(prev_n > 0, z - prev_sum / prev_n.clamp(min=1), torch.full_like(z, float("nan")))
+        dev, has_hist = amount_vs_history(b.num[..., 0], b.present)
+        dev = dev.masked_fill(~has_hist, float("nan"))
         log_gap = torch.log1p(gap / 60).float().masked_fill(~has_prev, float("nan")).unsqueeze(-1)
         x = torch.cat([b.num, b.cat.float(), b.multi, log_gap, dev.unsqueeze(-1), rec, seen], -1).numpy()
         if feats is None:
@@ -80,28 +79,30 @@ def main(argv: list[str]) -> None:
     import torch
     from sklearn.metrics import average_precision_score as ap
 
-    from engine.model.baseline import TabularBaseline
+    from engine.model.baseline import BaselineConfig, TabularBaseline
 
     torch.set_num_threads(1)
     feats, y, split, fr, spec = row_inputs(argv[0], argv[1])
     known = ~np.isnan(y)
     tr, va, te = (split == 0) & known, (split == 1) & known, (split == 2) & known
     pw = min(math.sqrt((y[tr] == 0).sum() / y[tr].sum()), 30.0)
-    params = {"objective": "binary", "learning_rate": 0.05, "num_leaves": 31, "min_child_samples": 20,
-              "feature_fraction": 0.8, "seed": 0, "deterministic": True, "scale_pos_weight": pw, "verbose": -1,
-              "metric": "average_precision", "num_threads": 2}
+    bc = BaselineConfig()  # the built-in baseline's LightGBM settings, so only the inputs differ
+    params = {"objective": "binary", "learning_rate": bc.learning_rate, "num_leaves": bc.num_leaves,
+              "min_child_samples": bc.min_child_samples, "feature_fraction": bc.feature_fraction,
+              "feature_fraction_seed": bc.seed, "seed": bc.seed, "deterministic": True, "scale_pos_weight": pw,
+              "verbose": -1, "metric": "average_precision"}
     dt = lgb.Dataset(feats[tr], y[tr])
-    bst = lgb.train(params, dt, 1000, valid_sets=[lgb.Dataset(feats[va], y[va], reference=dt)],
-                    callbacks=[lgb.early_stopping(50, verbose=False)])
+    bst = lgb.train(params, dt, bc.n_estimators, valid_sets=[lgb.Dataset(feats[va], y[va], reference=dt)],
+                    callbacks=[lgb.early_stopping(bc.early_stopping_rounds, verbose=False)])
     g = bst.predict(feats, num_iteration=bst.best_iteration)
     print(f"LightGBM on the per-row inputs: val AP {ap(y[va], g[va]):.4f}  test AP {ap(y[te], g[te]):.4f}")
     for ple in (False, True):
         for seed in (0, 1):
             v, t = _mlp(feats, y, tr, va, te, pw, ple, seed)
             print(f"MLP on the per-row inputs (quantile codes {ple}), seed {seed}: best val AP {v:.4f}  test AP {t:.4f}")
-    _, pb = TabularBaseline.fit_predict(fr, spec, split, np.flatnonzero(va | te))
-    pos = {r: i for i, r in enumerate(np.flatnonzero(va | te))}
-    pv, pt = pb[[pos[r] for r in np.flatnonzero(va)]], pb[[pos[r] for r in np.flatnonzero(te)]]
+    rows = np.flatnonzero(va | te)
+    _, pb = TabularBaseline.fit_predict(fr, spec, split, rows, bc)
+    pv, pt = pb[va[rows]], pb[te[rows]]
     print(f"built-in LightGBM baseline (whole-history features): val AP {ap(y[va], pv):.4f}  test AP {ap(y[te], pt):.4f}")
 
 

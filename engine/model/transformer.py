@@ -81,6 +81,22 @@ def time_since_previous(time_s: torch.Tensor, present: torch.Tensor, prev_time_s
     return gap, has_prev
 
 
+def amount_vs_history(z: torch.Tensor, present: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``amount_vs_history`` input: the standardised log amount minus its mean over the earlier
+    *present* transactions of the same history.
+
+    Args:
+        z: ``[B, T]`` float32 standardised log |amount| (``TransactionBatch.num[..., 0]``).
+        present: ``[B, T]`` bool.
+    Returns:
+        ``(dev [B, T] float32, has_prev [B, T] bool)``; ``dev`` is ``z`` where ``has_prev`` is False.
+    """
+    p = present.to(z.dtype)
+    prev_sum = torch.cumsum(z * p, dim=1) - z * p  # [B, T] sum over earlier present rows
+    prev_n = torch.cumsum(p, dim=1) - p
+    return z - prev_sum / prev_n.clamp(min=1.0), prev_n > 0
+
+
 class RowEncoder(nn.Module):
     """Per-field embeddings of each transaction: ``TransactionBatch -> [B, T, F, D]``."""
 
@@ -165,13 +181,8 @@ class RowEncoder(nn.Module):
 
     def _history_field(self, batch: TransactionBatch) -> torch.Tensor:
         """``[B, T, D]``: amount versus the mean of the earlier present transactions of the window."""
-        z = batch.num[..., 0]  # [B, T] standardised log |amount| (num column 0 by construction)
-        p = batch.present.to(z.dtype)
-        prev_sum = torch.cumsum(z * p, dim=1) - z * p  # [B, T] sum over earlier present rows
-        prev_n = torch.cumsum(p, dim=1) - p
-        has = prev_n > 0
-        dev = z - prev_sum / prev_n.clamp(min=1.0)
-        return self.history_embedding(dev, has)
+        # num column 0 is the standardised log |amount| by construction
+        return self.history_embedding(*amount_vs_history(batch.num[..., 0], batch.present))
 
     def summed(self, batch: TransactionBatch) -> torch.Tensor:
         """``[B, T, D]`` = ``forward(batch).sum(dim=2)`` without materialising ``[B, T, F, D]``

@@ -320,7 +320,8 @@ def randomisation_check(
                         original[(ci, m)] = v
                     o = original[(ci, m)]
                     rows.append({"case": ctx.query_transaction_id, "case_index": ci, "method": m, "step": s,
-                                 "randomised": step_name, "draw": d, "spearman": _spearman(o, v), "spearman_abs": _spearman(np.abs(o), np.abs(v))})
+                                 "randomised": step_name, "draw": d, "spearman": _spearman(o, v),
+                                 "spearman_abs": _spearman(np.abs(o), np.abs(v))})
     table = pd.DataFrame(rows, columns=["case", "case_index", "method", "step", "randomised", "draw", "spearman",
                                         "spearman_abs"])
     table["rho"] = [_rho_from(a, b) for a, b in zip(table["spearman"], table["spearman_abs"])]

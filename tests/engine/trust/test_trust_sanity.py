@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from scipy.stats import t as student_t
 from trust_helpers import context, one_torch_thread, positive_queries, trained_bundle  # noqa: F401
 
 from engine.explain import IGConfig
@@ -141,7 +142,6 @@ def test_every_randomisation_step_changes_shap_and_occlusion_on_the_tiny_model()
     per_case = t.groupby("case_index")["rho"].mean().to_numpy()
     assert st.loc[("shap", 4), "n_cases"] == len(ctxs)
     half = (st.loc[("shap", 4), "ci_high"] - st.loc[("shap", 4), "ci_low"]) / 2
-    from scipy.stats import t as student_t
     assert half == pytest.approx(student_t.ppf(0.975, len(ctxs) - 1) * per_case.std(ddof=1) / len(ctxs) ** 0.5)
     # the draws are different random models (each from a fresh copy of the trained one)
     by_draw = t.pivot(index="case_index", columns="draw", values="rho")
