@@ -1,11 +1,13 @@
 """Case page: "does the history matter?" and the query's validated per-field attributions.
 
 Computed by :func:`engine.cases.fields_view.query_fields` (cached per data sha, spec, model sha and
-transaction); the same dict goes into the compliance export (:func:`export_payload`). No torch here.
+transaction; read first from the explanation cache, where the background precompute stores it with the
+case's explanations, and stored there when computed here); the same dict goes into the compliance export (:func:`export_payload`). No torch here.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import streamlit as st
@@ -13,6 +15,7 @@ import streamlit as st
 from dashboard import state
 from dashboard.components.safe import md
 from engine.cases import fields_view as fv
+from engine.cases.explain_cache import FIELDS_KIND
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
 
@@ -21,7 +24,25 @@ PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "to
 def _fields(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
             _path: str, _model_path: str) -> dict[str, Any]:
     source = state._source(_path, spec, data_sha, max_rows)
-    return fv.query_fields(state.get_bundle(_model_path), source.frame, transaction_id, currency=source.currency)
+    try:  # stored by the background precompute with the case's explanations (engine/cases/precompute_job.py)
+        cache = state._cache()
+        sid, cparams = state._cache_ids(source, spec, max_rows, ())
+        stored = cache.get_json(model_sha, sid, transaction_id, cparams, FIELDS_KIND)
+    except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss, never an error page
+        state.log.warning("explanation cache unavailable: %s", e)
+        cache = stored = None
+    if stored is not None:
+        state.log.info("fields of %s: stored", transaction_id)
+        return stored
+    t0 = time.perf_counter()
+    out = fv.query_fields(state.get_bundle(_model_path), source.frame, transaction_id, currency=source.currency)
+    if cache is not None:
+        try:
+            cache.put_json(model_sha, sid, transaction_id, cparams, FIELDS_KIND, out, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - an unwritable cache: the result is still shown
+            state.log.warning("fields of %s not stored: %s", transaction_id, e)
+    state.log.info("fields of %s: computed", transaction_id)
+    return out
 
 
 def case_fields(loaded: "state.Loaded", transaction_id: str) -> dict[str, Any]:

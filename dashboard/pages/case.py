@@ -19,6 +19,7 @@ from engine.serve import access as ac
 
 state.ensure_entrypoint()
 ss = st.session_state
+timer = state.SectionTimer("case")
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
 
 if not ac.can(comp.signed_in(), ac.VIEW_CASES):  # admins: no case data, the refusal as on Cases and Queue
@@ -34,6 +35,7 @@ except Exception as e:  # noqa: BLE001
     st.page_link("pages/cases.py", label="Choose data and model on Cases", icon=":material/folder_open:")
     st.stop()
 
+timer.mark("load data, model and scores")
 ranking, thr, currency = loaded.ranking, loaded.threshold, loaded.source.currency
 WORD = lead_ui.word(loaded)  # "probability" only for a calibrated model, else "score"
 thresholds = loaded.thresholds  # in force: stored for the model, else the checkpoint's (one source)
@@ -57,6 +59,7 @@ tx_ui.apply_selection(entity, tl)  # a row selected in the transaction table: it
 if ss.get(state.QUERY) not in set(ids):
     state.set_query(cv.default_query(tl))  # default: the highest-scored transaction
 query = ss[state.QUERY]
+timer.mark("timeline")
 try:
     expls, expl_error = state.get_explanations(loaded, query), None
 except Exception as e:  # noqa: BLE001 - shown where the explanations go
@@ -66,6 +69,7 @@ if expl_error is None:
         lead_ui.case_lead(loaded, query)  # cached: render_lead below only draws
     except Exception:  # noqa: BLE001 - render_lead says why
         pass
+timer.mark("explanations and lead (computed or cached)")
 
 head, pick = st.columns([3, 2], vertical_alignment="bottom")
 # the title is filled after the reasons box below is drawn: a browser that shows the new case's
@@ -83,6 +87,11 @@ pick.selectbox(
 if expl_error is None:
     lead_ui.render_lead(loaded, query, currency, when=str(tl.iloc[ids.index(query)]["when"]))
 title_slot.title(f"Case {md(cv.mask(entity))}")
+timer.mark("lead drawn")
+if expl_error is None and state.lead_pause_s() > 0:  # the reasons go out and are painted before the rest
+    import time
+
+    time.sleep(state.lead_pause_s())
 
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)
@@ -100,14 +109,30 @@ y_mode = st.segmented_control("Vertical axis", ["probability", "amount"], defaul
                               format_func={"probability": f"Fraud {WORD}", "amount": "Amount"}.get,
                               key="tl_y", label_visibility="collapsed") or "probability"
 hover = [f.name for f in loaded.source.spec.fields if f.name in tl][:6]
-chart_key = f"tl_{entity}_{y_mode}_{query}"
+# a long history is drawn as the window around the explained transaction unless the analyst asks for all
+# (every transaction stays in the table below); one preference for every case of the session
+show_all = len(tl) > cv.TIMELINE_MAX_POINTS and bool(ss.get("tl_all", False))
+win = cv.timeline_window(tl, query, max_points=len(tl) if show_all else cv.TIMELINE_MAX_POINTS)
+win_ids = win.rows["transaction_id"].tolist()
+chart_key = f"tl_{entity}_{y_mode}_{query}_{win.start}_{win.stop}"
 st.plotly_chart(
-    fig.timeline_figure(tl, thr, y=y_mode, query_id=query, currency=currency, hover_columns=hover),
-    key=chart_key, on_select=partial(state.on_query_chart_select, chart_key, ids), selection_mode="points",
+    fig.timeline_figure(win.rows, thr, y=y_mode, query_id=query, currency=currency, hover_columns=hover),
+    key=chart_key, on_select=partial(state.on_query_chart_select, chart_key, win_ids), selection_mode="points",
     config=PLOTLY_CONFIG,
 )
 st.caption(f"Colour and size: fraud {WORD} · ★ the transaction being explained · ring: known fraud · "
            "click a point to explain it.")
+if len(tl) > cv.TIMELINE_MAX_POINTS:
+    w1, w2 = st.columns([4, 1], vertical_alignment="center")
+    if win.complete:
+        w1.caption(f"All {len(tl):,} transactions drawn.")
+    else:
+        first, last = (str(win.rows["timestamp"].iloc[i])[:16] for i in (0, -1))
+        hidden = (f"; outside it: {win.hidden_flagged:,} flagged, {win.hidden_frauds:,} known frauds"
+                  if "label" in tl else f"; outside it: {win.hidden_flagged:,} flagged")
+        w1.caption(md(f"Drawn: the {len(win.rows):,} of {len(tl):,} transactions around the explained one "
+                      f"({first} – {last}){hidden}. The table below lists all of them."))
+    w2.toggle("Show all", key="tl_all", help=f"Draw all {len(tl):,} transactions (slower to draw).")
 
 c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
 qopts = cv.query_options(tl, query)
@@ -122,6 +147,7 @@ st.caption(f"{len(tl):,} transactions below; select a row to explain it (the sel
 # a plain frame, no pandas Styler (styling every cell of a 9,391-transaction card cost ~3 s of CPU per
 # page run), under a key that a selection in the table does not change (dashboard/components/tx_table.py)
 tx_ui.render_table(entity, tl, query, currency, WORD)
+timer.mark("metrics, timeline chart and transaction table")
 
 # --------------------------------------------------------------------------------- the query
 qrow = tl.iloc[ids.index(query)]
@@ -157,86 +183,96 @@ m[5].metric("Context", f"{qs.context_length}",
 from dashboard.components import fields as fields_ui  # noqa: E402
 
 fields_ui.render_history_effect(loaded, query)
+timer.mark("query metrics and history effect")
 # ---- end history effect ----
 
 ctx = cv.context_rows(expls, loaded.source.frame)
 labels = cv.context_labels(ctx, currency)
 
-tabs = st.tabs(["Attributions", "Fields", "Attention", "Context rows"])
+# lazy tabs: only the open one runs and is drawn (each Plotly chart costs ~0.1-0.2 s of the browser's main thread on
+# 2 cores, bench/results/browser.md); the choice is kept in session state across cases
+tabs = st.tabs(["Attributions", "Fields", "Attention", "Context rows"], key="case_tabs", on_change="rerun")
 with tabs[0]:
-    st.caption("How much each earlier transaction moved this score, in logits (log-odds): red pushed towards "
-               "fraud, blue towards legitimate. Agreement between methods is a sign the reading is robust.")
-    if qs.context_length <= 1:
-        st.info("This is the first transaction of the entity's history: there are no earlier transactions to "
-                "attribute the score to. See Fields for its own fields.")
-    else:
-        fields_ui.render_history_note(loaded, query)  # own fields already flag it: say so before the bars
-    for method in ("integrated_gradients", "shap", "occlusion"):
-        if method not in expls or qs.context_length <= 1:
-            continue
-        e = expls[method]
-        st.plotly_chart(fig.attribution_bars(e, labels=labels, include_query=False), key=f"bars_{method}",
-                        config=PLOTLY_CONFIG)
-        c, p = st.columns([6, 1], vertical_alignment="center")
-        c.caption(cv.method_caption(e))
-        with p.popover("How to read"):
-            st.markdown(cv.method_details(e))
+    if tabs[0].open is not False:  # None: tabs without state (all run)
+        st.caption("How much each earlier transaction moved this score, in logits (log-odds): red pushed towards "
+                   "fraud, blue towards legitimate. Agreement between methods is a sign the reading is robust.")
+        if qs.context_length <= 1:
+            st.info("This is the first transaction of the entity's history: there are no earlier transactions to "
+                    "attribute the score to. See Fields for its own fields.")
+        else:
+            fields_ui.render_history_note(loaded, query)  # own fields already flag it: say so before the bars
+        for method in ("integrated_gradients", "shap", "occlusion"):
+            if method not in expls or qs.context_length <= 1:
+                continue
+            e = expls[method]
+            st.plotly_chart(fig.attribution_bars(e, labels=labels, include_query=False), key=f"bars_{method}",
+                            config=PLOTLY_CONFIG)
+            c, p = st.columns([6, 1], vertical_alignment="center")
+            c.caption(cv.method_caption(e))
+            with p.popover("How to read"):
+                st.markdown(cv.method_details(e))
 with tabs[1]:
-    fields_ui.render_fields(loaded, query)  # validated per-field values of the query + cell-level values
-    e = expls.get("integrated_gradients")
-    if e is not None and e.field_values is not None and qs.context_length > 1:
-        with st.expander("Integrated gradients over every transaction and field (typical-timeline baseline)"):
-            full = st.toggle("Colour scale from the query row too", value=False, key="fields_scale_all",
-                             help="Off: colours are scaled to the earlier transactions so their pattern shows; "
-                                  "the query row (boxed) may saturate. Hover for exact values.")
-            st.plotly_chart(fig.field_heatmap(e, labels=labels, scale="all" if full else "history"),
-                            key="fields_ig", config=PLOTLY_CONFIG)
-            st.caption(f"Reference: the same timeline with every transaction's content typical (timing kept, so "
-                       f"hour, weekday and time since previous get 0). Sum {e.values.sum():+.3f} logit = score "
-                       f"{qs.logit:+.3f} − reference "
-                       f"{e.reference_logit if e.reference_logit is not None else float('nan'):+.3f} "
-                       f"(delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
+    if tabs[1].open is not False:  # None: tabs without state (all run)
+        fields_ui.render_fields(loaded, query)  # validated per-field values of the query + cell-level values
+        e = expls.get("integrated_gradients")
+        if e is not None and e.field_values is not None and qs.context_length > 1:
+            with st.expander("Integrated gradients over every transaction and field (typical-timeline baseline)"):
+                full = st.toggle("Colour scale from the query row too", value=False, key="fields_scale_all",
+                                 help="Off: colours are scaled to the earlier transactions so their pattern shows; "
+                                      "the query row (boxed) may saturate. Hover for exact values.")
+                st.plotly_chart(fig.field_heatmap(e, labels=labels, scale="all" if full else "history"),
+                                key="fields_ig", config=PLOTLY_CONFIG)
+                st.caption(f"Reference: the same timeline with every transaction's content typical (timing kept, so "
+                           f"hour, weekday and time since previous get 0). Sum {e.values.sum():+.3f} logit = score "
+                           f"{qs.logit:+.3f} − reference "
+                           f"{e.reference_logit if e.reference_logit is not None else float('nan'):+.3f} "
+                           f"(delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
 with tabs[2]:
-    st.caption(ATTENTION_CAVEAT)
-    from dashboard.components.attention import render_attention  # noqa: E402
+    if tabs[2].open is not False:  # None: tabs without state (all run)
+        st.caption(ATTENTION_CAVEAT)
+        from dashboard.components.attention import render_attention  # noqa: E402
 
-    render_attention(expls, labels, PLOTLY_CONFIG)  # the query's row as bars; the T × T map optional
-    ro = expls.get("attention_rollout")
-    if ro is not None:
-        st.caption(cv.method_caption(ro))
+        render_attention(expls, labels, PLOTLY_CONFIG)  # the query's row as bars; the T × T map optional
+        ro = expls.get("attention_rollout")
+        if ro is not None:
+            st.caption(cv.method_caption(ro))
 with tabs[3]:
-    table = cv.context_table(expls, loaded.source.frame, loaded.scores, currency)
-    metric_cols = [c for c in cv.METHOD_COLUMNS.values() if c in table]
-    st.dataframe(
-        table.drop(columns=["transaction_id", "position"]).style.apply(
-            lambda row: ["background-color: #ffe0b2" if row["query"] else "" for _ in row], axis=1
-        ).format({c: ("{:+.4f}" if "logit" in c else "{:.4f}") for c in metric_cols}),
-        hide_index=True, height=420,
-        column_config={
-            "query": st.column_config.CheckboxColumn("Query"),
-            "when": st.column_config.TextColumn("When · amount"),
-            "transaction": st.column_config.TextColumn("Transaction"),
-            "timestamp": None,
-            "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
-            "probability": st.column_config.ProgressColumn(f"Own fraud {WORD}", min_value=0.0, max_value=1.0,
-                                                           format="%.3f"),
-            "label": st.column_config.NumberColumn("Known fraud", format="%d"),
-        },
-    )
-    st.caption("The transactions the model saw for this score (time order, query last) with each method's "
-               "value; attributions in logits, attention as weights.")
-    csv_download(table.drop(columns=["transaction_id"]), f"context-{query}.csv", key="dl_context_csv")
+    if tabs[3].open is not False:  # None: tabs without state (all run)
+        table = cv.context_table(expls, loaded.source.frame, loaded.scores, currency)
+        metric_cols = [c for c in cv.METHOD_COLUMNS.values() if c in table]
+        st.dataframe(
+            table.drop(columns=["transaction_id", "position"]).style.apply(
+                lambda row: ["background-color: #ffe0b2" if row["query"] else "" for _ in row], axis=1
+            ).format({c: ("{:+.4f}" if "logit" in c else "{:.4f}") for c in metric_cols}),
+            hide_index=True, height=420,
+            column_config={
+                "query": st.column_config.CheckboxColumn("Query"),
+                "when": st.column_config.TextColumn("When · amount"),
+                "transaction": st.column_config.TextColumn("Transaction"),
+                "timestamp": None,
+                "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
+                "probability": st.column_config.ProgressColumn(f"Own fraud {WORD}", min_value=0.0, max_value=1.0,
+                                                               format="%.3f"),
+                "label": st.column_config.NumberColumn("Known fraud", format="%d"),
+            },
+        )
+        st.caption("The transactions the model saw for this score (time order, query last) with each method's "
+                   "value; attributions in logits, attention as weights.")
+        csv_download(table.drop(columns=["transaction_id"]), f"context-{query}.csv", key="dl_context_csv")
+timer.mark("attribution, field, attention and context tabs")
 
 # ---- Trust checks + what-if (owner: dashboard/components/trust.py; keep this block as is) ----
 from dashboard.components import trust as trust_ui  # noqa: E402
 
 trust_ui.render_case_trust(loaded, query, expls)
+timer.mark("trust checks and what-if")
 # ---- end trust checks + what-if ----
 
 # ---- Links between cases (owner: dashboard/components/links.py) ----
 from dashboard.components.links import render_case_links  # noqa: E402
 
 render_case_links(loaded, entity, query)
+timer.mark("links between cases")
 # ---- end links between cases ----
 
 # ---- Disposition, four-eyes and compliance exports (owner: dashboard/components/disposition.py) ----
@@ -246,4 +282,6 @@ from dashboard.components.disposition import render_case_panel  # noqa: E402
 # analyst prepares the exports, cached)
 render_case_panel(loaded, entity, expls, tl, trust=lambda: trust_ui.export_payload(loaded, query),
                   fields=lambda: fields_ui.export_payload(loaded, query))
+timer.mark("disposition and exports")
+timer.done()
 # ---- end disposition and exports ----

@@ -37,6 +37,8 @@ MAX_PAYLOAD_BYTES = 64 * 2**20
 #: seconds a caller waits for another thread computing the same key (:meth:`ExplanationCache.get_or_compute`)
 #: before computing it itself
 WAIT_S = 120.0
+#: :meth:`ExplanationCache.get_json` kind of the Case page's fields view (:func:`engine.cases.fields_view.query_fields`)
+FIELDS_KIND = "fields"
 
 
 def _enc(x: Any) -> Any:
@@ -90,6 +92,14 @@ def cache_key(model_sha: str, source_id: str, transaction_id: str, params: Mappi
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _kind(params: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """``params`` with the payload kind of :meth:`ExplanationCache.get_json` (never an explainer
+    parameter name: the leading underscores)."""
+    if not kind or not isinstance(kind, str):
+        raise ValueError(f"kind: expected a non-empty name, got {kind!r}")
+    return {**dict(params), "__payload__": kind}
+
+
 class ExplanationCache:
     """Explanations keyed by (model, source, transaction, parameters) in one SQLite file.
 
@@ -139,6 +149,36 @@ class ExplanationCache:
             c.execute("INSERT OR REPLACE INTO explanations VALUES (?, ?, ?, ?, ?, ?, ?)",
                       (cache_key(model_sha, source_id, transaction_id, params), str(model_sha), str(source_id),
                        str(transaction_id), payload, float(seconds), time.time()))
+
+    def get_json(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
+                 kind: str) -> dict[str, Any] | None:
+        """A stored JSON object of another ``kind`` than the explanations (e.g. ``"fields"``: the
+        Case page's history effect and validated per-field attributions,
+        :func:`engine.cases.fields_view.query_fields`), or None (miss, or not a JSON object).
+        Keyed as the explanations with ``kind`` added to ``params``; arrays and NaN round-trip
+        as in :func:`encode_explanations`."""
+        row = self._conn().execute("SELECT payload FROM explanations WHERE key = ?",
+                                   (cache_key(model_sha, source_id, transaction_id, _kind(params, kind)),)).fetchone()
+        if row is None or len(row[0]) > MAX_PAYLOAD_BYTES:
+            return None
+        try:
+            out = _dec(json.loads(row[0]))
+        except (ValueError, TypeError):
+            return None
+        return out if isinstance(out, dict) else None
+
+    def put_json(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any], kind: str,
+                 obj: Mapping[str, Any], seconds: float = 0.0) -> None:
+        """Store (or replace) one JSON object of ``kind`` (:meth:`get_json`).
+
+        Raises:
+            TypeError: ``obj`` is not JSON-able. sqlite3.Error / OSError: the file is not writable.
+        """
+        payload = json.dumps(_enc(dict(obj)), allow_nan=True)
+        with self._conn() as c:
+            c.execute("INSERT OR REPLACE INTO explanations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (cache_key(model_sha, source_id, transaction_id, _kind(params, kind)), str(model_sha),
+                       str(source_id), str(transaction_id), payload, float(seconds), time.time()))
 
     def get_or_compute(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
                        compute: Callable[[], Mapping[str, Explanation]], *,
@@ -248,5 +288,5 @@ def precompute(
     return counts
 
 
-__all__ = ["CACHE_VERSION", "WAIT_S", "ExplanationCache", "cache_key", "decode_explanations", "encode_explanations",
+__all__ = ["CACHE_VERSION", "FIELDS_KIND", "WAIT_S", "ExplanationCache", "cache_key", "decode_explanations", "encode_explanations",
            "precompute"]

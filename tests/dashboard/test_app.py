@@ -22,8 +22,12 @@ TIMEOUT = 60
 USERS = {"alice": "analyst", "bob": "supervisor", "carol": "analyst", "erin": "auditor", "dana": "admin"}
 PASSWORD = "correct horse battery staple"
 #: timeline, IG/SHAP/occlusion bars, validated query field bars, cell-level bars, IG field heat map (expander),
-#: attention, rollout
+#: attention, rollout: over all four tabs of the Case page
 N_CASE_CHARTS = 9
+#: the charts drawn per open tab (lazy tabs: only the open one runs), besides the timeline
+TAB_CHARTS = {"Attributions": {"bars_integrated_gradients", "bars_shap", "bars_occlusion"},
+              "Fields": {"fields_query_validated", "fields_cells", "fields_ig"},
+              "Attention": {"attn_row", "attn_rollout_row"}}
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,29 @@ def _ok(at: AppTest) -> None:
 
 def _charts(at: AppTest) -> list:
     return at.get("plotly_chart")
+
+
+def _open_tab(at: AppTest, label: str) -> AppTest:
+    """Open the Case page's tab ``label`` (lazy tabs, key ``case_tabs``: what a click does) and rerun."""
+    at.session_state["case_tabs"] = label
+    at.run()
+    _ok(at)
+    return at
+
+
+def _charts_of_every_tab(at: AppTest) -> list[str]:
+    """Keys of the charts drawn with each tab open in turn (then the first tab again); checks that
+    a closed tab draws nothing of its own."""
+    keys: list[str] = []
+    for label in ["Attributions", "Fields", "Attention", "Context rows"]:
+        _open_tab(at, label)
+        drawn = {c.key for c in _charts(at)}
+        for other, own in TAB_CHARTS.items():
+            if other != label:
+                assert not drawn & own, (label, drawn & own)
+        keys += [k for k in drawn if k not in keys]
+    _open_tab(at, "Attributions")
+    return keys
 
 
 def _case(env, entity: str | None = None) -> AppTest:
@@ -156,8 +183,11 @@ def test_case_page_defaults_to_top_entity_and_its_highest_scored_transaction(env
     w = "probability" if env["bundle"].calibrated else "score"  # the words rule
     assert metrics[f"Fraud {w}"] == f"{s['probability'].max():.3f}"
     assert metrics["Review threshold"] == "0.500"
-    assert len(_charts(at)) == N_CASE_CHARTS
     assert [t.label for t in at.tabs] == ["Attributions", "Fields", "Attention", "Context rows"]
+    drawn = {c.key for c in _charts(at)}  # the first tab open: its bars and the timeline only
+    assert drawn - TAB_CHARTS["Attributions"] == {next(k for k in drawn if k.startswith("tl_"))}
+    assert TAB_CHARTS["Attributions"] <= drawn
+    assert len(_charts_of_every_tab(at)) == N_CASE_CHARTS
     # the query alone vs with its history: the sentence and its numbers, equal to the engine's
     from engine.cases.fields_view import history_caption, query_fields
 
@@ -166,7 +196,8 @@ def test_case_page_defaults_to_top_entity_and_its_highest_scored_transaction(env
     assert md(h["sentence"]) in boxes
     assert md(history_caption({"history_effect": h})) in [c.value for c in at.caption]
     assert ("own fields drive" in h["sentence"]) == (h["alone"] >= 0.5)
-    # the query's fields: what is shown says which values passed the check against field ablation
+    # the query's fields (Fields tab): what is shown says which values passed the check against field ablation
+    _open_tab(at, "Fields")
     assert any("typical value" in c.value or "Integrated gradients of the query" in c.value for c in at.caption)
 
 
@@ -196,8 +227,9 @@ def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):
     assert metrics["Decision band"] == metrics["Decision"]
     assert re.fullmatch(r"[+-]\d\.\d{4}", metrics["IG gap"])
     assert int(metrics["Context"]) > 5
-    assert len(_charts(at)) == N_CASE_CHARTS
+    assert len(_charts_of_every_tab(at)) == N_CASE_CHARTS
     # the context table has the query last, with its attributions
+    _open_tab(at, "Context rows")
     ctx = at.dataframe[-1].value
     assert ctx["query"].tolist()[-1] and not any(ctx["query"].tolist()[:-1])
     assert {"IG (logit)", "SHAP (logit)", "occlusion (logit)"} <= set(ctx.columns)
@@ -216,16 +248,17 @@ def test_the_flagged_picker_changes_the_query(env):
     _ok(at)
     assert at.session_state["query_id"] == target
     assert at.subheader[1].value.startswith(f"Transaction {cv.mask(target)} · ")
-    assert len(_charts(at)) == N_CASE_CHARTS
+    assert len(_charts_of_every_tab(at)) == N_CASE_CHARTS
 
 
 def test_attention_layer_and_head_are_selectable(env):
     at = _case(env)
     _ok(at)
+    _open_tab(at, "Attention")
     at.selectbox(key="attn_layer").select(0).run()
     at.selectbox(key="attn_head").select(1).run()
     _ok(at)
-    assert len(_charts(at)) == N_CASE_CHARTS
+    assert {c.key for c in _charts(at)} >= TAB_CHARTS["Attention"]
 
 
 def test_model_page_shows_the_model_card(env):
@@ -373,3 +406,51 @@ def test_the_table_sort_survives_a_row_selection_and_the_selected_row_is_explain
     at.run()
     _ok(at)
     assert _tx_table(at).value["amount"].tolist() == tl["amount"].tolist()
+
+
+def test_long_timeline_draws_the_window_around_the_query_and_show_all_draws_every_one(env, monkeypatch):
+    import json
+
+    top = env["ranking"]["entity_id"].iloc[0]
+    n = int((env["scores"]["entity_id"] == top).sum())
+    assert n > 12, "the top entity of the slice needs more transactions than the window"
+    monkeypatch.setattr(cv, "TIMELINE_MAX_POINTS", 12)
+    at = _case(env)
+    _ok(at)
+
+    def timeline_points(at):
+        chart = next(c for c in at.get("plotly_chart") if c.key.startswith("tl_"))
+        return len(json.loads(chart.proto.spec)["data"][0]["x"])
+
+    assert timeline_points(at) == 12
+    caps = [c.value for c in at.caption]
+    assert any(c.startswith(md(f"Drawn: the 12 of {n:,} transactions around the explained one")) for c in caps), caps
+    at.toggle(key="tl_all").set_value(True).run()
+    _ok(at)
+    assert timeline_points(at) == n
+    assert f"All {n:,} transactions drawn." in [c.value for c in at.caption]
+
+
+def test_the_case_page_reads_the_fields_view_the_precompute_stored(env):
+    """The history-effect box comes from the explanation cache when the precompute stored it
+    (a stored sentence that differs from a fresh computation shows that it is the one read)."""
+    from dashboard.components import fields as fields_ui
+    from engine.cases.explain_cache import FIELDS_KIND, ExplanationCache
+    from engine.cases.fields_view import query_fields
+    from engine.cases.store import default_db_path, source_id
+
+    fields_ui._fields.clear()  # the in-memory cache of earlier tests' pages (same data, model, transaction)
+
+    top = env["ranking"]["entity_id"].iloc[0]
+    s = env["scores"][env["scores"]["entity_id"] == top]
+    best = str(s.loc[s["probability"].idxmax(), "transaction_id"])
+    src = cv.load_source(env["data"], env["spec"])
+    stored = query_fields(env["bundle"], env["frame"], best, currency=src.currency)
+    stored["history_effect"]["sentence"] = "Stored by the precompute for this test"
+    cache = ExplanationCache(default_db_path().parent / "explanations.sqlite")
+    sid = source_id(src.file_sha256, src.spec.name)
+    cache.put_json(env["bundle"].sha256, sid, best, {"max_rows": None}, FIELDS_KIND, stored)
+    at = _case(env)
+    _ok(at)
+    assert at.session_state["query_id"] == best
+    assert md("Stored by the precompute for this test") in [b.value for b in [*at.info, *at.warning]]

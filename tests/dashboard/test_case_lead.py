@@ -300,6 +300,9 @@ def test_attention_is_the_query_row_and_the_full_map_is_optional(env):
     from engine.cases import figures as fig
 
     at = _case(env)
+    assert "attn_row" not in {c.key for c in at.get("plotly_chart")}  # lazy tabs: Attributions is open
+    at.session_state["case_tabs"] = "Attention"
+    at.run()
     charts = {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
     assert "attn_row" in charts and "attn_heat" not in charts  # the T x T map only on request
     y = charts["attn_row"]["data"][0]["y"]
@@ -360,3 +363,15 @@ def test_precompute_starts_with_the_transaction_the_case_page_opens_first():
     low = scores.assign(flagged=scores["transaction_id"].isin(["a1", "a3"]))
     assert state.flagged_order(low, cv.rank_entities(low, 0.8)) == ["a3", "b2", "a1"]
     assert state.flagged_order(low, cv.rank_entities(low, 0.8), open_ahead=1) == ["a3", "a1"]
+
+
+def test_the_pause_after_the_reasons_box_reads_its_environment_variable(monkeypatch):
+    from dashboard import state
+
+    assert state.lead_pause_s() == 0.0  # the test suite's setting (tests/conftest.py)
+    for raw, want in [("0.25", 0.25), ("5", 1.0), ("-1", 0.0), ("nan", state.LEAD_PAUSE_S_DEFAULT),
+                      ("soon", state.LEAD_PAUSE_S_DEFAULT)]:
+        monkeypatch.setenv("FRAUDLENS_LEAD_PAUSE_S", raw)
+        assert state.lead_pause_s() == want, raw
+    monkeypatch.delenv("FRAUDLENS_LEAD_PAUSE_S")
+    assert state.lead_pause_s() == state.LEAD_PAUSE_S_DEFAULT == 0.1

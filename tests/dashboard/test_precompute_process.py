@@ -45,6 +45,17 @@ def _job(world, tmp_path, **over):
     return job
 
 
+def _without_timings(d):
+    """``d`` as JSON text without its ``elapsed_s`` entries (wall-clock times differ run to run)."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k != "elapsed_s"}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+    return json.dumps(strip(d), sort_keys=True, default=str)
+
+
 def test_the_job_explains_in_order_and_reports_each(world, tmp_path):
     job = _job(world, tmp_path)
     seen_current = []
@@ -71,6 +82,18 @@ def test_the_job_explains_in_order_and_reports_each(world, tmp_path):
         ref = cv.explain_query(world["bundle"], world["src"].frame, tid)
         assert set(got) == set(ref)
         np.testing.assert_allclose(got["occlusion"].values, ref["occlusion"].values, atol=1e-6)
+    # the Case page's fields view (history effect, validated field values) is stored beside them,
+    # equal to computing it now, under its own key (not readable as explanations, nor they as it)
+    from engine.cases.explain_cache import FIELDS_KIND
+    from engine.cases.fields_view import query_fields
+
+    for tid in world["ids"]:
+        stored = cache.get_json(world["bundle"].sha256, "src1", tid, {"max_rows": None}, FIELDS_KIND)
+        ref = query_fields(world["bundle"], world["src"].frame, tid, currency=world["src"].currency)
+        assert _without_timings(stored) == _without_timings(ref)
+        assert stored["field_attribution"]["field_names"] and "sentence" in stored["history_effect"]
+    assert cache.get_json(world["bundle"].sha256, "src1", world["ids"][0], {"max_rows": None}, "other") is None
+    assert cache.count() == 6
     # a second run reads what is stored: nothing computed again, every id still reported
     again = pj.run_job(job)
     assert again["counts"]["cached"] == 3 and again["counts"]["computed"] == 0
