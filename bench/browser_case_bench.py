@@ -392,7 +392,7 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
     # where each case's explanations and lead came from (FRAUDLENS_LOG_LEVEL=INFO in server_env)
     for line in (work / f"streamlit-{data.stem}.log").read_text(errors="replace").splitlines():
         if ("explanations of" in line or "lead of" in line or "fields of" in line or "precompute" in line
-                or "fraudlens.dashboard.timing" in line):  # the page script per section (state.SectionTimer)
+                or "fraudlens.dashboard.timing" in line):  # the page script per section (dashboard.timing.SectionTimer)
             print(f"  server: {line.strip()[:200]}", flush=True)
     for f in sorted((work / "data" / "precompute").glob("*.log")):  # the precompute process: when each was ready
         for line in f.read_text(errors="replace").splitlines()[:40]:

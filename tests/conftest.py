@@ -73,6 +73,6 @@ def no_background_precompute():
     # a test that starts the precompute process runs it at normal priority: at niceness 15 it gets
     # almost no CPU while the other pytest worker runs (the niceness test sets its own value)
     mp.setenv("FRAUDLENS_PRECOMPUTE_NICENESS", "0")
-    mp.setenv("FRAUDLENS_LEAD_PAUSE_S", "0")  # the Case page's pause after the reasons box (dashboard/state.py)
+    mp.setenv("FRAUDLENS_LEAD_PAUSE_S", "0")  # the Case page's pause after the reasons box (dashboard/timing.py)
     yield
     mp.undo()

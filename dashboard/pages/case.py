@@ -7,7 +7,7 @@ from functools import partial
 import streamlit as st
 
 from dashboard import components as comp
-from dashboard import state
+from dashboard import state, timing
 from dashboard.components import lead as lead_ui
 from dashboard.components import tx_table as tx_ui
 from dashboard.components.safe import csv_download, error_text, md
@@ -19,7 +19,7 @@ from engine.serve import access as ac
 
 state.ensure_entrypoint()
 ss = st.session_state
-timer = state.SectionTimer("case")
+timer = timing.SectionTimer("case")
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
 
 if not ac.can(comp.signed_in(), ac.VIEW_CASES):  # admins: no case data, the refusal as on Cases and Queue
@@ -88,10 +88,10 @@ if expl_error is None:
     lead_ui.render_lead(loaded, query, currency, when=str(tl.iloc[ids.index(query)]["when"]))
 title_slot.title(f"Case {md(cv.mask(entity))}")
 timer.mark("lead drawn")
-if expl_error is None and state.lead_pause_s() > 0:  # the reasons go out and are painted before the rest
+if expl_error is None and timing.lead_pause_s() > 0:  # the reasons go out and are painted before the rest
     import time
 
-    time.sleep(state.lead_pause_s())
+    time.sleep(timing.lead_pause_s())
 
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)
@@ -111,8 +111,8 @@ y_mode = st.segmented_control("Vertical axis", ["probability", "amount"], defaul
 hover = [f.name for f in loaded.source.spec.fields if f.name in tl][:6]
 # a long history is drawn as the window around the explained transaction unless the analyst asks for all
 # (every transaction stays in the table below); one preference for every case of the session
-show_all = len(tl) > cv.TIMELINE_MAX_POINTS and bool(ss.get("tl_all", False))
-win = cv.timeline_window(tl, query, max_points=len(tl) if show_all else cv.TIMELINE_MAX_POINTS)
+show_all = len(tl) > tt.TIMELINE_MAX_POINTS and bool(ss.get("tl_all", False))
+win = tt.timeline_window(tl, query, max_points=len(tl) if show_all else tt.TIMELINE_MAX_POINTS)
 win_ids = win.rows["transaction_id"].tolist()
 chart_key = f"tl_{entity}_{y_mode}_{query}_{win.start}_{win.stop}"
 st.plotly_chart(
@@ -122,7 +122,7 @@ st.plotly_chart(
 )
 st.caption(f"Colour and size: fraud {WORD} · ★ the transaction being explained · ring: known fraud · "
            "click a point to explain it.")
-if len(tl) > cv.TIMELINE_MAX_POINTS:
+if len(tl) > tt.TIMELINE_MAX_POINTS:
     w1, w2 = st.columns([4, 1], vertical_alignment="center")
     if win.complete:
         w1.caption(f"All {len(tl):,} transactions drawn.")

@@ -414,7 +414,9 @@ def test_long_timeline_draws_the_window_around_the_query_and_show_all_draws_ever
     top = env["ranking"]["entity_id"].iloc[0]
     n = int((env["scores"]["entity_id"] == top).sum())
     assert n > 12, "the top entity of the slice needs more transactions than the window"
-    monkeypatch.setattr(cv, "TIMELINE_MAX_POINTS", 12)
+    from engine.cases import timeline_table as tt
+
+    monkeypatch.setattr(tt, "TIMELINE_MAX_POINTS", 12)
     at = _case(env)
     _ok(at)
 

@@ -366,7 +366,7 @@ def test_precompute_starts_with_the_transaction_the_case_page_opens_first():
 
 
 def test_the_pause_after_the_reasons_box_reads_its_environment_variable(monkeypatch):
-    from dashboard import state
+    from dashboard import timing as state
 
     assert state.lead_pause_s() == 0.0  # the test suite's setting (tests/conftest.py)
     for raw, want in [("0.25", 0.25), ("5", 1.0), ("-1", 0.0), ("nan", state.LEAD_PAUSE_S_DEFAULT),
