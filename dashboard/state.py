@@ -38,6 +38,8 @@ ENTITY, QUERY, SOURCE, MODEL = "entity_id", "query_id", "source", "model_path"
 #: the table generation (bumped when the query changes other than through the table)
 TX_SORT, TX_GEN = "tx_sort", "tx_table_gen"
 log = logging.getLogger("fraudlens.dashboard")
+
+
 def _log_level_from_env() -> None:
     """``$FRAUDLENS_LOG_LEVEL`` (e.g. ``INFO``): the ``fraudlens`` loggers of this server print at
     that level to stderr, with millisecond times (which explanation came from where: the browser

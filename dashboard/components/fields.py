@@ -2,7 +2,8 @@
 
 Computed by :func:`engine.cases.fields_view.query_fields` (cached per data sha, spec, model sha and
 transaction; read first from the explanation cache, where the background precompute stores it with the
-case's explanations, and stored there when computed here); the same dict goes into the compliance export (:func:`export_payload`). No torch here.
+case's explanations, and stored there when computed here); the same dict goes into the compliance
+export (:func:`export_payload`). No torch here.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import streamlit as st
@@ -88,10 +89,9 @@ if expl_error is None:
     lead_ui.render_lead(loaded, query, currency, when=str(tl.iloc[ids.index(query)]["when"]))
 title_slot.title(f"Case {md(cv.mask(entity))}")
 timer.mark("lead drawn")
-if expl_error is None and timing.lead_pause_s() > 0:  # the reasons go out and are painted before the rest
-    import time
-
-    time.sleep(timing.lead_pause_s())
+pause_s = timing.lead_pause_s()
+if expl_error is None and pause_s > 0:  # the reasons go out and are painted before the rest
+    time.sleep(pause_s)
 
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)

@@ -132,23 +132,33 @@ class ExplanationCache:
     def get(self, model_sha: str, source_id: str, transaction_id: str,
             params: Mapping[str, Any]) -> dict[str, Explanation] | None:
         """The stored explanations, or None (miss, or an entry that does not decode)."""
-        row = self._conn().execute("SELECT payload FROM explanations WHERE key = ?",
-                                   (cache_key(model_sha, source_id, transaction_id, params),)).fetchone()
-        if row is None or len(row[0]) > MAX_PAYLOAD_BYTES:
+        text = self._payload(cache_key(model_sha, source_id, transaction_id, params))
+        if text is None:
             return None
         try:
-            return decode_explanations(row[0])
+            return decode_explanations(text)
         except ValueError:
             return None
 
     def put(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
             expls: Mapping[str, Explanation], seconds: float = 0.0) -> None:
         """Store (or replace) the explanations of one transaction."""
-        payload = encode_explanations(expls)
+        self._store(cache_key(model_sha, source_id, transaction_id, params), model_sha, source_id, transaction_id,
+                    encode_explanations(expls), seconds)
+
+    def _payload(self, key: str) -> str | None:
+        """The stored payload text under ``key``, or None (miss, or above :data:`MAX_PAYLOAD_BYTES`)."""
+        row = self._conn().execute("SELECT payload FROM explanations WHERE key = ?", (key,)).fetchone()
+        if row is None or len(row[0]) > MAX_PAYLOAD_BYTES:
+            return None
+        return row[0]
+
+    def _store(self, key: str, model_sha: str, source_id: str, transaction_id: str, payload: str,
+               seconds: float) -> None:
+        """Insert or replace the row of ``key``."""
         with self._conn() as c:
             c.execute("INSERT OR REPLACE INTO explanations VALUES (?, ?, ?, ?, ?, ?, ?)",
-                      (cache_key(model_sha, source_id, transaction_id, params), str(model_sha), str(source_id),
-                       str(transaction_id), payload, float(seconds), time.time()))
+                      (key, str(model_sha), str(source_id), str(transaction_id), payload, float(seconds), time.time()))
 
     def get_json(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
                  kind: str) -> dict[str, Any] | None:
@@ -157,12 +167,11 @@ class ExplanationCache:
         :func:`engine.cases.fields_view.query_fields`), or None (miss, or not a JSON object).
         Keyed as the explanations with ``kind`` added to ``params``; arrays and NaN round-trip
         as in :func:`encode_explanations`."""
-        row = self._conn().execute("SELECT payload FROM explanations WHERE key = ?",
-                                   (cache_key(model_sha, source_id, transaction_id, _kind(params, kind)),)).fetchone()
-        if row is None or len(row[0]) > MAX_PAYLOAD_BYTES:
+        text = self._payload(cache_key(model_sha, source_id, transaction_id, _kind(params, kind)))
+        if text is None:
             return None
         try:
-            out = _dec(json.loads(row[0]))
+            out = _dec(json.loads(text))
         except (ValueError, TypeError):
             return None
         return out if isinstance(out, dict) else None
@@ -174,11 +183,8 @@ class ExplanationCache:
         Raises:
             TypeError: ``obj`` is not JSON-able. sqlite3.Error / OSError: the file is not writable.
         """
-        payload = json.dumps(_enc(dict(obj)), allow_nan=True)
-        with self._conn() as c:
-            c.execute("INSERT OR REPLACE INTO explanations VALUES (?, ?, ?, ?, ?, ?, ?)",
-                      (cache_key(model_sha, source_id, transaction_id, _kind(params, kind)), str(model_sha),
-                       str(source_id), str(transaction_id), payload, float(seconds), time.time()))
+        self._store(cache_key(model_sha, source_id, transaction_id, _kind(params, kind)), model_sha, source_id,
+                    transaction_id, json.dumps(_enc(dict(obj)), allow_nan=True), seconds)
 
     def get_or_compute(self, model_sha: str, source_id: str, transaction_id: str, params: Mapping[str, Any],
                        compute: Callable[[], Mapping[str, Explanation]], *,
@@ -288,5 +294,5 @@ def precompute(
     return counts
 
 
-__all__ = ["CACHE_VERSION", "FIELDS_KIND", "WAIT_S", "ExplanationCache", "cache_key", "decode_explanations", "encode_explanations",
-           "precompute"]
+__all__ = ["CACHE_VERSION", "FIELDS_KIND", "WAIT_S", "ExplanationCache", "cache_key", "decode_explanations",
+           "encode_explanations", "precompute"]

@@ -67,9 +67,6 @@ def sort_timeline(timeline: pd.DataFrame, by: str = "time") -> pd.DataFrame:
     return timeline.sort_values(cols, ascending=asc, kind="stable", na_position="last").reset_index(drop=True)
 
 
-__all__ = ["TX_SORTS", "option_labels", "sort_timeline"]
-
-
 #: the Case page's timeline chart draws at most this many transactions by default (the window
 #: around the explained one, :func:`timeline_window`): a 9,391-transaction card's chart took seconds
 #: to draw in headless Chromium on 2 cores (bench/results/browser.md); "Show all" draws every one
@@ -135,3 +132,7 @@ def timeline_window(timeline: pd.DataFrame, query_id: str | None, max_points: in
     fraud = (timeline["label"].fillna(0).astype(float).to_numpy() == 1) if "label" in timeline else np.zeros(n, bool)
     return TimelineWindow(timeline.iloc[start:stop].reset_index(drop=True), start, stop, n, hidden(flagged),
                           hidden(fraud))
+
+
+__all__ = ["TIMELINE_BEFORE_SHARE", "TIMELINE_MAX_POINTS", "TX_SORTS", "TimelineWindow", "option_labels",
+           "sort_timeline", "timeline_window"]

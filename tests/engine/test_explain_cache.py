@@ -47,6 +47,30 @@ def test_keyed_by_everything_and_private(tmp_path):
     assert c.get("m1", "s1", "q", {"steps": 50}) is None
 
 
+def test_json_payloads_of_another_kind_are_keyed_apart_and_a_bad_entry_is_a_miss(tmp_path):
+    from engine.cases.explain_cache import FIELDS_KIND
+
+    c = ExplanationCache(tmp_path / "explanations.sqlite")
+    obj = {"history_effect": {"alone": 0.25, "gap": float("nan")}, "values": np.array([1.5, -2.0], np.float32)}
+    c.put("m1", "s1", "q", {"max_rows": None}, {"shap": expl()})
+    c.put_json("m1", "s1", "q", {"max_rows": None}, FIELDS_KIND, obj, 0.5)
+    got = c.get_json("m1", "s1", "q", {"max_rows": None}, FIELDS_KIND)
+    assert got["history_effect"]["alone"] == 0.25 and np.isnan(got["history_effect"]["gap"])
+    assert got["values"].dtype == np.float32 and got["values"].tolist() == [1.5, -2.0]
+    # the explanations and the fields view do not read each other's rows; other kinds and keys miss
+    assert c.get("m1", "s1", "q", {"max_rows": None})["shap"].score_logit == 1.5
+    assert c.get_json("m1", "s1", "q", {"max_rows": None}, "other") is None
+    assert c.get_json("m2", "s1", "q", {"max_rows": None}, FIELDS_KIND) is None
+    assert c.count() == 2
+    with pytest.raises(ValueError, match="kind"):
+        c.get_json("m1", "s1", "q", {}, "")
+    key = cache_key("m1", "s1", "q", {"max_rows": None, "__payload__": FIELDS_KIND})
+    for bad in ("garbage", "[1, 2]"):  # not JSON, not an object: a miss, never an exception
+        with c._conn() as con:
+            con.execute("UPDATE explanations SET payload = ? WHERE key = ?", (bad, key))
+        assert c.get_json("m1", "s1", "q", {"max_rows": None}, FIELDS_KIND) is None
+
+
 def test_precompute_skips_stored_and_respects_stop(tmp_path):
     c = ExplanationCache(tmp_path / "e.sqlite")
     calls = []
