@@ -205,8 +205,15 @@ def wait_painted(page, timeout: float | None = None) -> dict:
     Raises RuntimeError when the page shows the reasons could not be built or an error,
     TimeoutError after ``timeout`` seconds."""
     timeout = TIMEOUT_S if timeout is None else timeout
-    page.wait_for_function("() => window.__fl && (window.__fl.painted !== null || window.__fl.error !== null)",
-                           polling=100, timeout=timeout * 1000)
+    try:
+        page.wait_for_function("() => window.__fl && (window.__fl.painted !== null || window.__fl.error !== null)",
+                               polling=100, timeout=timeout * 1000)
+    except Exception as e:  # noqa: BLE001 - re-raised with what the page shows, so a failed run says why
+        shown = page.evaluate("() => ({fl: window.__fl, title: (document.querySelector('h1') || {}).textContent,"
+                              " lead: (document.querySelector('[class*=\"st-key-case_lead\"]') || {}).textContent})")
+        lead = (shown.get("lead") or "")[:160]
+        raise TimeoutError(f"reasons not painted after {timeout} s: probe {shown.get('fl')}, title "
+                           f"{shown.get('title')!r}, reasons box {lead!r}") from e
     fl = page.evaluate("() => window.__fl")
     if fl["error"] is not None:
         raise RuntimeError(f"the page shows an error: {fl['error']}")
@@ -445,18 +452,29 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             print(f"  open {rep + 1}: {_fmt(opens[-1])}", flush=True)
         pick = page.get_by_label("Entity (ranked by", exact=False)
 
-        def switch(i: int) -> dict:
+        visited: set[str] = set()
+
+        def switch() -> dict:
             old = _lead_content(page)
+            shown = _title(page).removeprefix("Case ").strip()
+            visited.add(shown)
             opts = _open_options(page, pick)
-            n_opts = opts.count()
-            target = opts.nth(i % n_opts)  # few entities: cycle (never the one shown now)
-            label = target.inner_text().split(" · ")[0].strip()
+            # the option list is virtualised around the selected entity: pick by label, never the entity
+            # shown now (choosing it reruns nothing), an entity not yet opened when one is listed
+            labels = [t.split(" · ")[0].strip() for t in opts.all_inner_texts()]
+            fresh = [k for k, lab in enumerate(labels) if lab not in visited]
+            other = [k for k, lab in enumerate(labels) if lab != shown]
+            if not other:
+                raise RuntimeError(f"the entity picker lists no entity but the one shown ({shown})")
+            k = (fresh or other)[0]
+            target, label = opts.nth(k), labels[k]
+            visited.add(label)
             print(f"  switch to {label} at {time.strftime('%H:%M:%S')}", flush=True)  # matched with the server log
             return timed(target.click, f"Case {label}", old)
 
         for i in range(1, n_cases + 1):
             page.wait_for_timeout(500)  # an analyst reads before switching; lets the last long task end
-            switches.append(switch(i))
+            switches.append(switch())
             stale_total += switches[-1]["stale"]
             print(f"  switch {i}: {_fmt(switches[-1])}", flush=True)
         # what-if last: with the trust toggle on, every later switch also computes the trust checks
@@ -464,7 +482,7 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
         for c in range(whatif_cases):
             try:
                 if c:
-                    switch(n_cases + c)
+                    switch()
                     wait_settled(page)
                 wi["tab"].append(open_whatif(page))
                 r = whatif_edits(page, whatif_n)
