@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -180,6 +181,15 @@ PROBE = """([prefix, old]) => {
     if (fl.error !== null) obs.disconnect();
   });
   obs.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+OPTIONS_JS = """() => {
+  const box = (document.querySelector('[role="listbox"]') || document.body).getBoundingClientRect();
+  return Array.from(document.querySelectorAll('[role="option"]')).map(o => {
+    const r = o.getBoundingClientRect();
+    return [o.innerText, r.height > 0 && r.top >= box.top && r.bottom <= box.bottom && r.bottom <= innerHeight];
+  });
 }"""
 
 
@@ -365,8 +375,6 @@ def _open_options(page, box):
 def _pick_target(page, index: int) -> str:
     """Pick the ``index``-th option of the what-if "Transaction" box (0 = the query, 1 = the
     latest earlier transaction, ...) and wait until its amount is in the form; its label."""
-    import re
-
     boxes = page.get_by_label("Transaction", exact=True)
     if boxes.count() > 1:  # diagnostics: which copies are there (a stale copy would be stale content)
         for k in range(boxes.count()):
@@ -461,13 +469,19 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             opts = _open_options(page, pick)
             # the option list is virtualised around the selected entity: pick by label, never the entity
             # shown now (choosing it reruns nothing), an entity not yet opened when one is listed
-            labels = [t.split(" · ")[0].strip() for t in opts.all_inner_texts()]
-            fresh = [k for k, lab in enumerate(labels) if lab not in visited]
-            other = [k for k, lab in enumerate(labels) if lab != shown]
+            # [text, whole option inside the list's box and the window]: only those are clicked, so the click
+            # never scrolls the list
+            listed = page.evaluate(OPTIONS_JS)
+            texts = [t for t, _ in listed]
+            labels = [t.split(" · ")[0].strip() for t in texts]
+            fresh = [k for k, lab in enumerate(labels) if lab not in visited and listed[k][1]]
+            other = [k for k, lab in enumerate(labels) if lab != shown and listed[k][1]]
             if not other:
                 raise RuntimeError(f"the entity picker lists no entity but the one shown ({shown})")
             k = (fresh or other)[0]
-            target, label = opts.nth(k), labels[k]
+            # by its text, not its index: the list is virtualised (rendered around the selected entity), and a
+            # click that scrolled it landed on another option twice, the shown entity: nothing reran
+            target, label = opts.filter(has_text=re.compile("^" + re.escape(texts[k].strip()) + "$")).first, labels[k]
             visited.add(label)
             print(f"  switch to {label} at {time.strftime('%H:%M:%S')}", flush=True)  # matched with the server log
             return timed(target.click, f"Case {label}", old)
