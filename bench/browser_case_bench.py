@@ -219,11 +219,9 @@ def wait_painted(page, timeout: float | None = None) -> dict:
         page.wait_for_function("() => window.__fl && (window.__fl.painted !== null || window.__fl.error !== null)",
                                polling=100, timeout=timeout * 1000)
     except Exception as e:  # noqa: BLE001 - re-raised with what the page shows, so a failed run says why
-        shown = page.evaluate("() => ({fl: window.__fl, title: (document.querySelector('h1') || {}).textContent,"
-                              " lead: (document.querySelector('[class*=\"st-key-case_lead\"]') || {}).textContent})")
-        lead = (shown.get("lead") or "")[:160]
-        raise TimeoutError(f"reasons not painted after {timeout} s: probe {shown.get('fl')}, title "
-                           f"{shown.get('title')!r}, reasons box {lead!r}") from e
+        lead = (_lead_content(page) or "")[:160]
+        raise TimeoutError(f"reasons not painted after {timeout} s: probe {page.evaluate('() => window.__fl')}, "
+                           f"title {_title(page)!r}, reasons box {lead!r}") from e
     fl = page.evaluate("() => window.__fl")
     if fl["error"] is not None:
         raise RuntimeError(f"the page shows an error: {fl['error']}")
@@ -467,10 +465,10 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             shown = _title(page).removeprefix("Case ").strip()
             visited.add(shown)
             opts = _open_options(page, pick)
-            # the option list is virtualised around the selected entity: pick by label, never the entity
-            # shown now (choosing it reruns nothing), an entity not yet opened when one is listed
-            # [text, whole option inside the list's box and the window]: only those are clicked, so the click
-            # never scrolls the list
+            # the option list is virtualised (rendered around the selected entity): never the entity shown now
+            # (choosing it reruns nothing), one not yet opened when listed, and only an option wholly in view
+            # ([text, in view]), clicked by its text: a click that scrolled the list, re-rendering it, twice
+            # landed on the shown entity
             listed = page.evaluate(OPTIONS_JS)
             texts = [t for t, _ in listed]
             labels = [t.split(" · ")[0].strip() for t in texts]
@@ -479,8 +477,6 @@ def bench_file(browser, data: Path, work: Path, n_cases: int, warm_s: float, pre
             if not other:
                 raise RuntimeError(f"the entity picker lists no entity but the one shown ({shown})")
             k = (fresh or other)[0]
-            # by its text, not its index: the list is virtualised (rendered around the selected entity), and a
-            # click that scrolled it landed on another option twice, the shown entity: nothing reran
             target, label = opts.filter(has_text=re.compile("^" + re.escape(texts[k].strip()) + "$")).first, labels[k]
             visited.add(label)
             print(f"  switch to {label} at {time.strftime('%H:%M:%S')}", flush=True)  # matched with the server log
