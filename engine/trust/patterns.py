@@ -5,7 +5,7 @@ a measured contribution, never by its position in the history:
 
 * ``test_then_purchase`` (**card testing before a cash-out**): one or more *small charges* (a
   positive amount at most :data:`~engine.trust.reasons.SMALL_CHARGE_RATIO` x the entity's median
-  earlier purchase) at merchants new to the entity, at most :data:`TEST_MAX_BETWEEN` transactions
+  earlier purchase, over at least :data:`~engine.trust.reasons.MEDIAN_MIN_PURCHASES` of them) at merchants new to the entity, at most :data:`TEST_MAX_BETWEEN` transactions
   before the query in its context, and the query
   is a large purchase (at least :data:`~engine.trust.reasons.AMOUNT_RATIO` x that median) that is
   card-not-present (online) or at a merchant new to the entity. A small charge is kept only when
@@ -64,14 +64,15 @@ def deletion_effects(ctx, groups: Sequence[Sequence[int]]) -> np.ndarray:
 def test_then_purchase(f, ctx) -> None:
     """Add the ``test_then_purchase`` reason to ``f.out`` when the pattern holds (module doc);
     ``f`` is the :class:`engine.trust.reasons._Facts` of ``ctx``."""
-    from engine.trust.reasons import AMOUNT_RATIO, SMALL_CHARGE_RATIO, _is_online, _plural, first_seen, span_text
+    from engine.trust.reasons import (AMOUNT_RATIO, MEDIAN_MIN_PURCHASES, SMALL_CHARGE_RATIO, _is_online, _plural,
+                                      first_seen, span_text)
 
     rows, q = f.rows, f.q
     if q < 1 or "merchant" not in rows:
         return
     amt = rows["amount"].to_numpy(np.float64)
     before = amt[:q][amt[:q] > 0]
-    if not len(before):
+    if len(before) < MEDIAN_MIN_PURCHASES:  # no habit to compare with
         return
     med = float(np.median(before))
     if med <= 0 or amt[q] < AMOUNT_RATIO * med:

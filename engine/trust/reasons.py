@@ -14,9 +14,12 @@ Rules (each is tested against numbers recomputed from the data):
    merchants the card had not used before" counts new merchants among all 9 ("new" = no earlier
    transaction of the history has the value). The reason cites only the citable transactions.
    Facts that matter only: that reason (``new_values``, one for all columns) needs at least half
-   of the span's transactions at new values (:data:`NOVELTY_MIN_SHARE`) and, when at least
-   :data:`NOVELTY_MIN_BEFORE` transactions before the span have that many earlier rows in the
-   history shown, a higher share than over those (with fewer there is no such comparison).
+   of the span's transactions at new values (:data:`NOVELTY_MIN_SHARE`) and a higher share than
+   over the transactions before the span that have at least :data:`NOVELTY_MIN_BEFORE` earlier rows
+   in the history shown; with fewer than :data:`NOVELTY_MIN_BEFORE` of those (a short history:
+   its first transactions are at new values by construction) there is no comparison and no
+   reason. An amount ratio needs a median over at least :data:`MEDIAN_MIN_PURCHASES` earlier
+   purchases (one purchase is no habit).
 3. **The query's own fields are reasons too** (facts about the flagged transaction alone):
    its amount against the entity's median purchase, its authorisation errors, the merchant / MCC /
    city / state values the entity never used (one reason, ``query_new_values``: they share the
@@ -61,6 +64,10 @@ NIGHT_HOURS = (0, 6)  # [start, end) hours counted as night
 AMOUNT_RATIO = 2.0
 #: a "small charge" is a positive amount at most this share of the median earlier purchase
 SMALL_CHARGE_RATIO = 0.1
+#: an amount ratio (amount reasons, small charges, the test-then-purchase pattern) needs a median over
+#: at least this many earlier purchases: "4.3x the card's earlier median (8.37 USD over 1 purchase)"
+#: compares with one transaction, not with a habit (a setting, not a fitted value)
+MEDIAN_MIN_PURCHASES = 5
 #: citable when value > Z_CITE * standard error
 Z_CITE = 2.0
 
@@ -135,8 +142,9 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
 
 #: the ``new_values`` history reason needs at least this share of the span's transactions at a value
 #: new to the entity, and a higher share than over the transactions before the span that have at least
-#: ``NOVELTY_MIN_BEFORE`` earlier rows, when there are at least ``NOVELTY_MIN_BEFORE`` of those
-#: (settings, not fitted values)
+#: ``NOVELTY_MIN_BEFORE`` earlier rows; with fewer than ``NOVELTY_MIN_BEFORE`` of those there is no
+#: comparison and no reason (the first transactions of any history are at new values) (settings, not
+#: fitted values)
 NOVELTY_MIN_SHARE = 0.5
 NOVELTY_MIN_BEFORE = 10
 
@@ -299,7 +307,8 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         small = []
         for p in S:
             before = amt[:p][amt[:p] > 0]
-            if len(before) and 0 < amt[p] <= SMALL_CHARGE_RATIO * float(np.median(before)) and new_m[p]:
+            if len(before) >= MEDIAN_MIN_PURCHASES and 0 < amt[p] <= SMALL_CHARGE_RATIO * float(np.median(before)) \
+                    and new_m[p]:
                 small.append(int(p))
         if small:
             first = min(small)
@@ -348,19 +357,19 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         numbers["n_new"] = int(any_new[win].sum())
         # a fact that matters: most of the span's transactions at new values (NOVELTY_MIN_SHARE), and more
         # often than before the span (a card that keeps trying new merchants makes "k of n were new" no
-        # reason; nor does "11 of the 56 transactions in 240 days")
+        # reason; nor does "11 of the 56 transactions in 240 days"; nor a short history, whose first
+        # transactions are all at new values)
         # positions with at least NOVELTY_MIN_BEFORE earlier rows in the history shown ("new" there means
         # "not in those rows": the first rows of a history cut at the context start all look new)
         earlier = np.arange(NOVELTY_MIN_BEFORE, int(win.min()))  # win holds min(hits): never empty
         share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_BEFORE else None
         numbers["new_share_before"] = share_before
         share = numbers["n_new"] / n
-        if share >= NOVELTY_MIN_SHARE and (share_before is None or share > share_before):
+        if share_before is not None and share >= NOVELTY_MIN_SHARE and share > share_before:
             text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {_listing(parts)} "
                     f"{other} had not used before")
-            if share_before is not None:
-                text += (f" (against {_pct(share_before)} of its transactions {NOVELTY_MIN_BEFORE + 1}-"
-                         f"{int(win.min())} of the history shown)")
+            text += (f" (against {_pct(share_before)} of its transactions {NOVELTY_MIN_BEFORE + 1}-"
+                     f"{int(win.min())} of the history shown)")
             f.history("new_values", text, sorted(hits), [*news, "first_seen"], numbers)
     # authorisation errors in the span
     if "errors" in rows:
@@ -381,7 +390,7 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         start = min(pos_span)
         win = f.window(start)
         cs, bs = win[amt[win] > 0], np.flatnonzero(amt[:start] > 0)
-        if len(cs) and len(bs):
+        if len(cs) and len(bs) >= MEDIAN_MIN_PURCHASES:
             mc, mb = float(np.median(amt[cs])), float(np.median(amt[bs]))
             ratio = mc / mb if mb > 0 else float("inf")
             if ratio >= AMOUNT_RATIO:
@@ -400,7 +409,7 @@ def _query_reasons(f: _Facts) -> None:
     amt = rows["amount"].to_numpy(np.float64)
     before = amt[:q][amt[:q] > 0]
     noun = f.noun
-    if len(before) and amt[q] > 0:
+    if len(before) >= MEDIAN_MIN_PURCHASES and amt[q] > 0:
         med = float(np.median(before))
         ratio = amt[q] / med if med > 0 else float("inf")
         if ratio >= AMOUNT_RATIO:

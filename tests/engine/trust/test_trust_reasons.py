@@ -19,17 +19,19 @@ from engine.model.checkpoint import ModelBundle, build_model
 from engine.trust.reasons import citable_positions, first_seen, reason_codes, summary_text
 
 
-def demo_like_frame() -> pd.DataFrame:
-    """Card 0:0: 20 in-person purchases in Boston, then 6 online purchases 8 minutes apart at new
-    merchants and MCCs, ~5x the amounts; the last one (the query) has a Bad CVV error. Card 0:1: filler."""
+def demo_like_frame(n_normal: int = 20) -> pd.DataFrame:
+    """Card 0:0: ``n_normal`` in-person purchases in Boston, then 6 online purchases 8 minutes apart
+    at new merchants and MCCs, ~5x the amounts; the last one (the query) has a Bad CVV error. Card
+    0:1: filler."""
     rng = np.random.default_rng(0)
     t0 = pd.Timestamp("2023-03-01 09:00")
+    n = n_normal
     normal = pd.DataFrame({
-        "timestamp": [t0 + pd.Timedelta(hours=10 * i + int(rng.integers(0, 3))) for i in range(20)],
-        "amount": np.round(rng.uniform(35, 65, 20), 2),
-        "merchant": rng.choice(["111", "222", "333"], 20), "merchant_city": "Boston", "merchant_state": "MA",
-        "zip": "02108", "mcc": rng.choice(["5411", "5812"], 20), "use_chip": "Chip Transaction",
-        "errors": [""] * 19 + ["Insufficient Balance"],
+        "timestamp": [t0 + pd.Timedelta(hours=10 * i + int(rng.integers(0, 3))) for i in range(n)],
+        "amount": np.round(rng.uniform(35, 65, n), 2),
+        "merchant": rng.choice(["111", "222", "333"], n), "merchant_city": "Boston", "merchant_state": "MA",
+        "zip": "02108", "mcc": rng.choice(["5411", "5812"], n), "use_chip": "Chip Transaction",
+        "errors": [""] * (n - 1) + ["Insufficient Balance"],
     })
     tb = normal["timestamp"].iloc[-1] + pd.Timedelta(days=2)
     burst = pd.DataFrame({
@@ -42,8 +44,8 @@ def demo_like_frame() -> pd.DataFrame:
     return two_card_frame(pd.concat([normal, burst], ignore_index=True), normal)
 
 
-def demo_ctx():
-    fr = demo_like_frame()
+def demo_ctx(n_normal: int = 20):
+    fr = demo_like_frame(n_normal)
     spec = load_spec("demo")
     enc = FeatureEncoder.fit(fr, spec)
     model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
@@ -319,3 +321,63 @@ def test_new_values_over_a_long_quiet_span_are_no_reason():
     v[1], v[2] = 0.9, 0.8
     kinds = {r.kind for r in reason_codes(ctx, {"shap": shap_like(ctx, v)}, top_k=4, max_reasons=20)}
     assert "new_values" not in kinds
+
+
+def test_a_short_history_gives_no_new_values_reason():
+    """With 14 normal rows only 4 positions before the burst have NOVELTY_MIN_BEFORE (10) earlier rows:
+    no comparison, so "5 of the 5 were at new merchants" is no reason (the first transactions of any
+    history are at new values); with 20 normal rows (10 such positions) the same burst is one."""
+    from engine.trust.reasons import NOVELTY_MIN_BEFORE
+
+    def kinds(n_normal):
+        ctx = demo_ctx(n_normal)
+        rs = reason_codes(ctx, {"shap": shap_like(ctx, burst_values(ctx))}, top_k=4, max_reasons=20)
+        return {r.kind: r for r in rs}
+
+    short, long_ = kinds(14), kinds(20)
+    assert 14 - NOVELTY_MIN_BEFORE < NOVELTY_MIN_BEFORE <= 20 - NOVELTY_MIN_BEFORE
+    assert "new_values" not in short and "burst" in short  # the rest still fire
+    assert long_["new_values"].numbers["n_new_merchant"] == 5
+
+
+def test_an_amount_ratio_needs_a_median_over_enough_purchases():
+    """Fewer than MEDIAN_MIN_PURCHASES (5) earlier purchases are no habit: with 4 purchases before the
+    cited burst the span's amounts are no reason, with 5 they are (median recomputed over those 5);
+    a 301.00 query after 4 purchases of 35-65 gets no amount reason, after 5 it does."""
+    from engine.trust.reasons import MEDIAN_MIN_PURCHASES
+
+    assert MEDIAN_MIN_PURCHASES == 5
+
+    def reasons(ctx, v, fq):
+        ex = {"shap": shap_like(ctx, v), "integrated_gradients": field_expl(ctx, fq)}
+        return {r.kind: r for r in reason_codes(ctx, ex, top_k=6, max_reasons=20)}
+
+    def burst_cited(ctx):
+        v = np.zeros(ctx.T)
+        v[ctx.T - 6:ctx.T - 1] = 0.5
+        return v
+
+    few, enough = demo_ctx(4), demo_ctx(5)
+    assert "amount" not in reasons(few, burst_cited(few), {})
+    a = reasons(enough, burst_cited(enough), {})["amount"]
+    amt = enough.rows["amount"].to_numpy()
+    assert a.numbers["n_before"] == 5 and a.numbers["median_before"] == pytest.approx(np.median(amt[:5]))
+
+    def query_only(n_normal):  # the burst's last row (301.00, online) right after the normal purchases
+        fr = demo_like_frame(n_normal)
+        card = fr.index[fr["entity_id"] == "0:0"]
+        fr = fr.drop(card[n_normal:n_normal + 5]).reset_index(drop=True)
+        spec = load_spec("demo")
+        enc = FeatureEncoder.fit(fr, spec)
+        model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
+                            context_length=32, min_history=2).eval()
+        qid = fr.loc[fr.entity_id == "0:0", "transaction_id"].iloc[-1]
+        return build_context(ModelBundle(model=model, encoder=enc, spec=spec), fr, qid)
+
+    fq = {"amount": 2.0, "amount_vs_history": 0.5}
+    few, enough = query_only(4), query_only(5)
+    assert few.rows["amount"].iloc[-1] == 301.0 and few.T == 5
+    assert "query_amount" not in reasons(few, np.zeros(few.T), fq)
+    qa = reasons(enough, np.zeros(enough.T), fq)["query_amount"]
+    amt = enough.rows["amount"].to_numpy()
+    assert qa.numbers["n_before"] == 5 and qa.numbers["ratio"] == pytest.approx(301.0 / np.median(amt[:5]))
