@@ -36,6 +36,8 @@ def test_bench_explanations_writes_one_row_per_method(tmp_path):
     main, fields = text.split("|fields -->", 1)  # the per-field section follows the main one
     fields, planted = fields.split("<!-- /bench:", 1)  # then the planted-cause section (demo data)
     assert "|planted -->" in planted and "must not name a planted pattern" in planted
+    reasons = text.split("|reasons -->", 1)[1].split("<!-- /bench:", 1)[0]  # reason-code accuracy, same cases
+    assert "Reason codes of 2 cases, every number recomputed" in reasons and "Failed checks: 0 of" in reasons
     rand = text.split("|randomisation -->", 1)[1]  # the randomisation section: every method and the dummies
     for m in [*METHODS, "dummy_amount", "dummy_recency", "dummy_row_encoder"]:
         assert f"| {m} | " in rand
@@ -95,3 +97,24 @@ def test_bench_explanations_planted_only_writes_only_the_planted_section(tmp_pat
                                    "--model", str(tmp_path / "model"), "--out", str(tmp_path / "y.md"),
                                    "--planted-only"])
     assert res.exit_code == 2 and "Fraud Cause" in res.output, res.output
+
+
+def test_bench_explanations_reasons_only_writes_only_the_reason_accuracy_section(tmp_path):
+    data = demo_slice(tmp_path / "tx.csv", 400)
+    spec = cv.demo_spec_name()
+    src = cv.load_source(data, spec)
+    tiny_checkpoint(src.frame, src.spec, tmp_path / "model", {"thresholds": {"review": 0.0}})
+    out = tmp_path / "explanations.md"
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(data), "--spec", spec, "--max-cases", "3",
+                                       "--model", str(tmp_path / "model"), "--out", str(out), "--reasons-only"])
+    finally:
+        torch.set_num_threads(n)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert text.count("<!-- bench:") == 1 and "|reasons -->" in text and "| method | cases | deletion" not in text
+    assert "Reason codes of 3 cases, every number recomputed" in text and "| reason kind | reasons | checks |" in text
+    checks = [line for line in text.splitlines() if line.startswith("| (all) |")]
+    assert checks == ["| (all) | 3 | 3 | 3 | 0 | 0 |"]  # the ranking check, one per case

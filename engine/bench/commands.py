@@ -177,19 +177,25 @@ def bench_explanations(
                                            "naming the planted pattern, precision@|G|); minutes, not the full bench"),
     randomisation_cases: int = typer.Option(12, min=0, help="flagged cases of the cascading randomisation section "
                                             "(every method and 3 broken explainers; ~4 min for 12); 0 = none"),
+    reasons_only: bool = typer.Option(False, "--reasons-only",
+                                      help="only the reason-code accuracy section (every number of the case "
+                                           "page's reasons recomputed from the rows, same cases); minutes"),
 ):
     """Faithfulness (AOPC vs random / attention), sufficiency, precision@k against fraud-episode
     ground truth, completeness and time per method over flagged test-period cases, the SHAP
     estimator's error against exact or high-sample reference values; with --fields (default) IG /
-    field Shapley versus field ablation and the query alone versus with history; the cascading
-    randomisation verdicts of every method and three broken explainers (--randomisation-cases)."""
+    field Shapley versus field ablation and the query alone versus with history; reason-code
+    accuracy (every number recomputed from the rows, citations, ranking); planted causes on
+    demo-simulator data; the cascading randomisation verdicts of every method and three broken
+    explainers (--randomisation-cases)."""
     from engine.trust.bench import main as explanations_main
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         explanations_main(data, spec, model, out, max_cases, methods=names, seed=seed, log=console.print,
                           fields=fields, shap_reference_samples=shap_reference_samples or None,
-                          planted_only=planted_only, randomisation_cases=randomisation_cases)
+                          planted_only=planted_only, randomisation_cases=randomisation_cases,
+                          reasons_only=reasons_only)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
 

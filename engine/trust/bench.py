@@ -362,7 +362,7 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
          out: str | Path = DEFAULT_OUT, max_cases: int = 50, *, methods: Iterable[str] = DEFAULT_METHODS,
          seed: int = 0, note: str = "", log=print, fields: bool = True,
          shap_reference_samples: int | None = REFERENCE_SAMPLES, planted_only: bool = False,
-         randomisation_cases: int = 0) -> pd.DataFrame:
+         randomisation_cases: int = 0, reasons_only: bool = False) -> pd.DataFrame:
     """Read ``data`` with ``spec`` (default: the model's spec), load the checkpoint ``model``,
     run :func:`run_explanation_bench`, print the markdown table and write it to ``out`` (``note``:
     an extra line for the section, e.g. how the model was trained). With ``fields`` the per-field
@@ -371,6 +371,8 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     planted-cause section (:func:`planted_section`; demo-simulator data), returned.
     ``randomisation_cases`` > 0: also the cascading randomisation section over that many flagged
     cases (:mod:`engine.trust.randomisation_bench`, the dummies included), written to ``out`` too.
+    The reason-code accuracy section (:func:`reason_audit_section`) runs on the same cases after
+    the fields section; ``reasons_only``: only it (its check rows returned).
 
     Returns the result DataFrame. Raises FileNotFoundError / ValueError from reading the file,
     the spec or the checkpoint.
@@ -393,6 +395,12 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
                               data=f"{data} ({len(loaded.frame):,} rows)")
         log(f"written to {out}")
         return res
+    if reasons_only:
+        res = reason_audit_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
+                                   context={"data": f"{data} (spec {sp.name}, {len(loaded.frame):,} rows)"},
+                                   max_cases=max_cases, seed=seed, log=log)
+        log(f"written to {out}")
+        return res
     res = run_explanation_bench(bundle, loaded.frame, max_cases=max_cases, methods=methods, seed=seed,
                                 shap_reference_samples=shap_reference_samples, log=log)
     ctx = {"data": f"{data} (spec {sp.name}, {len(loaded.frame):,} rows)",
@@ -410,6 +418,9 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
         field_attribution_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
                                   context={k: v for k, v in ctx.items() if k != "wall time"},
                                   max_cases=max_cases, seed=seed, log=log)
+    reason_audit_section(bundle, loaded.frame, out, key=key, title=f"{name} — model {bundle.short_sha}",
+                         context={k: v for k, v in ctx.items() if k != "wall time"}, max_cases=max_cases, seed=seed,
+                         log=log)
     if "Fraud Cause" in loaded.frame:  # demo-simulator data: planted causes that are not the latest rows
         planted_section(bundle, loaded.frame, out, key=key, name=name, log=log,
                         data=f"{data} ({len(loaded.frame):,} rows)")
@@ -448,6 +459,48 @@ def planted_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *
     return planted
 
 
+def reason_audit_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Path, *, key: str, title: str,
+                         context: dict[str, Any], max_cases: int = 50, seed: int = 0, log=print) -> pd.DataFrame:
+    """Reason-code accuracy (:func:`engine.trust.reason_audit.audit_reasons`) over the main bench's
+    cases (same draw: ``max_cases`` flagged test-period cases with ``seed``): the reasons the case
+    page shows (:func:`engine.cases.links.case_reason_codes` over SHAP, occlusion and IG, with the
+    common point from the file's labels), every number recomputed from the rows. Printed and
+    written as the section ``key + "|reasons"`` of ``out``; returns the check rows (``query``
+    column added)."""
+    from engine.cases.links import case_reason_codes
+    from engine.trust.reason_audit import audit_markdown, audit_reasons
+
+    t0 = time.perf_counter()
+    frame = frame.reset_index(drop=True)
+    attach_reference(bundle, frame)
+    enc = bundle.encoder.transform(frame)
+    rows, flagged, period = flagged_period_rows(bundle, frame, enc)
+    rng = np.random.default_rng(seed)
+    cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
+    parts, n = [], 0
+    for r in cases:
+        tid = str(frame["transaction_id"].iloc[r])
+        ctx = build_context(bundle, frame, tid, enc=enc)
+        if ctx.T < 2:
+            continue
+        expls = explain_all(ctx, ["shap", "occlusion", "integrated_gradients"], seed=seed)
+        reasons = case_reason_codes(ctx, expls, frame)
+        a = audit_reasons(ctx, reasons, expls, frame=frame)
+        a.insert(0, "query", tid)
+        parts.append(a)
+        n += 1
+        log(f"reasons {tid}: {' > '.join(x.kind for x in reasons)}; failed checks {int((a['ok'] == False).sum())}")  # noqa: E712
+    res = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["query", "kind", "check", "ok"])
+    body = audit_markdown(res, n)
+    lines = [f"## {title} — reason-code accuracy", ""]
+    lines += [f"- {k}: {v}" for k, v in context.items()]
+    lines += [f"- {period}: {len(flagged)} flagged; {n} cases (seed {seed}); wall time {time.perf_counter() - t0:.0f} s",
+              "", body, ""]
+    _write_section(out, f"{key}|reasons", "\n".join(lines))
+    log(body)
+    return res
+
+
 def _write_section(out: str | Path, key: str, body: str) -> None:
     """Write (or replace) the section ``key`` of ``out`` with ``body`` (wrapped in its markers
     unless it already is)."""
@@ -463,5 +516,5 @@ def _write_section(out: str | Path, key: str, body: str) -> None:
     out.write_text(text)
 
 
-__all__ = ["DEFAULT_OUT", "field_attribution_section", "flagged_period_rows", "planted_section", "ground_truth", "main", "markdown_table", "precision_at_k",
+__all__ = ["DEFAULT_OUT", "field_attribution_section", "reason_audit_section", "flagged_period_rows", "planted_section", "ground_truth", "main", "markdown_table", "precision_at_k",
            "run_explanation_bench", "period_rows", "shap_accuracy_rows", "shap_accuracy_section", "write_markdown"]

@@ -1,0 +1,129 @@
+"""The reason-code audit recomputes every number from the rows: the reasons of the reason module
+pass it, and a reason whose count, ratio, citation or rank is altered fails it."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from test_trust_reasons import burst_values, demo_ctx, field_expl, shap_like
+from trust_helpers import one_torch_thread  # noqa: F401
+
+from engine.trust.reason_audit import audit_markdown, audit_reasons
+from engine.trust.reasons import reason_codes
+
+
+@pytest.fixture(scope="module")
+def case():
+    ctx = demo_ctx()
+    ex = {"shap": shap_like(ctx, burst_values(ctx)),
+          "integrated_gradients": field_expl(ctx, {"amount": 3.5, "errors": 1.0, "merchant": 0.4, "use_chip": 0.3})}
+    return ctx, ex, reason_codes(ctx, ex, top_k=4, max_reasons=20)
+
+
+def failed(res):
+    return res[res["ok"] == False]  # noqa: E712
+
+
+def test_the_reason_module_s_reasons_pass_every_check(case):
+    ctx, ex, reasons = case
+    kinds = {r.kind for r in reasons}
+    assert {"burst", "new_values", "errors", "amount", "query_amount", "query_errors", "query_new_values"} <= kinds
+    res = audit_reasons(ctx, reasons, ex)
+    assert failed(res).empty, failed(res).to_string()
+    checked = res[res["check"].str.startswith("number")]
+    assert len(checked) >= 25 and set(checked["kind"]) >= {"burst", "new_values", "errors", "amount", "query_amount"}
+    md = audit_markdown(res.assign(query="q1"), 1)
+    assert "Failed checks: 0 of" in md and "| burst | 1 |" in md
+
+
+@pytest.mark.parametrize("kind,key,delta", [("burst", "n_transactions", -2), ("new_values", "n_new_merchant", -1),
+                                            ("errors", "n_window", 1), ("amount", "ratio", 0.1),
+                                            ("query_amount", "median_before", 1.0)])
+def test_an_altered_number_fails(case, kind, key, delta):
+    """"7 transactions in 38 minutes" when the card had 9: a count over the cited set, or any
+    number off by a little, is a failed check naming the kind and the number."""
+    ctx, ex, reasons = case
+    bad = [dataclasses.replace(r, numbers={**r.numbers, key: r.numbers[key] + delta}) if r.kind == kind else r
+           for r in reasons]
+    f = failed(audit_reasons(ctx, bad, ex))
+    # the number, and the text check where the altered number is a stated count (no longer in the text)
+    assert (kind, f"number {key}") in set(zip(f["kind"], f["check"])) and set(f["kind"]) == {kind}
+    assert set(f["check"]) <= {f"number {key}", f"text states {key}"}
+
+
+def test_a_stated_count_missing_from_the_text_fails(case):
+    ctx, ex, reasons = case
+    bad = [dataclasses.replace(r, text=r.text.replace("6 transactions", "7 transactions")) if r.kind == "burst" else r
+           for r in reasons]
+    f = failed(audit_reasons(ctx, bad, ex))
+    assert list(f["check"]) == ["text states n_transactions"]
+
+
+def test_citing_a_transaction_that_pushed_towards_legitimate_fails(case):
+    ctx, ex, reasons = case
+    T = ctx.T
+    neg = ctx.transaction_ids[T - 4]  # value -0.4 in burst_values
+    bad = [dataclasses.replace(r, transaction_ids=sorted(r.transaction_ids + [neg])) if r.kind == "burst" else r
+           for r in reasons]
+    f = failed(audit_reasons(ctx, bad, ex))
+    assert "cites only values positive beyond their error" in set(f["check"])
+    # standard errors: a value below 2 SE is not citable either
+    v = burst_values(ctx)
+    se = np.where(np.arange(T) == T - 6, 0.6, 0.01)  # T-6 has value 0.9 < 2 x 0.6
+    ex2 = {**ex, "shap": shap_like(ctx, v, se)}
+    f2 = failed(audit_reasons(ctx, reasons, ex2))
+    assert "cites only values positive beyond their error" in set(f2["check"])
+
+
+def test_reasons_out_of_order_fail_the_ranking_check(case):
+    ctx, ex, reasons = case
+    weighed = [r for r in reasons if np.isfinite(r.weight)]
+    assert len(weighed) >= 2 and weighed[0].weight > weighed[-1].weight
+    f = failed(audit_reasons(ctx, weighed[::-1], ex))
+    assert list(f["check"]) == ["ranked by signed contribution towards fraud"]
+
+
+def test_pattern_reasons_are_recomputed_and_fail_when_altered():
+    """test_then_purchase (median, ratio, transactions between) from the rows; common_point (visitors,
+    later frauds, active entities, base rate, p-value) from the other cards' rows of the whole frame."""
+    from test_trust_patterns import CHARGE, QF, card_frame, cpp_frame, expl, linear_ctx
+
+    from engine.cases.links import case_reason_codes
+    from engine.data.features import FeatureEncoder
+    from engine.data.spec import load_spec
+    from engine.explain.context import build_context
+    from engine.model.checkpoint import ModelBundle, build_model
+
+    ctx = linear_ctx(card_frame(), {CHARGE: 0.8})
+    v = np.zeros(ctx.T)
+    v[-6] = 0.01
+    ex = expl(ctx, v, QF)
+    reasons = reason_codes(ctx, ex, max_reasons=20)
+    assert reasons[0].kind == "test_then_purchase"
+    res = audit_reasons(ctx, reasons, ex)
+    assert failed(res).empty and (res["kind"] == "test_then_purchase").sum() >= 10
+    bad = [dataclasses.replace(reasons[0], numbers={**reasons[0].numbers, "n_between": 3})] + reasons[1:]
+    assert ("test_then_purchase", "number n_between") in set(zip(*[failed(audit_reasons(ctx, bad, ex))[c]
+                                                                    for c in ("kind", "check")]))
+
+    f = cpp_frame()
+    full = f.assign(amount=30.0, merchant_city="Boston", merchant_state="MA", zip="02108", mcc="5411",
+                    use_chip="Chip Transaction", errors="")
+    spec = load_spec("demo")
+    enc = FeatureEncoder.fit(full, spec)
+    model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
+                        context_length=64, min_history=8).eval()
+    qid = full.loc[full.entity_id == "Q", "transaction_id"].iloc[-1]
+    ctx = build_context(ModelBundle(model=model, encoder=enc, spec=spec), full, qid)
+    ex = expl(ctx, np.zeros(ctx.T))
+    reasons = case_reason_codes(ctx, ex, full, max_reasons=20)
+    cp = [r for r in reasons if r.kind == "common_point"]
+    assert len(cp) == 1
+    res = audit_reasons(ctx, reasons, ex, frame=full)
+    got = res[res["kind"] == "common_point"]
+    assert failed(res).empty and set(got["check"]) >= {"number n_visitors", "number n_later_fraud", "number p_value"}
+    assert audit_reasons(ctx, reasons, ex)["check"].eq("not recomputed").any()  # no frame: not recomputed, not passed
+    for key, delta in (("n_active", 1), ("p_value", 1e-3)):
+        bad = [dataclasses.replace(r, numbers={**r.numbers, key: r.numbers[key] + delta})
+               if r.kind == "common_point" else r for r in reasons]
+        assert set(failed(audit_reasons(ctx, bad, ex, frame=full))["check"]) == {f"number {key}"}
