@@ -68,7 +68,6 @@ from dashboard.components.whatif import (  # noqa: F401 (re-exported: the page, 
 from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
 from engine.cases.accuracy import median_standard_error, shap_accuracy_text
-from engine.cases import figures as fig
 from engine.trust import figures as tfig
 
 SHOW_KEY = "trust_show"

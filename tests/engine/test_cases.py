@@ -34,7 +34,6 @@ from engine.cases.store import (
     connect,
     default_db_path,
     migrate,
-    schema_version,
 )
 
 SHA = "a" * 64

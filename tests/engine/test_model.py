@@ -3,7 +3,6 @@
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
@@ -13,7 +12,6 @@ from engine.data.features import FeatureEncoder
 from engine.model.sequences import TransactionBatch
 from engine.model.scoring import score_frame
 from engine.model.sequences import build_windows, make_batch
-from engine.data.spec import DatasetSpec
 
 
 from tiny_models import tiny_frame, tiny_spec  # noqa: E402,F401  (re-exported for other tests)

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from engine.data.csv_writer import write_csv

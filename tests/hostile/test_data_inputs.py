@@ -10,7 +10,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
-import os
 import random
 import re
 import tracemalloc

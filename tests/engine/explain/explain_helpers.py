@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -13,7 +12,6 @@ import torch
 from engine.model.checkpoint import ModelBundle, build_model
 from engine.explain.context import build_context
 from engine.data.features import FeatureEncoder
-from engine.data.spec import DatasetSpec
 
 
 from tiny_models import tiny_frame, tiny_spec  # noqa: E402,F401

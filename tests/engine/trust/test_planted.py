@@ -2,7 +2,6 @@
 precision@|G| is computed against the tagged cause rows (recency must not find them)."""
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from engine.data.features import FeatureEncoder
