@@ -27,6 +27,7 @@ from typing import Any
 from engine.model.checkpoint import ModelBundle
 from engine.model.incremental import IncrementalScorer
 from engine.serve.history import HistoryStore
+from engine.trust.reasons import MEDIAN_MIN_PURCHASES
 
 #: recent transactions kept per entity for the cheap reasons
 FACTS = 50
@@ -177,8 +178,9 @@ def cheap_reasons(row: dict[str, Any], previous: list[tuple], novelty: str | Non
     """Short facts about one transaction against the entity's previous ones (at most :data:`FACTS`).
 
     Every reason is a fact of the data, never of the model: ``first_transaction`` (no earlier
-    transaction), ``amount`` (a purchase at least 3x the median of the entity's previous >= 3
-    purchases), ``new_<merchant|terminal>`` (value absent from the previous >= 5 transactions),
+    transaction), ``amount`` (a purchase at least 3x the median of the entity's previous >=
+    :data:`~engine.trust.reasons.MEDIAN_MIN_PURCHASES` (5) purchases, the case reasons' rule),
+    ``new_<merchant|terminal>`` (value absent from the previous >= 5 transactions),
     ``burst`` (>= 3 transactions, this one included, within one hour), ``errors`` (authorisation
     errors on this transaction). Attribution-based reasons (:mod:`engine.trust.reasons`) need an
     explanation and are computed off the hot path with the case.
@@ -191,7 +193,7 @@ def cheap_reasons(row: dict[str, Any], previous: list[tuple], novelty: str | Non
         return [{"code": "first_transaction", "text": f"first transaction of this {noun}"}]
     amount, ts = float(row["amount"]), int(row["ts_ns"])
     buys = [a for _, a, _ in previous if a > 0]
-    if amount > 0 and len(buys) >= 3:
+    if amount > 0 and len(buys) >= MEDIAN_MIN_PURCHASES:
         med = statistics.median(buys)
         if med > 0 and amount >= 3 * med:
             out.append({"code": "amount", "text": f"amount {amount:,.2f} is {amount / med:.1f}x the {noun}'s median "

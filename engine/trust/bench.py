@@ -381,6 +381,8 @@ def main(data: str | Path, spec: str | Path | None = None, model: str | Path | N
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
+    if planted_only and reasons_only:
+        raise ValueError("--planted-only and --reasons-only each run one section: choose one")
     t0 = time.perf_counter()
     bundle = load_checkpoint(model)
     sp = bundle.spec if spec is None else spec if isinstance(spec, DatasetSpec) else load_spec(spec)

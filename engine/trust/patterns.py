@@ -5,7 +5,8 @@ a measured contribution, never by its position in the history:
 
 * ``test_then_purchase`` (**card testing before a cash-out**): one or more *small charges* (a
   positive amount at most :data:`~engine.trust.reasons.SMALL_CHARGE_RATIO` x the entity's median
-  earlier purchase, over at least :data:`~engine.trust.reasons.MEDIAN_MIN_PURCHASES` of them) at merchants new to the entity, at most :data:`TEST_MAX_BETWEEN` transactions
+  earlier purchase, over at least :data:`~engine.trust.reasons.MEDIAN_MIN_PURCHASES` of
+  them) at merchants new to the entity, at most :data:`TEST_MAX_BETWEEN` transactions
   before the query in its context, and the query
   is a large purchase (at least :data:`~engine.trust.reasons.AMOUNT_RATIO` x that median) that is
   card-not-present (online) or at a merchant new to the entity. A small charge is kept only when

@@ -16,7 +16,7 @@ Rules (each is tested against numbers recomputed from the data):
    Facts that matter only: that reason (``new_values``, one for all columns) needs at least half
    of the span's transactions at new values (:data:`NOVELTY_MIN_SHARE`) and a higher share than
    over the transactions before the span that have at least :data:`NOVELTY_MIN_BEFORE` earlier rows
-   in the history shown; with fewer than :data:`NOVELTY_MIN_BEFORE` of those (a short history:
+   in the history shown; with fewer than :data:`NOVELTY_MIN_COMPARED` of those (a short history:
    its first transactions are at new values by construction) there is no comparison and no
    reason. An amount ratio needs a median over at least :data:`MEDIAN_MIN_PURCHASES` earlier
    purchases (one purchase is no habit).
@@ -142,11 +142,12 @@ def _is_online(rows: pd.DataFrame) -> np.ndarray:
 
 #: the ``new_values`` history reason needs at least this share of the span's transactions at a value
 #: new to the entity, and a higher share than over the transactions before the span that have at least
-#: ``NOVELTY_MIN_BEFORE`` earlier rows; with fewer than ``NOVELTY_MIN_BEFORE`` of those there is no
+#: ``NOVELTY_MIN_BEFORE`` earlier rows; with fewer than ``NOVELTY_MIN_COMPARED`` of those there is no
 #: comparison and no reason (the first transactions of any history are at new values) (settings, not
 #: fitted values)
 NOVELTY_MIN_SHARE = 0.5
 NOVELTY_MIN_BEFORE = 10
+NOVELTY_MIN_COMPARED = 5
 
 
 def first_seen(values: np.ndarray, missing: str) -> np.ndarray:
@@ -362,7 +363,7 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         # positions with at least NOVELTY_MIN_BEFORE earlier rows in the history shown ("new" there means
         # "not in those rows": the first rows of a history cut at the context start all look new)
         earlier = np.arange(NOVELTY_MIN_BEFORE, int(win.min()))  # win holds min(hits): never empty
-        share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_BEFORE else None
+        share_before = float(any_new[earlier].mean()) if len(earlier) >= NOVELTY_MIN_COMPARED else None
         numbers["new_share_before"] = share_before
         share = numbers["n_new"] / n
         if share_before is not None and share >= NOVELTY_MIN_SHARE and share > share_before:

@@ -295,3 +295,24 @@ def test_without_fcntl_the_service_says_there_is_no_lock(bundle, tmp_path, monke
         svc = make(bundle, tmp_path)
     assert svc.history_lock.supported is False
     svc.close()
+
+
+def test_cheap_amount_reason_needs_five_earlier_purchases_and_states_true_numbers():
+    """The response's ``amount`` reason follows the case reasons' rule: a median over fewer than
+    MEDIAN_MIN_PURCHASES (5) purchases is no habit; over 5 the ratio and median are recomputed.
+    Refunds (amount <= 0) are not purchases."""
+    import statistics
+
+    from engine.serve.state import cheap_reasons
+    from engine.trust.reasons import MEDIAN_MIN_PURCHASES
+
+    assert MEDIAN_MIN_PURCHASES == 5
+    t = 1_700_000_000 * 10**9
+    prev = [(t - (10 - i) * 86_400 * 10**9, a, "m1") for i, a in enumerate([20.0, 30.0, -25.0, 40.0, 50.0])]
+    row = {"amount": 400.0, "ts_ns": t, "merchant": "m1", "errors": ""}
+    assert not [r for r in cheap_reasons(row, prev, "merchant", "card") if r["code"] == "amount"]  # 4 purchases
+    prev.append((t - 86_400 * 10**9, 60.0, "m1"))
+    got = [r for r in cheap_reasons(row, prev, "merchant", "card") if r["code"] == "amount"]
+    med = statistics.median([20.0, 30.0, 40.0, 50.0, 60.0])
+    assert got == [{"code": "amount", "text": f"amount 400.00 is {400 / med:.1f}x the card's median {med:,.2f} over "
+                                              "its last 5 purchases"}]

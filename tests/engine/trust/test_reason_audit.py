@@ -51,12 +51,66 @@ def test_an_altered_number_fails(case, kind, key, delta):
     assert set(f["check"]) <= {f"number {key}", f"text states {key}"}
 
 
-def test_a_stated_count_missing_from_the_text_fails(case):
+@pytest.mark.parametrize("kind,old,new,check", [
+    ("burst", "6 transactions", "7 transactions", "text states count and span"),
+    ("amount", "x the card's earlier median", "1x the card's earlier median", "text states medians and ratio"),
+    ("new_values", "5 were at merchants", "1 was at merchants", "text states n_new_merchant"),
+    ("query_amount", "over 25 earlier", "over 24 earlier", "text states amount and ratio"),
+    ("query_new_values", "5946", "5947", "text states value_mcc")])
+def test_a_number_misstated_in_the_text_fails(case, kind, old, new, check):
+    """The text is checked against fragments formatted from the recomputed values: a count, a
+    ratio (5.5x -> 5.1x), a median or a value that the sentence misstates fails."""
     ctx, ex, reasons = case
-    bad = [dataclasses.replace(r, text=r.text.replace("6 transactions", "7 transactions")) if r.kind == "burst" else r
-           for r in reasons]
+    r = next(x for x in reasons if x.kind == kind)
+    assert old in r.text, r.text
+    bad = [dataclasses.replace(x, text=x.text.replace(old, new)) if x.kind == kind else x for x in reasons]
     f = failed(audit_reasons(ctx, bad, ex))
-    assert list(f["check"]) == ["text states n_transactions"]
+    assert list(zip(f["kind"], f["check"])) == [(kind, check)]
+
+
+def test_an_altered_weight_fails(case):
+    """The weight (the "+x logit" of the page) is recomputed: the cited values' sum for a history
+    reason, the query's field attribution on the reason's fields for a query reason."""
+    ctx, ex, reasons = case
+    for kind, check in (("burst", "number weight (sum of the cited values)"),
+                        ("query_amount", "number weight (query field attribution)")):
+        bad = [dataclasses.replace(x, weight=x.weight * 1.5) if x.kind == kind else x for x in reasons]
+        f = failed(audit_reasons(ctx, bad, ex))
+        assert (kind, check) in set(zip(f["kind"], f["check"]))
+
+
+def test_a_reason_the_audit_cannot_read_is_a_failed_check_not_a_crash(case):
+    ctx, ex, reasons = case
+    bad = [dataclasses.replace(reasons[0], numbers={}), dataclasses.replace(reasons[1], transaction_ids=["nope"])]
+    f = failed(audit_reasons(ctx, bad + reasons[2:], ex))
+    assert list(f["check"][:2]) == ["audit error", "audit error"]
+    assert "nope" in f["got"].iloc[1]
+    assert audit_reasons(ctx, reasons, {})["check"].tolist() == ["audit error"]  # no ranking method
+
+
+def test_reasons_made_under_the_old_short_history_rules_fail(monkeypatch):
+    """Reasons computed with the old rules (a median over 1 purchase; new values with nothing to
+    compare with) are reported by the audit, which applies the current rules."""
+    import engine.trust.reasons as rs
+
+    few = demo_ctx(14)  # 4 positions to compare with, below NOVELTY_MIN_COMPARED
+    ex = {"shap": shap_like(few, burst_values(few)), "integrated_gradients": field_expl(few, {"amount": 1.0})}
+    with monkeypatch.context() as m:
+        m.setattr(rs, "NOVELTY_MIN_COMPARED", 0)
+        m.setattr(rs, "MEDIAN_MIN_PURCHASES", 1)
+        old = [r for r in rs.reason_codes(few, ex, top_k=4, max_reasons=20) if r.kind == "new_values"]
+    assert old and old[0].numbers["new_share_before"] == 0.0  # over 4 positions only
+    f = failed(audit_reasons(few, old, ex))
+    assert "compared with the share before the span (>= 5 positions)" in set(f["check"])
+    ctx1 = demo_ctx(1)
+    v = np.zeros(ctx1.T)
+    v[ctx1.T - 6:ctx1.T - 1] = 0.5
+    ex1 = {"shap": shap_like(ctx1, v), "integrated_gradients": field_expl(ctx1, {"amount": 1.0})}
+    with monkeypatch.context() as m:
+        m.setattr(rs, "MEDIAN_MIN_PURCHASES", 1)
+        old = [r for r in rs.reason_codes(ctx1, ex1, top_k=6, max_reasons=20) if r.kind == "amount"]
+    assert old and old[0].numbers["n_before"] == 1
+    assert "median over >= 5 purchases" in set(failed(audit_reasons(ctx1, old, ex1))["check"])
 
 
 def test_citing_a_transaction_that_pushed_towards_legitimate_fails(case):
@@ -102,9 +156,13 @@ def test_pattern_reasons_are_recomputed_and_fail_when_altered():
     assert reasons[0].kind == "test_then_purchase"
     res = audit_reasons(ctx, reasons, ex)
     assert failed(res).empty and (res["kind"] == "test_then_purchase").sum() >= 10
-    bad = [dataclasses.replace(reasons[0], numbers={**reasons[0].numbers, "n_between": 3})] + reasons[1:]
-    assert ("test_then_purchase", "number n_between") in set(zip(*[failed(audit_reasons(ctx, bad, ex))[c]
-                                                                    for c in ("kind", "check")]))
+    for key, val in (("n_between", 3), ("probability_without", reasons[0].numbers["probability_without"] + 0.1),
+                     ("deletion_logit", reasons[0].numbers["deletion_logit"] * 2)):
+        bad = [dataclasses.replace(reasons[0], numbers={**reasons[0].numbers, key: val})] + reasons[1:]
+        checks = set(failed(audit_reasons(ctx, bad, ex))["check"])
+        assert any(c.startswith(f"number {key}") for c in checks), checks
+    bad = [dataclasses.replace(reasons[0], weight=reasons[0].weight * 3)] + reasons[1:]
+    assert "number weight (deletion + query fields)" in set(failed(audit_reasons(ctx, bad, ex))["check"])
 
     f = cpp_frame()
     full = f.assign(amount=30.0, merchant_city="Boston", merchant_state="MA", zip="02108", mcc="5411",
@@ -123,7 +181,13 @@ def test_pattern_reasons_are_recomputed_and_fail_when_altered():
     got = res[res["kind"] == "common_point"]
     assert failed(res).empty and set(got["check"]) >= {"number n_visitors", "number n_later_fraud", "number p_value"}
     assert audit_reasons(ctx, reasons, ex)["check"].eq("not recomputed").any()  # no frame: not recomputed, not passed
-    for key, delta in (("n_active", 1), ("p_value", 1e-3)):
+    for key, delta in (("n_active", 1), ("p_value", 1e-3), ("n_tested", -1)):
         bad = [dataclasses.replace(r, numbers={**r.numbers, key: r.numbers[key] + delta})
                if r.kind == "common_point" else r for r in reasons]
         assert set(failed(audit_reasons(ctx, bad, ex, frame=full))["check"]) == {f"number {key}"}
+    bad = [dataclasses.replace(r, weight=r.weight * 3) if r.kind == "common_point" else r for r in reasons]
+    assert set(failed(audit_reasons(ctx, bad, ex, frame=full))["check"]) == {
+        "number weight (log rate ratio at the lower 95 % bound)"}
+    other = next(t for t in ctx.transaction_ids[:-1] if t not in cp[0].transaction_ids)
+    bad = [dataclasses.replace(r, transaction_ids=[other]) if r.kind == "common_point" else r for r in reasons]
+    assert "number visit point" in set(failed(audit_reasons(ctx, bad, ex, frame=full))["check"])

@@ -283,3 +283,38 @@ def test_common_point_weight_is_the_lower_bound_and_refuses_nonsense():
         common_point_weight(4, 3, 0.1)
     with pytest.raises(ValueError, match="base_rate"):
         common_point_weight(1, 3, 0.0)
+
+
+def _keep_normal(fr: pd.DataFrame, keep: int, drop_after: int = 0) -> pd.DataFrame:
+    """card_frame with only the last ``keep`` of card 0:0's 20 purchases before the charge, and the
+    first ``drop_after`` of the 4 purchases after it removed (ids unchanged: CHARGE stays r21)."""
+    card = fr.index[fr["entity_id"] == "0:0"]
+    return fr.drop(list(card[:20 - keep]) + list(card[21:21 + drop_after])).reset_index(drop=True)
+
+
+def test_test_then_purchase_needs_a_median_over_five_purchases():
+    """4 positive amounts before the query (the charge included) are no habit: no pattern; with 5
+    it fires and states n_before 5."""
+    few = linear_ctx(_keep_normal(card_frame(), 1, drop_after=2), {CHARGE: 0.8})
+    enough = linear_ctx(_keep_normal(card_frame(), 1, drop_after=1), {CHARGE: 0.8})
+    for ctx, n in ((few, 4), (enough, 5)):
+        amt = ctx.rows["amount"].to_numpy()[:-1]
+        assert (amt > 0).sum() == n and CHARGE in ctx.transaction_ids
+    v = np.zeros(few.T)
+    assert "test_then_purchase" not in {r.kind for r in reason_codes(few, expl(few, v, QF), max_reasons=20)}
+    by = {r.kind: r for r in reason_codes(enough, expl(enough, np.zeros(enough.T), QF), max_reasons=20)}
+    assert by["test_then_purchase"].numbers["n_before"] == 5
+
+
+def test_small_charges_need_a_median_over_five_purchases_before_the_charge():
+    """The history reason (the query is no large purchase, so no pattern absorbs it): a charge with
+    4 purchases before it is not "small" against a habit; with 5 it is."""
+    for keep, expect in ((4, False), (5, True)):
+        ctx = linear_ctx(_keep_normal(card_frame(query_amount=50.0), keep), {CHARGE: 0.8})
+        v = np.zeros(ctx.T)
+        v[ctx.transaction_ids.index(CHARGE)] = 0.9
+        kinds = {r.kind: r for r in reason_codes(ctx, expl(ctx, v, QF), max_reasons=20)}
+        assert ("small_charges" in kinds) == expect, (keep, list(kinds))
+        if expect:
+            r = kinds["small_charges"]
+            assert r.transaction_ids == [CHARGE] and r.numbers["n_small"] == 1

@@ -324,20 +324,23 @@ def test_new_values_over_a_long_quiet_span_are_no_reason():
 
 
 def test_a_short_history_gives_no_new_values_reason():
-    """With 14 normal rows only 4 positions before the burst have NOVELTY_MIN_BEFORE (10) earlier rows:
-    no comparison, so "5 of the 5 were at new merchants" is no reason (the first transactions of any
-    history are at new values); with 20 normal rows (10 such positions) the same burst is one."""
-    from engine.trust.reasons import NOVELTY_MIN_BEFORE
+    """With 14 normal rows only 4 positions before the burst have NOVELTY_MIN_BEFORE (10) earlier rows,
+    below NOVELTY_MIN_COMPARED (5): no comparison, so "5 of the 5 were at new merchants" is no reason
+    (the first transactions of any history are at new values); with 15 (5 such positions) the same
+    burst is one, its share before recomputed over those 5."""
+    from engine.trust.reasons import NOVELTY_MIN_BEFORE, NOVELTY_MIN_COMPARED
 
     def kinds(n_normal):
         ctx = demo_ctx(n_normal)
         rs = reason_codes(ctx, {"shap": shap_like(ctx, burst_values(ctx))}, top_k=4, max_reasons=20)
         return {r.kind: r for r in rs}
 
-    short, long_ = kinds(14), kinds(20)
-    assert 14 - NOVELTY_MIN_BEFORE < NOVELTY_MIN_BEFORE <= 20 - NOVELTY_MIN_BEFORE
+    assert (NOVELTY_MIN_BEFORE, NOVELTY_MIN_COMPARED) == (10, 5)
+    short, enough = kinds(14), kinds(15)
     assert "new_values" not in short and "burst" in short  # the rest still fire
-    assert long_["new_values"].numbers["n_new_merchant"] == 5
+    r = enough["new_values"]
+    assert r.numbers["n_new_merchant"] == 5 and r.numbers["new_share_before"] is not None
+    assert r.text.endswith("of its transactions 11-15 of the history shown)")
 
 
 def test_an_amount_ratio_needs_a_median_over_enough_purchases():
