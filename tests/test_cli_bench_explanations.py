@@ -71,8 +71,10 @@ def test_bench_explanations_reports_a_missing_model(tmp_path):
     assert not (tmp_path / "x.md").exists()
 
 
-def test_bench_explanations_planted_only_writes_only_the_planted_section(tmp_path):
-    data = demo_slice(tmp_path / "tx.csv", 3000)
+def _one_section(tmp_path, n_rows: int, *flags: str):
+    """``bench explanations`` with ``flags`` on ``n_rows`` demo rows and a tiny checkpoint flagging
+    everything, one torch thread: (data path, spec name, result, output file)."""
+    data = demo_slice(tmp_path / "tx.csv", n_rows)
     spec = cv.demo_spec_name()
     src = cv.load_source(data, spec)
     tiny_checkpoint(src.frame, src.spec, tmp_path / "model", {"thresholds": {"review": 0.0}})
@@ -81,9 +83,14 @@ def test_bench_explanations_planted_only_writes_only_the_planted_section(tmp_pat
     torch.set_num_threads(1)
     try:
         res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(data), "--spec", spec,
-                                       "--model", str(tmp_path / "model"), "--out", str(out), "--planted-only"])
+                                       "--model", str(tmp_path / "model"), "--out", str(out), *flags])
     finally:
         torch.set_num_threads(n)
+    return data, spec, res, out
+
+
+def test_bench_explanations_planted_only_writes_only_the_planted_section(tmp_path):
+    data, spec, res, out = _one_section(tmp_path, 3000, "--planted-only")
     assert res.exit_code == 0, res.output
     text = out.read_text()
     assert text.count("<!-- bench:") == 1 and "|planted -->" in text and "| method | cases | deletion" not in text
@@ -100,21 +107,13 @@ def test_bench_explanations_planted_only_writes_only_the_planted_section(tmp_pat
 
 
 def test_bench_explanations_reasons_only_writes_only_the_reason_accuracy_section(tmp_path):
-    data = demo_slice(tmp_path / "tx.csv", 400)
-    spec = cv.demo_spec_name()
-    src = cv.load_source(data, spec)
-    tiny_checkpoint(src.frame, src.spec, tmp_path / "model", {"thresholds": {"review": 0.0}})
-    out = tmp_path / "explanations.md"
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = CliRunner().invoke(app, ["bench", "explanations", "--data", str(data), "--spec", spec, "--max-cases", "3",
-                                       "--model", str(tmp_path / "model"), "--out", str(out), "--reasons-only"])
-    finally:
-        torch.set_num_threads(n)
+    _, _, res, out = _one_section(tmp_path, 400, "--max-cases", "3", "--reasons-only")
     assert res.exit_code == 0, res.output
     text = out.read_text()
     assert text.count("<!-- bench:") == 1 and "|reasons -->" in text and "| method | cases | deletion" not in text
     assert "Reason codes of 3 cases, every number recomputed" in text and "| reason kind | reasons | checks |" in text
     checks = [line for line in text.splitlines() if line.startswith("| (all) |")]
     assert checks == ["| (all) | 3 | 3 | 3 | 0 | 0 |"]  # the ranking check, one per case
+    both = CliRunner().invoke(app, ["bench", "explanations", "--model", str(tmp_path / "model"), "--out",
+                                    str(tmp_path / "z.md"), "--planted-only", "--reasons-only"])
+    assert both.exit_code == 2 and "choose one" in both.output, both.output

@@ -465,12 +465,15 @@ def reason_audit_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Pa
                          context: dict[str, Any], max_cases: int = 50, seed: int = 0, log=print) -> pd.DataFrame:
     """Reason-code accuracy (:func:`engine.trust.reason_audit.audit_reasons`) over the main bench's
     cases (same draw: ``max_cases`` flagged test-period cases with ``seed``): the reasons the case
-    page shows (:func:`engine.cases.links.case_reason_codes` over SHAP, occlusion and IG, with the
-    common point from the file's labels), every number recomputed from the rows. Printed and
+    page shows (:func:`engine.trust.reasons.reason_codes` over SHAP, occlusion and IG, with the
+    common point from the file's labels, :func:`engine.trust.common_point.context_visit_facts`, as
+    ``engine.cases.links.case_reason_codes`` computes them without dispositions), every number
+    recomputed from the rows. Printed and
     written as the section ``key + "|reasons"`` of ``out``; returns the check rows (``query``
     column added)."""
-    from engine.cases.links import case_reason_codes
+    from engine.trust.common_point import context_visit_facts
     from engine.trust.reason_audit import audit_markdown, audit_reasons
+    from engine.trust.reasons import reason_codes
 
     t0 = time.perf_counter()
     frame = frame.reset_index(drop=True)
@@ -486,7 +489,7 @@ def reason_audit_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Pa
         if ctx.T < 2:
             continue
         expls = explain_all(ctx, ["shap", "occlusion", "integrated_gradients"], seed=seed)
-        reasons = case_reason_codes(ctx, expls, frame)
+        reasons = reason_codes(ctx, expls, links=context_visit_facts(frame, ctx))
         a = audit_reasons(ctx, reasons, expls, frame=frame)
         a.insert(0, "query", tid)
         parts.append(a)

@@ -32,7 +32,10 @@ ranking that is merely reversed (rho -0.62) counts as kept, not as changed.
 
 * the method's *noise floor*: its own seed-to-seed agreement on the unchanged model (the same
   ``rho`` between two runs with different seeds: 1 for deterministic methods, lower for sampled
-  ones such as KernelSHAP with few coalitions), mean and 95 % t-interval over the cases. If the
+  ones such as KernelSHAP with few coalitions), mean and 95 % t-interval over the cases. The
+  randomised models are explained with that second seed too, so a step's ``rho`` and the floor
+  carry the same sampling noise (with the original seed a sampled method would reuse its
+  coalitions on the randomised model and look more stable than it is; until 2026-12-03 it did). If the
   interval's lower end is not above :data:`RANDOMISATION_BOUND`, the method disagrees with
   itself about as much as a randomised model would: **"undetermined"** (too noisy to judge);
 * at every step ``s >= 1``: the mean ``rho`` over the cases and its two-sided 95 % t-interval
@@ -302,6 +305,11 @@ def randomisation_check(
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
         raise ValueError(f"draws: expected an integer >= 1, got {draws!r}")
     fns = _attribution_fns(methods, configs)
+    # the randomised models are explained with the re-seeded methods, as the noise floor is: a sampled
+    # method (KernelSHAP) run with the original seed on a randomised model draws the same coalitions, so
+    # its sampling noise is shared with the original run and its rho is inflated above the floor (a
+    # change would hide behind it); deterministic methods and callables are unaffected
+    again = _reseeded(methods, configs)
     steps = [("none", [])] + cascade_steps(model)
     original: dict[tuple[int, str], np.ndarray] = {}
     rows = []
@@ -314,7 +322,7 @@ def randomisation_check(
                 continue  # the original attributions do not depend on the draw
             for ci, ctx in enumerate(ctxs):
                 c = _with_model(ctx, work)
-                for m, fn in fns.items():
+                for m, fn in (fns if s == 0 else again).items():
                     v = _values(fn(c), ctx.T)
                     if s == 0:
                         original[(ci, m)] = v
@@ -325,8 +333,7 @@ def randomisation_check(
     table = pd.DataFrame(rows, columns=["case", "case_index", "method", "step", "randomised", "draw", "spearman",
                                         "spearman_abs"])
     table["rho"] = [_rho_from(a, b) for a, b in zip(table["spearman"], table["spearman_abs"])]
-    # noise floor: a second run of each method with another seed, on the unchanged model
-    again = _reseeded(methods, configs)
+    # noise floor: a second run of each method with another seed (the seed the steps use), on the unchanged model
     self_rows = []
     for ci, ctx in enumerate(ctxs):
         for m, fn in again.items():

@@ -44,12 +44,13 @@ def demo_like_frame(n_normal: int = 20) -> pd.DataFrame:
     return two_card_frame(pd.concat([normal, burst], ignore_index=True), normal)
 
 
-def demo_ctx(n_normal: int = 20):
-    fr = demo_like_frame(n_normal)
+def demo_ctx(n_normal: int = 20, fr: pd.DataFrame | None = None, min_history: int = 8):
+    """The context of card 0:0's last transaction in ``fr`` (default :func:`demo_like_frame`), tiny untrained model."""
+    fr = demo_like_frame(n_normal) if fr is None else fr
     spec = load_spec("demo")
     enc = FeatureEncoder.fit(fr, spec)
     model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
-                        context_length=32, min_history=8).eval()
+                        context_length=32, min_history=min_history).eval()
     qid = fr.loc[fr.entity_id == "0:0", "transaction_id"].iloc[-1]
     return build_context(ModelBundle(model=model, encoder=enc, spec=spec), fr, qid)
 
@@ -369,13 +370,7 @@ def test_an_amount_ratio_needs_a_median_over_enough_purchases():
     def query_only(n_normal):  # the burst's last row (301.00, online) right after the normal purchases
         fr = demo_like_frame(n_normal)
         card = fr.index[fr["entity_id"] == "0:0"]
-        fr = fr.drop(card[n_normal:n_normal + 5]).reset_index(drop=True)
-        spec = load_spec("demo")
-        enc = FeatureEncoder.fit(fr, spec)
-        model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
-                            context_length=32, min_history=2).eval()
-        qid = fr.loc[fr.entity_id == "0:0", "transaction_id"].iloc[-1]
-        return build_context(ModelBundle(model=model, encoder=enc, spec=spec), fr, qid)
+        return demo_ctx(fr=fr.drop(card[n_normal:n_normal + 5]).reset_index(drop=True), min_history=2)
 
     fq = {"amount": 2.0, "amount_vs_history": 0.5}
     few, enough = query_only(4), query_only(5)

@@ -208,3 +208,27 @@ def test_shap_additivity_is_not_presented_as_a_check():
     assert checks == []
     with pytest.raises(ValueError, match="tolerance"):
         completeness_checks(ctx, ex, tolerance=0)
+
+
+def test_randomised_models_are_explained_with_the_noise_floor_s_seed(monkeypatch):
+    """A sampled method run with its original seed on a randomised model would reuse its coalitions
+    (shared sampling noise: rho inflated above the noise floor, so a change could hide). The original
+    attributions use the configured seed; every randomised step and the noise floor use seed + 1."""
+    from engine.explain import METHODS, ShapConfig
+
+    ctxs = [context(q) for q in positive_queries(max_position=15)[1:4]]
+    seen = []
+    real = METHODS["shap"]
+
+    class Recording(real):
+        def explain(self, ctx):
+            seen.append((self.cfg.seed, torch.equal(ctx.bundle.model.head.weight, ctxs[0].bundle.model.head.weight)))
+            return super().explain(ctx)
+
+    monkeypatch.setitem(METHODS, "shap", Recording)
+    res = randomisation_check(ctxs, ["shap"], seed=0, configs={"shap": ShapConfig(nsamples=64, seed=7, min_rounds=2, max_rounds=2)})
+    n_steps = len(res.steps) - 1
+    trained = [s for s, same in seen if same]
+    randomised = [s for s, same in seen if not same]
+    assert sorted(set(randomised)) == [8] and len(randomised) == n_steps * len(ctxs)
+    assert sorted(trained) == [7] * len(ctxs) + [8] * len(ctxs)  # the original, then the noise floor's re-run
