@@ -56,7 +56,7 @@ from engine.model.checkpoint import ModelBundle, package_versions
 from engine.explain.context import QueryContext, build_context
 from engine.explain import DEFAULT_METHODS, explain_all
 from engine.explain.reference import attach_reference
-from engine.model.scoring import score_encoded, sigmoid
+from engine.model.scoring import score_encoded
 from engine.trust.baselines import BASELINES, baseline_orders
 from engine.trust.faithfulness import evaluate_faithfulness, ranking_order
 from engine.trust.sanity import COMPLETENESS_TOLERANCE, completeness_checks
@@ -110,11 +110,13 @@ def period_rows(bundle: ModelBundle, frame: pd.DataFrame) -> tuple[np.ndarray, s
 
 def flagged_period_rows(bundle: ModelBundle, frame: pd.DataFrame, enc) -> tuple[np.ndarray, np.ndarray, str]:
     """``(rows, flagged, period)``: the test period's row indices (:func:`period_rows`), those the
-    model flags (sigmoid of the logit >= ``bundle.threshold``; ``enc`` the frame's encoded batch),
+    model flags (``bundle.probability`` of the logit >= ``bundle.threshold``, as the case queue
+    flags them: the review threshold is chosen on the calibrated probability when the checkpoint
+    has a calibration map; ``enc`` the frame's encoded batch),
     and the period's description. The cases of every explanation bench."""
     rows, period = period_rows(bundle, frame)
     logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
-    prob = sigmoid(logits[rows].astype(np.float64))
+    prob = bundle.probability(logits[rows].astype(np.float64))
     return rows, rows[prob >= bundle.threshold], period
 
 

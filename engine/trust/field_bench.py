@@ -33,7 +33,7 @@ from engine.explain.integrated_gradients import IGConfig
 from engine.explain.integrated_gradients import explain as explain_ig
 from engine.explain.reference import attach_reference
 from engine.model.checkpoint import ModelBundle
-from engine.model.scoring import score_encoded, sigmoid
+from engine.model.scoring import score_encoded
 from engine.trust.history_effect import history_effect
 
 FIELD_METHODS = {
@@ -50,7 +50,7 @@ def flagged_cases(bundle: ModelBundle, frame: pd.DataFrame, enc, max_cases: int,
 
     rows, period = period_rows(bundle, frame)
     logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
-    prob = sigmoid(logits[rows].astype(np.float64))
+    prob = bundle.probability(logits[rows].astype(np.float64))  # the review threshold's units
     flagged = rows[prob >= bundle.threshold]
     rng = np.random.default_rng(seed)
     cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged

@@ -145,7 +145,7 @@ def control_queries(bundle: ModelBundle, frame: pd.DataFrame, *, n_legit: int = 
     a kind without planted cause (card testing, account takeover, skimming) and up to ``n_legit``
     flagged legitimate transactions (probability >= the review threshold, label 0, drawn with
     ``seed``). Columns ``kind`` (episode kind or ``"flagged legitimate"``), ``query``."""
-    from engine.model.scoring import score_encoded, sigmoid
+    from engine.model.scoring import score_encoded
 
     kind = frame[KIND_COLUMN].astype("string").fillna("").str.strip()
     planted = set(PATTERN_REASONS) | {"", "fraud_refund"}
@@ -153,7 +153,7 @@ def control_queries(bundle: ModelBundle, frame: pd.DataFrame, *, n_legit: int = 
     out = [{"kind": str(r[KIND_COLUMN]), "query": str(r["transaction_id"])} for _, r in ep.iterrows()]
     if n_legit > 0 and "label" in frame:
         enc = bundle.encoder.transform(frame)
-        prob = sigmoid(score_encoded(bundle.model, enc, frame["entity_id"].to_numpy()).astype(np.float64))
+        prob = bundle.probability(score_encoded(bundle.model, enc, frame["entity_id"].to_numpy()).astype(np.float64))
         legit = np.flatnonzero((prob >= bundle.threshold) & (frame["label"].fillna(0).to_numpy() == 0)
                                & (kind == "").to_numpy())
         pick = np.sort(np.random.default_rng(seed).choice(legit, size=min(n_legit, len(legit)), replace=False))

@@ -400,7 +400,6 @@ def _audit_common_point(c: _Checker, r, frame: pd.DataFrame, ctx, ids, cited, on
     visit = rows.iloc[cited[0]]
     c.num("visit point", str(visit[point]), P)
     c.num("visit_time", str(pd.Timestamp(visit["timestamp"])), str(nb["visit_time"]))
-    t = frame["timestamp"]
     other_rows = frame[frame["entity_id"].astype(str) != ent]
     if onsets is None:
         lab = frame.loc[frame["label"].fillna(0).astype(int) == 1] if "label" in frame else frame.iloc[:0]
