@@ -114,3 +114,24 @@ def test_main_end_to_end(tmp_path):
     assert len(re.findall(r"<!-- bench:tx\.csv\|\w+ -->", text2)) == 1
     assert len(re.findall(r"<!-- bench:tx\.csv\|\w+\|fields -->", text2)) <= 1
     assert any("written to" in s for s in logs)
+
+
+def test_bench_cases_are_the_ones_the_queue_flags_calibrated_probability():
+    """The review threshold is chosen on calibrated probabilities: the benches' flagged cases are
+    those whose calibrated probability reaches it (as the case queue), not sigmoid(logit) >= it."""
+    from engine.model.calibration import CALIBRATION_KEY
+    from engine.model.scoring import score_encoded, sigmoid
+    from engine.trust.bench import flagged_period_rows
+
+    base = trained_bundle()
+    fr = frame().reset_index(drop=True)
+    enc = base.encoder.transform(fr)
+    rows, _, _ = flagged_period_rows(base, fr, enc)
+    lg = score_encoded(base.model, enc, fr["entity_id"].to_numpy(), rows=rows)[rows].astype(np.float64)
+    thr = float(np.quantile(sigmoid(lg), 0.5))
+    meta = {**base.meta, "thresholds": {"review": thr, "decline": 0.99},
+            CALIBRATION_KEY: {"method": "platt", "a": 1.0, "b": -2.0, "input": "logit"}}
+    cal = dataclasses.replace(base, meta=meta)
+    _, flagged, _ = flagged_period_rows(cal, fr, enc)
+    want = rows[cal.probability(lg) >= thr]
+    assert np.array_equal(flagged, want) and 0 < len(want) < int((sigmoid(lg) >= thr).sum())
