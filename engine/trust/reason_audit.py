@@ -7,9 +7,12 @@ with its own pandas code, not the reason module's helpers, and checks the rules 
 promise:
 
 * **numbers**: each recomputed number equals the reason's ``numbers`` entry (counts exactly,
-  floats to 1e-9 relative); counts are over the data window the reason describes (every
-  transaction from the earliest cited one up to the query), never over the cited set;
-* **text**: each count the reason states appears in its text as a whole word;
+  floats to 1e-9 relative; numbers re-measured with the model, the test-then-purchase deletion
+  effect and scores, to :data:`MODEL_TOL` = 1e-5: float32 forward passes of other batch shapes);
+  counts are over the data window the reason describes (every transaction from the earliest
+  cited one up to the query), never over the cited set; every weight recomputed;
+* **text**: the stated numbers, formatted from the recomputed values, appear in the text;
+* **conditions**: each reason's firing condition holds (ratio, share, count, p-value, top_k);
 * **citations** (history reasons): every cited earlier transaction is positive beyond its error
   under the ranking method (value ``> z x`` standard error; ``> 0`` without standard errors);
 * **ranking**: weighed reasons come first, by descending weight, every weight ``> 0``.
@@ -31,6 +34,9 @@ import torch
 
 #: a float is equal when within this relative (and absolute) tolerance
 REL_TOL = 1e-9
+#: numbers the audit re-measures with the model (a forward pass in float32 of another batch shape than the
+#: reason's: the same logit differs by ~1e-7 relative) are equal within this relative tolerance
+MODEL_TOL = 1e-5
 
 _NEW_COLS = ("merchant", "terminal", "mcc", "merchant_city", "merchant_state")
 
@@ -58,14 +64,14 @@ class _Checker:
     def __init__(self, kind: str):
         self.kind, self.rows = kind, []
 
-    def num(self, name: str, expected: Any, got: Any) -> None:
+    def num(self, name: str, expected: Any, got: Any, tol: float = REL_TOL) -> None:
         if isinstance(expected, str) or isinstance(got, str):
             ok = str(expected) == str(got)
         elif expected is None or got is None:
             ok = expected is None and got is None
         else:
             e, g = float(expected), float(got)
-            ok = (math.isnan(e) and math.isnan(g)) or math.isclose(e, g, rel_tol=REL_TOL, abs_tol=REL_TOL)
+            ok = (math.isnan(e) and math.isnan(g)) or math.isclose(e, g, rel_tol=tol, abs_tol=tol)
         self.rows.append({"kind": self.kind, "check": f"number {name}", "expected": expected, "got": got, "ok": ok})
 
     def rule(self, name: str, ok: bool, detail: str = "") -> None:
@@ -367,15 +373,15 @@ def _audit_test_then_purchase(c: _Checker, r, ctx, rows, ids, charges, amt, med,
     present[1, charges] = False
     lg = ctx.logits(present).detach().cpu().numpy().astype(np.float64)
     joint = float(lg[0] - lg[1])
-    c.num("deletion_logit (re-measured)", joint, nb["deletion_logit"])
+    c.num("deletion_logit (re-measured)", joint, nb["deletion_logit"], MODEL_TOL)
     qfields = ["amount", "amount_vs_history", "recent_activity"] + (["use_chip"] if online[q] else []) + \
         (["merchant", "first_seen"] if new_m[q] else [])
     wq = query_weight(qfields)
     c.num("query_field_weight", wq, nb["query_field_weight"])
-    c.num("weight (deletion + query fields)", joint + (wq if math.isfinite(wq) else 0.0), r.weight)
+    c.num("weight (deletion + query fields)", joint + (wq if math.isfinite(wq) else 0.0), r.weight, MODEL_TOL)
     p_with, p_without = (float(x) for x in ctx.bundle.probability(np.array([lg[0], lg[0] - joint])))
-    c.num("probability_with", p_with, nb["probability_with"])
-    c.num("probability_without", p_without, nb["probability_without"])
+    c.num("probability_with", p_with, nb["probability_with"], MODEL_TOL)
+    c.num("probability_without", p_without, nb["probability_without"], MODEL_TOL)
     _frag(c, r.text, "scores", f"would be {p_without:.2f} (now {p_with:.2f})")
     _frag(c, r.text, "charges", "(" + ", ".join(money(amt[p]) for p in charges) + ")")
     _frag(c, r.text, "between", f"({n_between} transaction{'' if n_between == 1 else 's'}) before this "
@@ -477,4 +483,4 @@ def audit_markdown(res: pd.DataFrame, n_cases: int) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["REL_TOL", "audit_markdown", "audit_reasons"]
+__all__ = ["MODEL_TOL", "REL_TOL", "audit_markdown", "audit_reasons"]
