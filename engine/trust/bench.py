@@ -170,10 +170,11 @@ def run_explanation_bench(
     frame = frame.reset_index(drop=True)
     attach_reference(bundle, frame)  # IG's typical transaction: the checkpoint's or this file's
     enc = bundle.encoder.transform(frame)
-    rows, flagged, period = flagged_period_rows(bundle, frame, enc)
-    rng = np.random.default_rng(seed)
-    cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
-    log(f"{period}: {len(rows):,} rows, {len(flagged):,} flagged at {bundle.threshold:.3f}; explaining {len(cases)}")
+    from engine.trust.field_bench import flagged_cases  # same layer; it imports this module
+
+    cases, drawn = flagged_cases(bundle, frame, enc, max_cases, seed)
+    log(f"{drawn['period']}: {drawn['n_period_rows']:,} rows, {drawn['n_flagged']:,} flagged at "
+        f"{bundle.threshold:.3f}; explaining {len(cases)}")
     per_case: list[dict[str, Any]] = []
     shap_rows: list[dict[str, Any]] = []
     for n, r in enumerate(cases):
@@ -241,7 +242,7 @@ def run_explanation_bench(
     res.attrs["per_case"] = pc
     res.attrs["shap_accuracy"] = pd.DataFrame(shap_rows)
     res.attrs["info"] = {
-        "period": period, "n_period_rows": int(len(rows)), "n_flagged": int(len(flagged)),
+        **drawn,
         "n_cases": int(len(cases)), "threshold": bundle.threshold, "k": k, "k_max": k_max, "n_random": n_random,
         "seed": seed, "ig_steps": ig_steps, "shap_samples": shap_samples,
         "shap_reference_samples": shap_reference_samples, "wall_s": time.perf_counter() - t_all,
@@ -474,6 +475,7 @@ def reason_audit_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Pa
     written as the section ``key + "|reasons"`` of ``out``; returns the check rows (``query``
     column added)."""
     from engine.trust.common_point import context_visit_facts
+    from engine.trust.field_bench import flagged_cases
     from engine.trust.reason_audit import audit_markdown, audit_reasons
     from engine.trust.reasons import reason_codes
 
@@ -481,9 +483,7 @@ def reason_audit_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Pa
     frame = frame.reset_index(drop=True)
     attach_reference(bundle, frame)
     enc = bundle.encoder.transform(frame)
-    rows, flagged, period = flagged_period_rows(bundle, frame, enc)
-    rng = np.random.default_rng(seed)
-    cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
+    cases, info = flagged_cases(bundle, frame, enc, max_cases, seed)
     parts, n = [], 0
     for r in cases:
         tid = str(frame["transaction_id"].iloc[r])
@@ -501,7 +501,8 @@ def reason_audit_section(bundle: ModelBundle, frame: pd.DataFrame, out: str | Pa
     body = audit_markdown(res, n)
     lines = [f"## {title} — reason-code accuracy", ""]
     lines += [f"- {k}: {v}" for k, v in context.items()]
-    lines += [f"- {period}: {len(flagged)} flagged; {n} cases (seed {seed}); wall time {time.perf_counter() - t0:.0f} s",
+    lines += [f"- {info['period']}: {info['n_flagged']} flagged; {n} cases (seed {seed}); wall time "
+              f"{time.perf_counter() - t0:.0f} s",
               "", body, ""]
     _write_section(out, f"{key}|reasons", "\n".join(lines))
     log(body)

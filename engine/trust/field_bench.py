@@ -33,7 +33,6 @@ from engine.explain.integrated_gradients import IGConfig
 from engine.explain.integrated_gradients import explain as explain_ig
 from engine.explain.reference import attach_reference
 from engine.model.checkpoint import ModelBundle
-from engine.model.scoring import score_encoded
 from engine.trust.history_effect import history_effect
 
 FIELD_METHODS = {
@@ -45,13 +44,12 @@ FIELD_METHODS = {
 
 
 def flagged_cases(bundle: ModelBundle, frame: pd.DataFrame, enc, max_cases: int, seed: int) -> tuple[np.ndarray, dict]:
-    """Rows of the flagged test-period cases drawn as in ``run_explanation_bench`` and counts."""
-    from engine.trust.bench import period_rows  # same layer; bench imports this module
+    """Rows of the flagged test-period cases (:func:`engine.trust.bench.flagged_period_rows`), at
+    most ``max_cases`` drawn uniformly with ``seed`` and sorted, and counts: the cases of every
+    explanation bench section."""
+    from engine.trust.bench import flagged_period_rows  # same layer; bench imports this module
 
-    rows, period = period_rows(bundle, frame)
-    logits = score_encoded(bundle.model, enc, frame["entity_id"].to_numpy(), rows=rows)
-    prob = bundle.probability(logits[rows].astype(np.float64))  # the review threshold's units
-    flagged = rows[prob >= bundle.threshold]
+    rows, flagged, period = flagged_period_rows(bundle, frame, enc)
     rng = np.random.default_rng(seed)
     cases = np.sort(rng.choice(flagged, size=min(max_cases, len(flagged)), replace=False)) if len(flagged) else flagged
     return cases, {"period": period, "n_period_rows": int(len(rows)), "n_flagged": int(len(flagged))}

@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from engine.trust.reasons import _entity_noun  # the entity's word (card / customer), not a fact audited
+
 #: a float is equal when within this relative (and absolute) tolerance
 REL_TOL = 1e-9
 #: numbers the audit re-measures with the model (a forward pass in float32 of another batch shape than the
@@ -169,7 +171,7 @@ def _audit_one(c: _Checker, r, ctx, rows: pd.DataFrame, v: np.ndarray, se: np.nd
     spec = ctx.bundle.spec
     missing = {f.name: f.missing for f in getattr(spec, "fields", [])}
     online = _online(rows)
-    noun = _noun(spec)
+    noun = _entity_noun(spec)
     cur = (getattr(getattr(spec, "amount", None), "currency", "") or "").strip()
     nb = r.numbers
 
@@ -347,11 +349,6 @@ def _audit_one(c: _Checker, r, ctx, rows: pd.DataFrame, v: np.ndarray, se: np.nd
         c.rows.append({"kind": kind, "check": "not recomputed", "expected": "", "got": "", "ok": float("nan")})
 
 
-def _noun(spec) -> str:
-    cols = " ".join(getattr(getattr(spec, "entity", None), "columns", []) or []).lower()
-    return "card" if "card" in cols else "customer" if "customer" in cols else "account"
-
-
 def _audit_test_then_purchase(c: _Checker, r, ctx, rows, ids, charges, amt, med, ratio, online, missing, money,
                               minutes, query_weight, small_ratio, max_between) -> None:
     """test_then_purchase: the charges, the query, the deletion effect (re-measured with the model)
@@ -386,7 +383,7 @@ def _audit_test_then_purchase(c: _Checker, r, ctx, rows, ids, charges, amt, med,
     _frag(c, r.text, "charges", "(" + ", ".join(money(amt[p]) for p in charges) + ")")
     _frag(c, r.text, "between", f"({n_between} transaction{'' if n_between == 1 else 's'}) before this "
                                 f"{money(amt[q])}")
-    _frag(c, r.text, "ratio", f"({ratio:.1f}x the {_noun(ctx.bundle.spec)}'s median purchase of {money(med)})")
+    _frag(c, r.text, "ratio", f"({ratio:.1f}x the {_entity_noun(ctx.bundle.spec)}'s median purchase of {money(med)})")
 
 
 def _audit_common_point(c: _Checker, r, frame: pd.DataFrame, ctx, ids, cited, onsets, p_max: float) -> None:
@@ -455,7 +452,7 @@ def _audit_common_point(c: _Checker, r, frame: pd.DataFrame, ctx, ids, cited, on
     w = math.log(float(beta.ppf(0.025, k, n - k + 1)) / r0) if k else 0.0
     c.num("weight (log rate ratio at the lower 95 % bound)", w, r.weight)
     c.num("log_rate_ratio_lower95", w, nb["log_rate_ratio_lower95"])
-    _frag(c, r.text, "visitors", f"{k} of the {n} other {_noun(ctx.bundle.spec)}s that used it")
+    _frag(c, r.text, "visitors", f"{k} of the {n} other {_entity_noun(ctx.bundle.spec)}s that used it")
     _frag(c, r.text, "rates", f"({100 * k / n:.0f}%, against {100 * r0:.1f}% of the {n_act} other")
     _frag(c, r.text, "p-value", f"p = {p_adj:.2g} after testing {n_tested} visit")
 

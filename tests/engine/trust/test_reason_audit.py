@@ -143,10 +143,6 @@ def test_pattern_reasons_are_recomputed_and_fail_when_altered():
     from test_trust_patterns import CHARGE, QF, card_frame, cpp_frame, expl, linear_ctx
 
     from engine.cases.links import case_reason_codes
-    from engine.data.features import FeatureEncoder
-    from engine.data.spec import load_spec
-    from engine.explain.context import build_context
-    from engine.model.checkpoint import ModelBundle, build_model
 
     ctx = linear_ctx(card_frame(), {CHARGE: 0.8})
     v = np.zeros(ctx.T)
@@ -171,12 +167,7 @@ def test_pattern_reasons_are_recomputed_and_fail_when_altered():
     f = cpp_frame()
     full = f.assign(amount=30.0, merchant_city="Boston", merchant_state="MA", zip="02108", mcc="5411",
                     use_chip="Chip Transaction", errors="")
-    spec = load_spec("demo")
-    enc = FeatureEncoder.fit(full, spec)
-    model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
-                        context_length=64, min_history=8).eval()
-    qid = full.loc[full.entity_id == "Q", "transaction_id"].iloc[-1]
-    ctx = build_context(ModelBundle(model=model, encoder=enc, spec=spec), full, qid)
+    ctx = demo_ctx(fr=full, context_length=64, entity="Q")
     ex = expl(ctx, np.zeros(ctx.T))
     reasons = case_reason_codes(ctx, ex, full, max_reasons=20)
     cp = [r for r in reasons if r.kind == "common_point"]

@@ -44,14 +44,16 @@ def demo_like_frame(n_normal: int = 20) -> pd.DataFrame:
     return two_card_frame(pd.concat([normal, burst], ignore_index=True), normal)
 
 
-def demo_ctx(n_normal: int = 20, fr: pd.DataFrame | None = None, min_history: int = 8):
-    """The context of card 0:0's last transaction in ``fr`` (default :func:`demo_like_frame`), tiny untrained model."""
+def demo_ctx(n_normal: int = 20, fr: pd.DataFrame | None = None, min_history: int = 8, context_length: int = 32,
+             entity: str = "0:0"):
+    """The context of ``entity``'s last transaction in ``fr`` (default :func:`demo_like_frame`), tiny untrained
+    model with the demo spec."""
     fr = demo_like_frame(n_normal) if fr is None else fr
     spec = load_spec("demo")
     enc = FeatureEncoder.fit(fr, spec)
     model = build_model(enc, seed=0, d_model=8, n_heads=2, n_layers=1, d_ff=8, dropout=0.0,
-                        context_length=32, min_history=min_history).eval()
-    qid = fr.loc[fr.entity_id == "0:0", "transaction_id"].iloc[-1]
+                        context_length=context_length, min_history=min_history).eval()
+    qid = fr.loc[fr.entity_id == entity, "transaction_id"].iloc[-1]
     return build_context(ModelBundle(model=model, encoder=enc, spec=spec), fr, qid)
 
 
