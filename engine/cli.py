@@ -216,6 +216,10 @@ def train(
                                       "inputs (sharp thresholds such as 'second-previous transaction under 10 "
                                       "minutes ago'); on by default: demo validation AP +0.016 (5 of 5 seeds >= 0), "
                                       "BankSim -0.002 (6 seeds), bench/results/recipe_probe.md"),
+    amount_by_value: bool = typer.Option(True, help="give the amount, per embedded categorical field, its z-score "
+                                         "against the training amounts of that value ('large for this merchant')"),
+    row_ff: int = typer.Option(128, min=0, max=8192, help="hidden width of the feed-forward layer on each "
+                               "transaction's row vector before attention (0 = none); bench/results/recipe_probe.md"),
     target_precision: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
     alerts_per_day: Optional[float] = typer.Option(
@@ -246,7 +250,7 @@ def train(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
         val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, activity_ple=activity_ple,
-        target_precision=target_precision,
+        amount_by_value=amount_by_value, row_ff=row_ff, target_precision=target_precision,
         alerts_per_day=alerts_per_day, calibration=calibration,
     )
     try:

@@ -80,3 +80,20 @@ def tiny_checkpoint(frame: pd.DataFrame, spec: DatasetSpec, out, meta: dict, *, 
     model.eval()
     save_checkpoint(ModelBundle(model=model, encoder=enc, spec=spec, meta=meta), out)
     return out
+
+
+def perturbed_bundle(enc, spec, seed: int = 0, **overrides):
+    """A small model for ``enc`` whose weights are moved off their initialisation (N(0, 0.3^2) added), so
+    that every input path changes the scores; eval mode, review threshold 0.5. ``overrides``: ModelConfig
+    fields on top of d_model 16, 2 heads, 2 layers, d_ff 32, no dropout, context 16, min history 6."""
+    import torch
+
+    from engine.model.checkpoint import ModelBundle, build_model
+
+    cfg = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "dropout": 0.0, "context_length": 16,
+           "min_history": 6, **overrides}
+    model = build_model(enc, seed=seed, **cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return ModelBundle(model=model.eval(), encoder=enc, spec=spec, meta={"thresholds": {"review": 0.5}})

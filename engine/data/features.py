@@ -9,6 +9,12 @@ attributions can be reported per (transaction, field):
 * ``amount``: sign (refund / zero / purchase) + log-magnitude quantile bin (16 quantile bins plus
   tail bins at the 97 / 99 / 99.5 / 99.75 / 99.8 / 99.85 / 99.9 / 99.95 % quantiles) + standardised ``log1p(|amount|)``
   + its piecewise-linear encoding over the same bin edges.
+* ``amount`` also gets, per embedded categorical field (merchant, MCC, category, ...), the amount's
+  z-score against the training amounts *of that field's value* ("a large amount for this
+  merchant"): the standardised log amount minus the value's mean, over its standard deviation,
+  both shrunk towards the whole training period's (``AMOUNT_BY_VALUE_PRIOR_ROWS`` pseudo-rows),
+  with a piecewise-linear code at ``AMOUNT_BY_VALUE_EDGES``. Statistics of the training period
+  only, stored here (``state["amount_by_value"]``; checkpoints without it have no such column).
 * ``amount_vs_history``: the standardised log amount minus its mean over the earlier *present*
   transactions of the window, computed inside the model (so removing a transaction updates it).
 * ``time_since_prev``: seconds since the entity's previous (present) transaction, computed
@@ -51,6 +57,17 @@ TIME_GAP_BOUNDARIES_S = [
     7 * 86400, 14 * 86400, 30 * 86400, 90 * 86400,
 ]
 UNSEEN, MISSING = 0, 1
+#: Pseudo-rows at the whole training period's log-amount mean and variance that each value's own
+#: training rows are pooled with (empirical-Bayes shrinkage): a value seen 5 times sits mostly at
+#: the overall statistics, one seen 500 times at its own.
+AMOUNT_BY_VALUE_PRIOR_ROWS = 20.0
+#: Categorical fields with more codes than this get no amount-by-value column (the table of
+#: per-code statistics is stored in the checkpoint's JSON).
+AMOUNT_BY_VALUE_MAX_CODES = 65_538
+#: Edges (standard deviations of the value's log amount) of the amount-by-value piecewise-linear code.
+AMOUNT_BY_VALUE_EDGES = [-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0]
+#: The amount-by-value z-score is clipped to this magnitude.
+AMOUNT_BY_VALUE_CLIP = 8.0
 
 
 @dataclass
@@ -85,8 +102,12 @@ class FeatureEncoder:
 
     # ------------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, frame: pd.DataFrame, spec: DatasetSpec) -> "FeatureEncoder":
+    def fit(cls, frame: pd.DataFrame, spec: DatasetSpec, amount_by_value: bool = False) -> "FeatureEncoder":
         """Fit statistics on ``frame`` (the training period only, to avoid leakage).
+
+        ``amount_by_value``: also fit the per-value amount statistics of every embedded
+        categorical field (module docstring; False = no such columns, the layout of checkpoints
+        written before it existed; training turns it on, ``TrainConfig.amount_by_value``).
 
         Raises:
             ValueError: ``frame`` is empty or lacks a field column named in ``spec``.
@@ -117,6 +138,9 @@ class FeatureEncoder:
                 vc = frame[f.name].astype(str).value_counts()
                 vocab = [v for v in vc.index[: f.max_vocab] if v != f.missing]
                 state["categorical"][f.name] = {"vocab": [str(v) for v in vocab]}
+        if amount_by_value:
+            z = (logabs - state["amount_log_mean"]) / state["amount_log_std"]
+            state["amount_by_value"] = _amount_by_value_stats(cls(spec, state), frame, z)
         for f in spec.fields_of(FieldKind.NUMERIC, model_inputs_only=True):
             x = frame[f.name].to_numpy(np.float64)
             state["numeric"][f.name] = {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x) + 1e-6)}
@@ -165,12 +189,24 @@ class FeatureEncoder:
         out += [(n, n) for n in self.state["numeric"]]
         for name, cols in self.state.get("aggregates", {}).items():
             out += [(c, name) for c in cols]
+        out += [(f"amount_z_in_{name}", "amount") for name in self._abv_arrays()]
         return out
+
+    def _abv_arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Field -> ``(mean [codes], 1 / std [codes])`` float64 of ``state["amount_by_value"]``,
+        checked once (:func:`checked_amount_by_value`; raises its ValueError)."""
+        cache = self.__dict__.get("_abv_cache")
+        if cache is None:
+            abv = checked_amount_by_value(self.state.get("amount_by_value", {}), self.state["categorical"])
+            cache = self.__dict__["_abv_cache"] = {
+                n: (np.asarray(st["mean"], np.float64), 1.0 / np.asarray(st["std"], np.float64)) for n, st in abv.items()}
+        return cache
 
     def num_ple_edges(self) -> list[list[float]]:
         """Per ``num`` column (same order as :meth:`num_columns`), the edges of the piecewise-linear
         code the model computes from it, in the column's *standardised* units; ``[]`` = none.
-        Only the delayed-label aggregates have them (the amount's code is precomputed in ``num``).
+        The delayed-label aggregates and the amount-by-value z-scores have them (the amount's own
+        code is precomputed in ``num``).
         The model expands them itself, so the encoded frame stays one float per column (memory)."""
         agg = {(name, c): st for name, cols in self.state.get("aggregates", {}).items() for c, st in cols.items()}
         out: list[list[float]] = []
@@ -179,7 +215,8 @@ class FeatureEncoder:
             e = st.get("ple_edges", [])
             std = [float(np.float32((v - st["mean"]) / st["std"])) for v in e] if len(e) > 1 else []
             out.append(sorted(set(std)) if len(set(std)) > 1 else [])  # distinct once in float32
-        return out
+        abv = {f"amount_z_in_{n}" for n in self._abv_arrays()}
+        return [list(AMOUNT_BY_VALUE_EDGES) if col in abv else e for (col, _), e in zip(self.num_columns(), out)]
 
     def multi_slots(self) -> list[tuple[str, int]]:
         """``[(field name, width)]`` of the multi-hot blocks in ``multi`` (vocab + 1 "other")."""
@@ -208,17 +245,8 @@ class FeatureEncoder:
             ((logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]).astype(np.float32)
         ]
         num_cols += list(piecewise_linear(logabs, self.state["amount_bin_edges"]).T)
-        fspec = {f.name: f for f in self.spec.fields}
-        for name, st in self.state["categorical"].items():
-            vals = frame[name].astype(str).to_numpy()
-            missing = vals == fspec[name].missing
-            if "hashed_buckets" in st:
-                idx = stable_hash(vals, st["hashed_buckets"]) + 2
-            else:
-                lut = {v: i + 2 for i, v in enumerate(st["vocab"])}
-                idx = pd.Series(vals).map(lut).fillna(UNSEEN).to_numpy(np.int64, copy=True)
-            idx[missing] = MISSING
-            cat_cols.append(idx.astype(np.int64))
+        codes = categorical_codes(self, frame)
+        cat_cols += list(codes.values())
         miss_cols = []
         for name, st in self.state["numeric"].items():
             x = frame[name].to_numpy(np.float64)
@@ -231,6 +259,10 @@ class FeatureEncoder:
                 x = frame[c].to_numpy(np.float64) if c in frame else np.full(n, np.nan)
                 x = np.log1p(x) if st["log"] else x
                 num_cols.append(np.nan_to_num((x - st["mean"]) / st["std"], nan=0.0).astype(np.float32))
+        z = (logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]
+        for name, (mu, inv) in self._abv_arrays().items():
+            c = codes[name]
+            num_cols.append(np.clip((z - mu[c]) * inv[c], -AMOUNT_BY_VALUE_CLIP, AMOUNT_BY_VALUE_CLIP).astype(np.float32))
         multi_blocks = []
         for name, st in self.state["multi_valued"].items():
             lut = {v: i for i, v in enumerate(st["vocab"])}
@@ -269,6 +301,7 @@ class FeatureEncoder:
                (ns // 3_600_000_000_000) % 24, (ns // 86_400_000_000_000 + 3) % 7]
         num = [(logabs - self.state["amount_log_mean"]) / self.state["amount_log_std"]]
         num += [min(max((logabs - a) / w, 0.0), 1.0) for a, w in zip(edges, widths)]  # as piecewise_linear
+        codes = {}
         for name, st in self.state["categorical"].items():
             v = str(row[name])
             if v == fspec[name].missing:
@@ -278,6 +311,7 @@ class FeatureEncoder:
             else:
                 lut = luts.setdefault(name, {u: i + 2 for i, u in enumerate(st["vocab"])})
                 cat.append(lut.get(v, UNSEEN))
+            codes[name] = cat[-1]
         for name, st in self.state["numeric"].items():
             x = float(row[name]) if row[name] is not None else float("nan")
             num.append(0.0 if np.isnan(x) else (x - st["mean"]) / st["std"])
@@ -287,6 +321,9 @@ class FeatureEncoder:
                 x = float(row[c]) if c in row and row[c] is not None else float("nan")
                 x = np.log1p(x) if st["log"] else x
                 num.append(0.0 if np.isnan(x) else (x - st["mean"]) / st["std"])
+        for name, (mu, inv) in self._abv_arrays().items():  # as transform
+            c = codes[name]
+            num.append(min(max((num[0] - mu[c]) * inv[c], -AMOUNT_BY_VALUE_CLIP), AMOUNT_BY_VALUE_CLIP))
         multi = []
         for name, st in self.state["multi_valued"].items():
             lut = luts.setdefault("multi:" + name, {u: i for i, u in enumerate(st["vocab"])})
@@ -399,3 +436,76 @@ def stable_hash(values: np.ndarray, buckets: int) -> np.ndarray:
         count=len(uniq),
     )
     return h[inv]
+
+
+def _amount_by_value_stats(enc: "FeatureEncoder", frame: pd.DataFrame, z: np.ndarray) -> dict[str, dict[str, list[float]]]:
+    """Per embedded categorical field of ``enc`` (at most :data:`AMOUNT_BY_VALUE_MAX_CODES` codes),
+    the shrunk mean and standard deviation of the standardised log amount ``z`` ``[N]`` float64
+    over ``frame``'s rows of each code (index = the field's code in ``TransactionBatch.cat``),
+    pooled with :data:`AMOUNT_BY_VALUE_PRIOR_ROWS` pseudo-rows at the whole frame's mean and
+    variance (Efron & Morris 1975 style shrinkage): ``mean_k = (sum_k + m * mu) / (n_k + m)``,
+    ``var_k = (sumsq_k + m * (var + mu^2)) / (n_k + m) - mean_k^2``. Codes never seen in training
+    (and unseen / missing values) get the overall statistics."""
+    cat = categorical_codes(enc, frame)
+    m = AMOUNT_BY_VALUE_PRIOR_ROWS
+    mu, var = float(z.mean()), float(z.var())
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, st in enc.state["categorical"].items():
+        if st.get("embed", True) is False:
+            continue
+        card = st["hashed_buckets"] + 2 if "hashed_buckets" in st else len(st["vocab"]) + 2
+        if card > AMOUNT_BY_VALUE_MAX_CODES:
+            continue
+        c = cat[name]
+        n = np.bincount(c, minlength=card).astype(np.float64)
+        s1 = np.bincount(c, weights=z, minlength=card)
+        s2 = np.bincount(c, weights=z * z, minlength=card)
+        mean = (s1 + m * mu) / (n + m)
+        sd = np.sqrt(np.maximum((s2 + m * (var + mu * mu)) / (n + m) - mean * mean, 0.0) + 1e-4)
+        out[name] = {"mean": [float(np.float32(x)) for x in mean], "std": [float(np.float32(x)) for x in sd]}
+    return out
+
+
+def checked_amount_by_value(abv: Any, categorical: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """``abv`` (an encoder state's ``amount_by_value``) if well formed: each entry names an
+    embedded categorical field of ``categorical`` (the state's ``categorical``) and holds ``mean``
+    / ``std`` lists of one finite number (std > 0) per code of that field (a checkpoint's
+    statistics are untrusted input).
+
+    Raises:
+        ValueError: names the field and what was expected.
+    """
+    if not isinstance(abv, dict):
+        raise ValueError("amount_by_value: expected an object")
+    for name, st in abv.items():
+        cs = categorical.get(name)
+        if cs is None or cs.get("embed", True) is False:
+            raise ValueError(f"amount_by_value.{name}: expected an embedded categorical field")
+        card = cs["hashed_buckets"] + 2 if "hashed_buckets" in cs else len(cs["vocab"]) + 2
+        for k in ("mean", "std"):
+            v = st.get(k) if isinstance(st, dict) else None
+            if not isinstance(v, list) or len(v) != card or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v):
+                raise ValueError(f"amount_by_value.{name}.{k}: expected {card} finite numbers (one per code)")
+        if min(st["std"]) <= 0:
+            raise ValueError(f"amount_by_value.{name}.std: expected positive numbers")
+    return abv
+
+
+def categorical_codes(enc: "FeatureEncoder", frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Field -> ``[N]`` int64 codes of every categorical model-input field (the ``cat``
+    columns of :meth:`FeatureEncoder.transform`: vocabulary index + 2 or hash bucket + 2, ``UNSEEN`` 0,
+    ``MISSING`` 1)."""
+    fspec = {f.name: f for f in enc.spec.fields}
+    codes: dict[str, np.ndarray] = {}
+    for name, st in enc.state["categorical"].items():
+        vals = frame[name].astype(str).to_numpy()
+        missing = vals == fspec[name].missing
+        if "hashed_buckets" in st:
+            idx = stable_hash(vals, st["hashed_buckets"]) + 2
+        else:
+            lut = {v: i + 2 for i, v in enumerate(st["vocab"])}
+            idx = pd.Series(vals).map(lut).fillna(UNSEEN).to_numpy(np.int64, copy=True)
+        idx[missing] = MISSING
+        codes[name] = idx.astype(np.int64)
+    return codes

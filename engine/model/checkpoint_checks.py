@@ -157,6 +157,9 @@ def expected_state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             edges = activity_ple_edges(len(cfg.activity_windows_s))
             s["rows.activity.ple_w"] = (len(edges), max(len(e) - 1 for e in edges), D)
     s["ln_in.weight"], s["ln_in.bias"] = (D,), (D,)
+    if cfg.row_ff:
+        s["row_ff.0.weight"], s["row_ff.0.bias"] = (cfg.row_ff, D), (cfg.row_ff,)
+        s["row_ff.2.weight"], s["row_ff.2.bias"] = (D, cfg.row_ff), (D,)
     for i in range(cfg.n_layers):
         b = f"blocks.{i}."
         s.update({

@@ -18,7 +18,7 @@ DEFAULT_HISTORY_EDGES = (-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 
 #: (``engine.model.checkpoint.MAX_PARAMETERS``).
 CONFIG_LIMITS = {
     "d_model": (1, 1024), "n_heads": (1, 64), "n_layers": (1, 32), "d_ff": (1, 8192),
-    "context_length": (2, 1024), "min_history": (0, 1023),
+    "context_length": (2, 1024), "min_history": (0, 1023), "row_ff": (0, 8192),
 }
 MAX_LIST_LEN = 100_000  # entries of any list field (fields, cat columns, num columns)
 MAX_EMBEDDING_ROWS = 1 << 22  # sum of the categorical cardinalities (embedding table rows)
@@ -73,6 +73,10 @@ class ModelConfig:
             model reads the column only through ``first_seen`` ("new merchant"). Each must be in
             ``first_seen_cols`` when the activity fields are on. ``[]`` for checkpoints written
             before the option existed.
+        row_ff: hidden width of a residual feed-forward layer applied to each transaction's
+            normalised row vector before the first block (``x + W2 GELU(W1 x)``), so interactions
+            between one transaction's fields (MCC x amount x chip use) are formed before
+            attention mixes transactions; 0 = none (checkpoints written before it existed).
         activity_ple: with the activity fields, also embed a piecewise-linear code of each
             ``recent_activity`` input (fixed edges, :func:`engine.model.activity.activity_ple_edges`);
             False for checkpoints written before the option existed.
@@ -96,6 +100,7 @@ class ModelConfig:
     first_seen_cols: list[int] = field(default_factory=list)
     novelty_only_cols: list[int] = field(default_factory=list)
     activity_ple: bool = False
+    row_ff: int = 0
 
     @property
     def embedding_cardinalities(self) -> list[int]:

@@ -92,6 +92,9 @@ class _Weights:
             seen_w=_np(act.seen.weight).T.copy(), seen_b=_np(act.seen.bias),  # [C+1, D], [D]
             ple=None if act.ple_w is None else (act.ple_lo.numpy(), act.ple_scale.numpy(), _np(act.ple_w)))  # [A, K] x2, [A, K, D]
         self.ln_in = (_np(model.ln_in.weight), _np(model.ln_in.bias), model.ln_in.eps)
+        ff = model.row_ff  # ModelConfig.row_ff: residual feed-forward layer on the normalised row vector
+        self.row_ff = None if ff is None else (_np(ff[0].weight).T.copy(), _np(ff[0].bias),
+                                               _np(ff[2].weight).T.copy(), _np(ff[2].bias))  # [D, R], [R], [R, D], [D]
         self.ln_out = (_np(model.ln_out.weight), _np(model.ln_out.bias), model.ln_out.eps)
         self.head_w, self.head_b = _np(model.head.weight)[0], float(model.head.bias.detach()[0])
         self.blocks = []
@@ -215,6 +218,10 @@ class IncrementalScorer:
             base = base + self._activity(w, t, z, cats)
             w.cats[n] = cats
         x = _layer_norm(base, *W.ln_in)
+        if W.row_ff is not None:
+            w1, b1, w2, b2 = W.row_ff
+            f = x @ w1 + b1
+            x = x + (0.5 * f * (1.0 + _erf(f * self._gelu_c))) @ w2 + b2  # exact GELU, as Block.ff
         w.times[n] = t
         w.zs[n] = z
         log_gap = np.log1p(np.maximum(t - w.times[: n + 1], 0.0).astype(np.float32) / np.float32(60.0))  # [n+1]

@@ -75,7 +75,7 @@ def prepare_fit(frame: pd.DataFrame, spec: DatasetSpec, split: np.ndarray, cfg: 
     n_neg = int(((split == 0) & known & (label == 0)).sum())
     if n_pos == 0:
         raise ValueError("training period has no fraud-labelled transaction")
-    encoder = FeatureEncoder.fit(frame.loc[split == 0], spec)
+    encoder = FeatureEncoder.fit(frame.loc[split == 0], spec, amount_by_value=getattr(cfg, "amount_by_value", False))
     enc = encoder.transform(frame)
     ents = frame["entity_id"].to_numpy()
     win = build_windows(ents, cfg.context_length, cfg.min_history)
@@ -103,6 +103,7 @@ def new_model(encoder: FeatureEncoder, cfg: TrainConfig):
         encoder, seed=cfg.seed, activity=cfg.activity,
         **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "context_length", "min_history")},
         **({"activity_ple": True} if cfg.activity and getattr(cfg, "activity_ple", False) else {}),
+        **({"row_ff": cfg.row_ff} if getattr(cfg, "row_ff", 0) else {}),
     )
 
 

@@ -323,9 +323,18 @@ class FraudTransformer(nn.Module):
         self.cfg = cfg
         self.rows = RowEncoder(cfg)
         self.ln_in = nn.LayerNorm(cfg.d_model)
+        self.row_ff = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.row_ff), nn.GELU(), nn.Linear(cfg.row_ff, cfg.d_model), nn.Dropout(cfg.dropout)
+        ) if cfg.row_ff else None
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
         self.ln_out = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, 1)
+
+    def input_layer(self, row_sum: torch.Tensor) -> torch.Tensor:
+        """``[B, T, D]`` sum of field embeddings -> ``[B, T, D]`` input of the first block:
+        LayerNorm, then the residual row feed-forward layer (``ModelConfig.row_ff``) if any."""
+        x = self.ln_in(row_sum)
+        return x if self.row_ff is None else x + self.row_ff(x)
 
     def embed(self, batch: TransactionBatch) -> torch.Tensor:
         """Per-field input embeddings ``[B, T, F, D]`` float32 (what IG attributes to)."""
@@ -367,7 +376,7 @@ class FraudTransformer(nn.Module):
 
     def _encode(self, row_sum: torch.Tensor, present: torch.Tensor, time_s: torch.Tensor, output_attentions: bool):
         """``row_sum [B, T, D]`` (sum of field embeddings) -> ``(logits [B, T], attentions | None)``."""
-        x = self.ln_in(row_sum)
+        x = self.input_layer(row_sum)
         allowed, log_gap = self.attention_mask(present, time_s)
         atts = []
         for blk in self.blocks:
@@ -394,7 +403,7 @@ class FraudTransformer(nn.Module):
         if not 0 <= start < T:
             raise ValueError(f"start: expected 0 <= start < {T}, got {start}")
         mask, log_gap = self.attention_mask(batch.present, batch.time_s)
-        x = self.ln_in(self.rows.summed(batch))
+        x = self.input_layer(self.rows.summed(batch))
         for blk in self.blocks[:-1]:
             x, _ = blk(x, mask, log_gap)
         xq, _ = self.blocks[-1](x, mask[..., start:, :], log_gap[..., start:, :], query_start=start)  # [B, T-start, D]
@@ -426,7 +435,7 @@ class FraudTransformer(nn.Module):
             row = self.rows.summed_static(batch) + self.rows.summed_dynamic(bn)  # [1|n, T, D] + [n, T, D]
         ts = batch.time_s.expand(n, -1)
         mask, log_gap = self.attention_mask(pres, ts)
-        x = self.ln_in(row)
+        x = self.input_layer(row)
         for blk in self.blocks[:-1]:
             x, _ = blk(x, mask, log_gap)
         T = x.shape[1]

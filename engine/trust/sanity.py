@@ -108,7 +108,7 @@ def cascade_steps(model: FraudTransformer) -> list[tuple[str, list[str]]]:
     steps = [("head", ["head", "ln_out"])]
     for i in reversed(range(len(model.blocks))):
         steps.append((f"block {i}", [f"blocks.{i}"]))
-    steps.append(("row encoder", ["ln_in", "rows"]))
+    steps.append(("row encoder", ["ln_in"] + (["row_ff"] if model.row_ff is not None else []) + ["rows"]))
     return steps
 
 

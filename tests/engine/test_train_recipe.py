@@ -1,6 +1,7 @@
 """Training recipe levers: weight averaging (TrainConfig.ema_epochs, engine.model.train_loop._Ema:
 the average follows its closed form, swapping twice restores the optimiser's weights, off means off)
-and the batch size lowered for small files (TrainConfig.min_steps_per_epoch)."""
+and the batch size lowered for small files (TrainConfig.min_steps_per_epoch); the default recipe's
+amount-by-value input and row feed-forward layer reach the model."""
 
 import math
 
@@ -80,3 +81,22 @@ def test_fit_logs_the_lowered_batch_size():
                                             min_history=4, threads=1, calibration="none", min_steps_per_epoch=40),
         log=lines.append, progress=False)
     assert any(line.startswith("batch size 8 (not 64)") for line in lines), lines
+
+
+def test_the_default_recipe_trains_with_amount_by_value_and_the_row_layer():
+    """TrainConfig's defaults reach the model: the encoder has the amount-by-value statistics, the
+    model the row feed-forward layer of width 128; switched off, neither (the earlier layout)."""
+    from engine.model.train import TrainConfig, fit, time_split
+    from tiny_models import tiny_frame, tiny_spec
+
+    fr = tiny_frame(6, 40, seed=2)
+    split, _, _ = time_split(fr["timestamp"])
+    kw = dict(epochs=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4, threads=1,
+              calibration="none")
+    on, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw), log=lambda m: None, progress=False)
+    assert set(on.encoder.state["amount_by_value"]) == {"merchant", "mcc"}
+    assert on.model.cfg.row_ff == 128 and on.model.row_ff[0].weight.shape == (128, 16)
+    off, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw, amount_by_value=False, row_ff=0), log=lambda m: None,
+                    progress=False)
+    assert "amount_by_value" not in off.encoder.state and off.model.row_ff is None
+    assert len(on.encoder.num_columns()) == len(off.encoder.num_columns()) + 2
