@@ -61,9 +61,12 @@ UNSEEN, MISSING = 0, 1
 #: training rows are pooled with (empirical-Bayes shrinkage): a value seen 5 times sits mostly at
 #: the overall statistics, one seen 500 times at its own.
 AMOUNT_BY_VALUE_PRIOR_ROWS = 20.0
-#: Categorical fields with more codes than this get no amount-by-value column (the table of
-#: per-code statistics is stored in the checkpoint's JSON).
+#: The per-code statistics are stored in the checkpoint's JSON (about 51 bytes a code): fields are
+#: given amount-by-value columns in spec order while their codes sum to at most this many (the
+#: checkpoint JSON stays under 4 MB of them); a field that would pass it gets none.
 AMOUNT_BY_VALUE_MAX_CODES = 65_538
+#: The smallest per-code standard deviation a checkpoint may hold (training gives >= 0.01).
+AMOUNT_BY_VALUE_MIN_STD = 1e-3
 #: Edges (standard deviations of the value's log amount) of the amount-by-value piecewise-linear code.
 AMOUNT_BY_VALUE_EDGES = [-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0]
 #: The amount-by-value z-score is clipped to this magnitude.
@@ -439,7 +442,8 @@ def stable_hash(values: np.ndarray, buckets: int) -> np.ndarray:
 
 
 def _amount_by_value_stats(enc: "FeatureEncoder", frame: pd.DataFrame, z: np.ndarray) -> dict[str, dict[str, list[float]]]:
-    """Per embedded categorical field of ``enc`` (at most :data:`AMOUNT_BY_VALUE_MAX_CODES` codes),
+    """Per embedded categorical field of ``enc`` (spec order, while the codes so far sum to at most
+    :data:`AMOUNT_BY_VALUE_MAX_CODES`),
     the shrunk mean and standard deviation of the standardised log amount ``z`` ``[N]`` float64
     over ``frame``'s rows of each code (index = the field's code in ``TransactionBatch.cat``),
     pooled with :data:`AMOUNT_BY_VALUE_PRIOR_ROWS` pseudo-rows at the whole frame's mean and
@@ -450,12 +454,14 @@ def _amount_by_value_stats(enc: "FeatureEncoder", frame: pd.DataFrame, z: np.nda
     m = AMOUNT_BY_VALUE_PRIOR_ROWS
     mu, var = float(z.mean()), float(z.var())
     out: dict[str, dict[str, list[float]]] = {}
+    total = 0
     for name, st in enc.state["categorical"].items():
         if st.get("embed", True) is False:
             continue
         card = st["hashed_buckets"] + 2 if "hashed_buckets" in st else len(st["vocab"]) + 2
-        if card > AMOUNT_BY_VALUE_MAX_CODES:
+        if total + card > AMOUNT_BY_VALUE_MAX_CODES:
             continue
+        total += card
         c = cat[name]
         n = np.bincount(c, minlength=card).astype(np.float64)
         s1 = np.bincount(c, weights=z, minlength=card)
@@ -485,10 +491,14 @@ def checked_amount_by_value(abv: Any, categorical: dict[str, Any]) -> dict[str, 
         for k in ("mean", "std"):
             v = st.get(k) if isinstance(st, dict) else None
             if not isinstance(v, list) or len(v) != card or not all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v):
+                    isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool) and abs(x) <= 1e6)
+                    for x in v) or not all(np.isfinite(x) for x in v):
                 raise ValueError(f"amount_by_value.{name}.{k}: expected {card} finite numbers (one per code)")
-        if min(st["std"]) <= 0:
-            raise ValueError(f"amount_by_value.{name}.std: expected positive numbers")
+        if min(st["std"]) < AMOUNT_BY_VALUE_MIN_STD or max(map(abs, st["mean"])) > 1e6:
+            raise ValueError(f"amount_by_value.{name}: expected std >= {AMOUNT_BY_VALUE_MIN_STD} and |mean| <= 1e6")
+    total = sum(len(st["mean"]) for st in abv.values())
+    if total > AMOUNT_BY_VALUE_MAX_CODES:
+        raise ValueError(f"amount_by_value: expected at most {AMOUNT_BY_VALUE_MAX_CODES:,} codes in all, got {total:,}")
     return abv
 
 
@@ -509,3 +519,13 @@ def categorical_codes(enc: "FeatureEncoder", frame: pd.DataFrame) -> dict[str, n
         idx[missing] = MISSING
         codes[name] = idx.astype(np.int64)
     return codes
+
+
+def amount_by_value_layout(enc: "FeatureEncoder") -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """Per amount-by-value column: ``(num column, cat column of its field, mean [codes],
+    1 / std [codes])`` (float64), so code that replaces the amount or the field's value in an
+    encoded batch (the explainers' reference cells) can recompute the column from both:
+    ``clip((num[..., 0] - mean[cat[..., c]]) / std[...], -CLIP, CLIP)``."""
+    num = {c: j for j, (c, _) in enumerate(enc.num_columns())}
+    cat = {c: j for j, (c, _, _) in enumerate(enc.cat_columns())}
+    return [(num[f"amount_z_in_{n}"], cat[n], mu, inv) for n, (mu, inv) in enc._abv_arrays().items()]

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from engine.data import field_reference as fr
+from engine.data.features import AMOUNT_BY_VALUE_CLIP, amount_by_value_layout
 from engine.data.field_reference import FieldReference
 from engine.model.activity import ACTIVITY_FIELDS
 from engine.model.sequences import TransactionBatch
@@ -137,6 +138,9 @@ def replace_cells(ctx: "QueryContext", cells_masks: np.ndarray, cells: list[tupl
     n = cells_masks.shape[0]
     cat, num, multi = b.cat.repeat(n, 1, 1), b.num.repeat(n, 1, 1), b.multi.repeat(n, 1, 1)
     masks = torch.as_tensor(np.asarray(cells_masks, dtype=bool))
+    abv = amount_by_value_layout(ctx.bundle.encoder)
+    amount_f = ctx.bundle.config.num_field_index[0] if abv else -1  # num column 0: the standardised log amount
+    touched = {}  # (position, field) -> [n] bool: replaced in that coalition
     for i, (t, f) in enumerate(cells):
         c_cols, n_cols, m_sl = cols[f]
         if not (c_cols or n_cols or m_sl):
@@ -148,6 +152,21 @@ def replace_cells(ctx: "QueryContext", cells_masks: np.ndarray, cells: list[tupl
             num[rows, t, c] = rn[c]
         for a, z in m_sl:
             multi[rows, t, a:z] = rm[a:z]
+        if abv:
+            touched[(t, f)] = touched.get((t, f), torch.zeros(n, dtype=torch.bool)) | rows
+    # an amount-by-value column (part of the amount field) depends on the amount and on its categorical
+    # field's value: where either was replaced, recompute it from the cells now in place, as encoding
+    # that transaction would (engine.data.features.amount_by_value_layout)
+    cat_field = ctx.bundle.config.cat_field_index
+    for j, c, mu, inv in abv:
+        mu_t, inv_t = torch.as_tensor(mu), torch.as_tensor(inv)
+        for t in sorted({t for t, _ in touched}):
+            rows = touched.get((t, amount_f), torch.zeros(n, dtype=torch.bool)) | touched.get(
+                (t, cat_field[c]), torch.zeros(n, dtype=torch.bool))
+            if bool(rows.any()):
+                code = cat[rows, t, c]
+                val = (num[rows, t, 0].double() - mu_t[code]) * inv_t[code]
+                num[rows, t, j] = val.clamp(-AMOUNT_BY_VALUE_CLIP, AMOUNT_BY_VALUE_CLIP).float()
     return TransactionBatch(cat=cat, num=num, multi=multi, time_s=b.time_s.repeat(n, 1),
                             present=b.present.repeat(n, 1), prev_time_s=b.prev_time_s.repeat(n))
 

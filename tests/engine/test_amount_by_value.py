@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from engine.data.features import (AMOUNT_BY_VALUE_CLIP, AMOUNT_BY_VALUE_EDGES, AMOUNT_BY_VALUE_PRIOR_ROWS, categorical_codes,
                                   FeatureEncoder)
@@ -103,7 +104,9 @@ def test_incremental_scoring_equals_whole_file_scoring(fitted):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda a: a["mcc"]["std"].__setitem__(2, -1.0), "amount_by_value.mcc.std: expected positive"),
+    (lambda a: a["mcc"]["std"].__setitem__(2, -1.0), r"amount_by_value.mcc: expected std >= 0.001"),
+    (lambda a: a["mcc"]["std"].__setitem__(0, 5e-324), r"amount_by_value.mcc: expected std >= 0.001"),
+    (lambda a: a["mcc"]["mean"].__setitem__(0, 10 ** 400), "amount_by_value.mcc.mean: expected"),
     (lambda a: a["mcc"]["mean"].pop(), r"amount_by_value.mcc.mean: expected \d+ finite numbers"),
     (lambda a: a["mcc"].__setitem__("mean", ["x"] * len(a["mcc"]["mean"])), "amount_by_value.mcc.mean"),
     (lambda a: a.__setitem__("risk", {"mean": [0.0], "std": [1.0]}), "amount_by_value.risk: expected an embedded"),
@@ -120,3 +123,65 @@ def test_a_malformed_checkpoint_state_is_refused(fitted, tmp_path, edit, message
     (tmp_path / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(tmp_path)
+
+
+def test_fields_get_columns_while_their_codes_fit_the_total_budget():
+    """The per-code tables go into the checkpoint's JSON: fields beyond AMOUNT_BY_VALUE_MAX_CODES codes
+    in all get no column, so a spec with many large hashed fields still saves a loadable checkpoint."""
+    from engine.data.features import AMOUNT_BY_VALUE_MAX_CODES
+    from engine.data.spec import DatasetSpec
+
+    d = tiny_spec().model_dump()
+    big = AMOUNT_BY_VALUE_MAX_CODES // 2  # two fit (2 x (big + 2) > budget? no: the third does not)
+    d["fields"] = [f for f in d["fields"] if f["name"] != "merchant"] + [
+        {"name": f"m{k}", "column": f"m{k}", "kind": "categorical", "hashed_buckets": big - 2} for k in range(3)]
+    spec = DatasetSpec.model_validate(d)
+    fr = tiny_frame(3, 30, seed=1)
+    for k in range(3):
+        fr[f"m{k}"] = fr["merchant"]
+    enc = FeatureEncoder.fit(fr, spec, amount_by_value=True)
+    abv = enc.state["amount_by_value"]
+    assert sum(len(st["mean"]) for st in abv.values()) <= AMOUNT_BY_VALUE_MAX_CODES
+    assert list(abv) == ["mcc", "m0"]  # spec order; m1 would pass the budget, m2 too
+    tampered = copy.deepcopy(enc.state)
+    tampered["amount_by_value"]["m1"] = copy.deepcopy(abv["m0"])
+    with pytest.raises(ValueError, match=r"amount_by_value: expected at most 65,538 codes in all"):
+        FeatureEncoder.from_state_dict(spec, tampered).num_columns()
+
+
+def test_replacing_the_amount_or_the_value_recomputes_the_column(fitted):
+    """Explainers that set cells to the typical transaction (engine.explain.reference.replace_cells):
+    the amount-by-value column follows the amount and the MCC now in place, as re-encoding would."""
+    from engine.data.field_reference import FieldReference
+    from engine.explain.context import build_context
+    from engine.explain.reference import replace_cells
+
+    spec, fr, enc = fitted
+    bundle = perturbed_bundle(enc, spec, seed=3)
+    tid = fr.loc[fr.entity_id == "c1", "transaction_id"].iloc[30]
+    ctx = build_context(bundle, fr, tid)
+    cfg = bundle.config
+    names = [c for c, _ in enc.num_columns()]
+    j = names.index("amount_z_in_mcc")
+    amount_f, mcc_f = cfg.field_names.index("amount"), cfg.field_names.index("mcc")
+    t = ctx.T - 1
+    base = dict(amount=1000.0, hour=12, weekday=0, time_since_prev_s=3600.0,
+                categorical={"merchant": "3", "mcc": "5999"}, numeric={"risk": 0.0}, aggregates={},
+                multi_valued={"errors": ""}, sources={})
+    ref = FieldReference(**base)
+    cells = [(t, amount_f), (t, mcc_f)]
+    b = replace_cells(ctx, np.array([[True, False], [False, True], [True, True]]), cells, ref)
+    query = fr.loc[fr.transaction_id == tid].iloc[0]
+
+    def encoded(**edit):
+        row = query.copy()
+        for k, v in edit.items():
+            row[k] = v
+        return float(enc.transform_row(row).num[0, j])
+
+    got = b.num[:, t, j].numpy()
+    want = [encoded(amount=1000.0), encoded(mcc="5999"), encoded(amount=1000.0, mcc="5999")]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert len({round(float(x), 3) for x in want + [float(ctx.batch.num[0, t, j])]}) == 4  # four distinct values
+    # untouched transactions keep their encoded value exactly
+    torch.testing.assert_close(b.num[:, : t, j], ctx.batch.num[:, : t, j].expand(3, -1))
