@@ -179,8 +179,7 @@ class FeatureEncoder:
             ("weekday", "weekday", 7),
         ]
         for name, st in self.state["categorical"].items():
-            card = st["hashed_buckets"] + 2 if "hashed_buckets" in st else len(st["vocab"]) + 2
-            cols.append((name, name, card))
+            cols.append((name, name, n_codes(st)))
         for name in self.state["numeric"]:
             cols.append((f"{name}_missing", name, 2))
         return cols
@@ -448,8 +447,9 @@ def _amount_by_value_stats(enc: "FeatureEncoder", frame: pd.DataFrame, z: np.nda
     over ``frame``'s rows of each code (index = the field's code in ``TransactionBatch.cat``),
     pooled with :data:`AMOUNT_BY_VALUE_PRIOR_ROWS` pseudo-rows at the whole frame's mean and
     variance (Efron & Morris 1975 style shrinkage): ``mean_k = (sum_k + m * mu) / (n_k + m)``,
-    ``var_k = (sumsq_k + m * (var + mu^2)) / (n_k + m) - mean_k^2``. Codes never seen in training
-    (and unseen / missing values) get the overall statistics."""
+    ``var_k = (sumsq_k + m * (var + mu^2)) / (n_k + m) - mean_k^2``. A code no training row has
+    gets the overall statistics; the unseen code 0 pools the training values outside a truncated
+    vocabulary (``max_vocab``), the missing code 1 the missing ones."""
     cat = categorical_codes(enc, frame)
     m = AMOUNT_BY_VALUE_PRIOR_ROWS
     mu, var = float(z.mean()), float(z.var())
@@ -458,7 +458,7 @@ def _amount_by_value_stats(enc: "FeatureEncoder", frame: pd.DataFrame, z: np.nda
     for name, st in enc.state["categorical"].items():
         if st.get("embed", True) is False:
             continue
-        card = st["hashed_buckets"] + 2 if "hashed_buckets" in st else len(st["vocab"]) + 2
+        card = n_codes(st)
         if total + card > AMOUNT_BY_VALUE_MAX_CODES:
             continue
         total += card
@@ -475,7 +475,8 @@ def _amount_by_value_stats(enc: "FeatureEncoder", frame: pd.DataFrame, z: np.nda
 def checked_amount_by_value(abv: Any, categorical: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     """``abv`` (an encoder state's ``amount_by_value``) if well formed: each entry names an
     embedded categorical field of ``categorical`` (the state's ``categorical``) and holds ``mean``
-    / ``std`` lists of one finite number (std > 0) per code of that field (a checkpoint's
+    / ``std`` lists of one finite number per code of that field (std >= :data:`AMOUNT_BY_VALUE_MIN_STD`,
+    |mean| <= 1e6), at most :data:`AMOUNT_BY_VALUE_MAX_CODES` codes in all (a checkpoint's
     statistics are untrusted input).
 
     Raises:
@@ -487,7 +488,7 @@ def checked_amount_by_value(abv: Any, categorical: dict[str, Any]) -> dict[str, 
         cs = categorical.get(name)
         if cs is None or cs.get("embed", True) is False:
             raise ValueError(f"amount_by_value.{name}: expected an embedded categorical field")
-        card = cs["hashed_buckets"] + 2 if "hashed_buckets" in cs else len(cs["vocab"]) + 2
+        card = n_codes(cs)
         for k in ("mean", "std"):
             v = st.get(k) if isinstance(st, dict) else None
             if not isinstance(v, list) or len(v) != card or not all(
@@ -500,6 +501,12 @@ def checked_amount_by_value(abv: Any, categorical: dict[str, Any]) -> dict[str, 
     if total > AMOUNT_BY_VALUE_MAX_CODES:
         raise ValueError(f"amount_by_value: expected at most {AMOUNT_BY_VALUE_MAX_CODES:,} codes in all, got {total:,}")
     return abv
+
+
+def n_codes(st: dict[str, Any]) -> int:
+    """Codes of a categorical field from its encoder state ``st``: hash buckets or vocabulary
+    entries, plus ``UNSEEN`` and ``MISSING``."""
+    return st["hashed_buckets"] + 2 if "hashed_buckets" in st else len(st["vocab"]) + 2
 
 
 def categorical_codes(enc: "FeatureEncoder", frame: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -141,6 +141,7 @@ def replace_cells(ctx: "QueryContext", cells_masks: np.ndarray, cells: list[tupl
     abv = amount_by_value_layout(ctx.bundle.encoder)
     amount_f = ctx.bundle.config.num_field_index[0] if abv else -1  # num column 0: the standardised log amount
     touched = {}  # (position, field) -> [n] bool: replaced in that coalition
+    none = torch.zeros(n, dtype=torch.bool)
     for i, (t, f) in enumerate(cells):
         c_cols, n_cols, m_sl = cols[f]
         if not (c_cols or n_cols or m_sl):
@@ -153,16 +154,16 @@ def replace_cells(ctx: "QueryContext", cells_masks: np.ndarray, cells: list[tupl
         for a, z in m_sl:
             multi[rows, t, a:z] = rm[a:z]
         if abv:
-            touched[(t, f)] = touched.get((t, f), torch.zeros(n, dtype=torch.bool)) | rows
+            touched[(t, f)] = touched.get((t, f), none) | rows
     # an amount-by-value column (part of the amount field) depends on the amount and on its categorical
     # field's value: where either was replaced, recompute it from the cells now in place, as encoding
     # that transaction would (engine.data.features.amount_by_value_layout)
     cat_field = ctx.bundle.config.cat_field_index
+    positions = sorted({t for t, _ in touched})
     for j, c, mu, inv in abv:
         mu_t, inv_t = torch.as_tensor(mu), torch.as_tensor(inv)
-        for t in sorted({t for t, _ in touched}):
-            rows = touched.get((t, amount_f), torch.zeros(n, dtype=torch.bool)) | touched.get(
-                (t, cat_field[c]), torch.zeros(n, dtype=torch.bool))
+        for t in positions:
+            rows = touched.get((t, amount_f), none) | touched.get((t, cat_field[c]), none)
             if bool(rows.any()):
                 code = cat[rows, t, c]
                 val = (num[rows, t, 0].double() - mu_t[code]) * inv_t[code]
