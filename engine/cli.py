@@ -220,6 +220,8 @@ def train(
                                          "against the training amounts of that value ('large for this merchant')"),
     row_ff: int = typer.Option(128, min=0, max=8192, help="hidden width of the feed-forward layer on each "
                                "transaction's row vector before attention (0 = none); bench/results/recipe_probe.md"),
+    ema_epochs: float = typer.Option(1.0, min=0.0, max=1000.0, help="half-life in epochs of the moving average of "
+                                     "the weights that validation and the checkpoint use (0 = the last step's weights)"),
     target_precision: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
     alerts_per_day: Optional[float] = typer.Option(
@@ -250,7 +252,7 @@ def train(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
         val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, activity_ple=activity_ple,
-        amount_by_value=amount_by_value, row_ff=row_ff, target_precision=target_precision,
+        amount_by_value=amount_by_value, row_ff=row_ff, ema_epochs=ema_epochs, target_precision=target_precision,
         alerts_per_day=alerts_per_day, calibration=calibration,
     )
     try:

@@ -283,6 +283,13 @@ class _Ema:
     et al., "Averaging Weights Leads to Wider Optima and Better Generalization", UAI 2018,
     arXiv:1803.05407), with a half-life in epochs: ``decay = 0.5 ** (1 / (half_life * steps_per_epoch))``
     per optimiser step, so the same setting means the same averaging on a small and a large file.
+
+    Bias-corrected as Adam's moments (Kingma & Ba, "Adam", ICLR 2015, section 3): after ``t``
+    updates with weights ``w_1 .. w_t`` the average is
+    ``sum_i decay**(t - i) * (1 - decay) * w_i / (1 - decay**t)``, a weighted mean of the weights
+    seen so far in which the initial (random) weights have no share; computed as a running
+    ``lerp(avg, w_t, (1 - decay) / (1 - decay**t))`` (weight 1 at the first update). Without the
+    correction a run that ends after 3 half-lives keeps 1/8 of its initial weights.
     Validation and the kept checkpoint use the averaged weights; ``half_life <= 0`` turns it off
     (every method is then a no-op)."""
 
@@ -293,11 +300,14 @@ class _Ema:
         self.params = [p for p in model.parameters()]
         self.avg = [p.detach().clone() for p in self.params]
         self.decay = 0.5 ** (1.0 / max(1.0, half_life_epochs * steps_per_epoch))
+        self.updates = 0
 
     def update(self) -> None:
         if self.active:
+            self.updates += 1
+            weight = (1.0 - self.decay) / (1.0 - self.decay ** self.updates)  # bias correction (class doc)
             with torch.no_grad():
-                torch._foreach_lerp_(self.avg, [p.detach() for p in self.params], 1.0 - self.decay)
+                torch._foreach_lerp_(self.avg, [p.detach() for p in self.params], weight)
 
     def swap(self) -> None:
         """Exchange the model's weights with the averaged ones (call twice to restore)."""
