@@ -4,7 +4,8 @@ averaged (mean probability, mean logit), on one file.
 One run trains ``engine.model.train.fit`` once per seed (TrainConfig defaults plus the JSON
 overrides; 20-minute budget per seed; one torch thread) on the 70 % / 15 % / 15 % time split of
 :func:`engine.model.train.time_split`, scores every row with ``sigmoid(logit)`` and prints one
-line per seed and per average. The logits are saved to ``/tmp/s17/TAG.npz``. A probe, not a
+line per seed and per average. The logits are saved to ``$FRAUDLENS_PROBE_OUT/TAG.npz`` (default
+``/tmp/fraudlens-recipe-probe``). A probe, not a
 benchmark with a verdict: choose on validation AP, never on test. Results:
 bench/results/recipe_probe.md ("Amount by value, row feed-forward layer and seed ensembles").
 
@@ -37,8 +38,9 @@ for s in seeds:
     lg = score_encoded(b.model, enc, fr["entity_id"].to_numpy()).astype(np.float64)
     out[f"logit{s}"] = lg
     print(tag, "seed", s, "best", b.meta["best_epoch"], "min", round((time.perf_counter()-t)/60, 2), flush=True)
-os.makedirs("/tmp/s17", exist_ok=True)
-np.savez(f"/tmp/s17/{tag}.npz", split=split, y=y, **out)
+probe_out = os.environ.get("FRAUDLENS_PROBE_OUT", "/tmp/fraudlens-recipe-probe")
+os.makedirs(probe_out, exist_ok=True)
+np.savez(os.path.join(probe_out, f"{tag}.npz"), split=split, y=y, **out)
 m1 = (split == 1) & ~np.isnan(y); m2 = (split == 2) & ~np.isnan(y)
 for s in seeds:
     p = sigmoid(out[f"logit{s}"])
