@@ -222,6 +222,9 @@ def train(
                                "transaction's row vector before attention (0 = none); bench/results/recipe_probe.md"),
     ema_epochs: float = typer.Option(1.0, min=0.0, max=1000.0, help="half-life in epochs of the moving average of "
                                      "the weights that validation and the checkpoint use (0 = the last step's weights)"),
+    members: int = typer.Option(1, min=1, max=16, help="seed ensemble: train this many transformers from different "
+                                "seeds and score their mean logit, one checkpoint (they share --max-minutes; scoring "
+                                "and explanations cost this many times more)"),
     target_precision: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
     alerts_per_day: Optional[float] = typer.Option(
@@ -252,7 +255,8 @@ def train(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
         val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, activity_ple=activity_ple,
-        amount_by_value=amount_by_value, row_ff=row_ff, ema_epochs=ema_epochs, target_precision=target_precision,
+        amount_by_value=amount_by_value, row_ff=row_ff, ema_epochs=ema_epochs, members=members,
+        target_precision=target_precision,
         alerts_per_day=alerts_per_day, calibration=calibration,
     )
     try:

@@ -201,13 +201,17 @@ def _ms(vals: list[float]) -> str:
     return f"{v.mean():.3f} ± {v.std(ddof=1):.3f}" if len(v) > 1 else f"{v[0]:.3f}"
 
 
-def report(results: list[dict[str, Any]], machine: dict[str, Any], wall_s: float) -> str:
-    """The markdown table of ``bench/results/datasets.md``."""
+def report(results: list[dict[str, Any]], machine: dict[str, Any], wall_s: float,
+           train_config: TrainConfig | None = None) -> str:
+    """The markdown table of ``bench/results/datasets.md`` (``train_config``: the recipe, named
+    in the header when it is a seed ensemble)."""
+    k = (train_config or TrainConfig()).members
     lines = ["# Transformer vs LightGBM baseline on every dataset", "",
              f"Run {pd.Timestamp.now(tz='UTC').isoformat(timespec='seconds')}, {wall_s / 60:.1f} min, "
              f"machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores. Written by `engine.bench.datasets` "
              "(`fraudlens bench datasets`). Test rows only; probabilities uncalibrated; mean ± std over seeds "
-             "(sample std).", "",
+             "(sample std)." + (f" Transformer: a {k}-member seed ensemble (`--members {k}`, members "
+                                 f"seeds seed x {k} + 0..{k - 1}), one checkpoint." if k > 1 else ""), "",
              "| dataset | model | " + " | ".join(c[1] for c in _COLS) + " |",
              "|---|---|" + "---|" * len(_COLS)]
     for r in results:
@@ -238,8 +242,9 @@ def report(results: list[dict[str, Any]], machine: dict[str, Any], wall_s: float
 
 
 def main(names: list[str], seeds: list[int], out: Path = DEFAULT_OUT, *,
-         log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run :func:`run_dataset` for each name, write the markdown and a JSON beside it."""
+         log: Callable[[str], None] = print, train_config: TrainConfig | None = None) -> list[dict[str, Any]]:
+    """Run :func:`run_dataset` for each name (``train_config``: the transformer's recipe, default
+    :class:`TrainConfig`'s), write the markdown and a JSON beside it."""
     from engine.bench.speed import machine_info
 
     unknown = [n for n in names if n not in DATASETS]
@@ -252,8 +257,8 @@ def main(names: list[str], seeds: list[int], out: Path = DEFAULT_OUT, *,
         if not ds.path.exists():
             log(f"[{n}] skipped: {ds.path} not found")
             continue
-        results.append(run_dataset(ds, seeds, log=log))
-    text = report(results, machine_info(), time.perf_counter() - t0)
+        results.append(run_dataset(ds, seeds, log=log, train_config=train_config))
+    text = report(results, machine_info(), time.perf_counter() - t0, train_config or TrainConfig())
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

@@ -569,17 +569,22 @@ def score_distribution(
 
 
 def training_history_figure(history: Sequence[dict] | pd.DataFrame, title: str | None = None) -> go.Figure:
-    """Training loss and validation average precision / AUC per epoch (from checkpoint meta)."""
+    """Training loss and validation average precision / AUC per epoch (from checkpoint meta); a
+    seed ensemble's history (a ``member`` column) gets one set of lines per member."""
     h = pd.DataFrame(history)
     fig = go.Figure()
-    if "loss" in h:
-        fig.add_trace(go.Scatter(x=h["epoch"], y=h["loss"], name="training loss", mode="lines+markers",
-                                 line=dict(color=NEUTRAL_COLOR)))
-    for col, name, color in (("val_average_precision", "validation AP", FRAUD_COLOR),
-                             ("val_auc_roc", "validation AUC ROC", LEGIT_COLOR)):
-        if col in h:
-            fig.add_trace(go.Scatter(x=h["epoch"], y=h[col], name=name, mode="lines+markers",
-                                     line=dict(color=color), yaxis="y2"))
+    groups = list(h.groupby("member", sort=True)) if "member" in h else [(None, h)]
+    for member, g in groups:
+        tag = "" if member is None else f" (member {int(member) + 1})"
+        dash = "solid" if member is None else ("solid", "dash", "dot", "dashdot")[int(member) % 4]
+        if "loss" in g:
+            fig.add_trace(go.Scatter(x=g["epoch"], y=g["loss"], name="training loss" + tag, mode="lines+markers",
+                                     line=dict(color=NEUTRAL_COLOR, dash=dash)))
+        for col, name, color in (("val_average_precision", "validation AP", FRAUD_COLOR),
+                                 ("val_auc_roc", "validation AUC ROC", LEGIT_COLOR)):
+            if col in g:
+                fig.add_trace(go.Scatter(x=g["epoch"], y=g[col], name=name + tag, mode="lines+markers",
+                                         line=dict(color=color, dash=dash), yaxis="y2"))
     fig = _layout(fig, title, height=280)
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_layout(yaxis=dict(title=dict(text="training loss")),

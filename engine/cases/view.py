@@ -557,7 +557,7 @@ def model_card(bundle: "ModelBundle") -> dict[str, Any]:
     model config dict),
     ``train_config``, ``metrics`` (DataFrame, one row per period), ``training_data`` (dict),
     ``split`` (dict), ``spec_name``, ``spec_toml``, ``versions`` (dict), ``history`` (DataFrame),
-    ``n_parameters``.
+    ``n_parameters``; ``best_epoch`` is a seed ensemble's per-member best epochs as ``"9 / 13"``.
     """
     meta = bundle.meta or {}
     cfg = bundle.config.to_dict()
@@ -585,7 +585,7 @@ def model_card(bundle: "ModelBundle") -> dict[str, Any]:
         "metrics": mdf,
         "training_data": td,
         "split": dict(meta.get("split", {}) or {}),
-        "best_epoch": meta.get("best_epoch"),
+        "best_epoch": " / ".join(map(str, be)) if isinstance(be := meta.get("best_epoch"), list) else be,
         "spec_name": bundle.spec.name,
         "spec_toml": bundle.spec.to_toml(),
         "versions": dict(meta.get("versions", {}) or {}),

@@ -6,6 +6,8 @@ Map of the package, in data-flow order:
   validated :class:`TransactionBatch` (``[B, T, ...]`` tensors) the model reads;
 * :mod:`~engine.model.transformer` - :class:`ModelConfig` and :class:`FraudTransformer` (row
   encoder ``[B, T, F, D]`` -> causal transformer -> logits ``[B, T]``);
+* :mod:`~engine.model.ensemble` - :class:`SeedEnsemble`: ``K`` transformers from different seeds,
+  one checkpoint, scored by their mean logit (``TrainConfig.members``);
 * :mod:`~engine.model.train` - time split, training with early stopping, thresholds;
 * :mod:`~engine.model.calibration` - the logit -> fraud probability map fitted on validation
   (isotonic / Platt), ECE and reliability tables (no torch);
@@ -29,6 +31,7 @@ _EXPORTS = {
     "TransactionBatch": "sequences", "WindowIndex": "sequences", "build_windows": "sequences",
     "make_batch": "sequences", "entity_bounds": "sequences", "window_of_position": "sequences",
     "FraudTransformer": "transformer", "ModelConfig": "transformer", "ScoreOutput": "transformer",
+    "SeedEnsemble": "ensemble",
     "TrainConfig": "train", "fit": "train", "train": "train", "time_split": "train",
     "NonFiniteScoreError": "scoring", "CheckpointError": "checkpoint_checks",
     "ScoreRun": "scoring", "score_encoded": "scoring", "score_file": "scoring", "score_frame": "scoring",

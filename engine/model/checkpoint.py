@@ -54,6 +54,7 @@ from engine.model.checkpoint_checks import (
     load_weights,
     parse_meta,
 )
+from engine.model.ensemble import SeedEnsemble, model_from_config
 from engine.model.transformer import FraudTransformer, ModelConfig
 from engine.model.calibration import (
     CALIBRATION_KEY,
@@ -82,7 +83,8 @@ class ModelBundle:
     """A model with the feature encoder, spec and metadata it was trained with.
 
     Attributes:
-        model: the :class:`FraudTransformer` in eval mode.
+        model: the :class:`FraudTransformer` (or :class:`~engine.model.ensemble.SeedEnsemble` of
+            them, ``config.n_members > 1``) in eval mode.
         encoder: fitted :class:`FeatureEncoder`.
         spec: the :class:`DatasetSpec` of the training data.
         meta: metrics, thresholds, data hash, versions, ``name``, ``created_at``.
@@ -90,7 +92,7 @@ class ModelBundle:
         path: directory it was loaded from, if any.
     """
 
-    model: FraudTransformer
+    model: FraudTransformer | SeedEnsemble
     encoder: FeatureEncoder
     spec: DatasetSpec
     meta: dict[str, Any] = field(default_factory=dict)
@@ -277,7 +279,7 @@ def load_checkpoint(path: str | Path | None = None) -> ModelBundle:
         except ValueError as e:
             raise CheckpointError(str(e)) from None
     state = load_weights(weights, expected_state_shapes(cfg), str(d / WEIGHTS))
-    model = FraudTransformer(cfg)  # sizes bounded by the checks above
+    model = model_from_config(cfg)  # sizes bounded by the checks above
     model.load_state_dict(state, strict=True)
     model.eval()
     keep = {k: v for k, v in meta.items() if k not in {"model_config", "feature_state", "spec"}}

@@ -133,8 +133,18 @@ def check_layout(cfg: ModelConfig, implied: dict[str, Any], source: str) -> None
 
 
 def expected_state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every tensor of ``FraudTransformer(cfg).state_dict()``, computed from the
-    config alone (tested equal to the built model's)."""
+    """Name -> shape of every tensor of ``model_from_config(cfg).state_dict()``, computed from the
+    config alone (tested equal to the built model's): one transformer's tensors, or with
+    ``n_members = K > 1`` (a :class:`~engine.model.ensemble.SeedEnsemble`) each of them once per
+    member under ``members.{k}.``."""
+    one = _member_state_shapes(cfg)
+    if cfg.n_members == 1:
+        return one
+    return {f"members.{k}.{name}": shape for k in range(cfg.n_members) for name, shape in one.items()}
+
+
+def _member_state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of ``FraudTransformer(cfg).state_dict()``."""
     D, F, Fn, H, Dff = cfg.d_model, cfg.n_fields, len(cfg.num_field_index), cfg.n_heads, cfg.d_ff
     s: dict[str, tuple[int, ...]] = {
         "rows.num_w": (Fn, D), "rows.num_b": (Fn, D), "rows.hist_none": (D,), "rows.field_bias": (F, D),

@@ -18,7 +18,7 @@ DEFAULT_HISTORY_EDGES = (-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 
 #: (``engine.model.checkpoint.MAX_PARAMETERS``).
 CONFIG_LIMITS = {
     "d_model": (1, 1024), "n_heads": (1, 64), "n_layers": (1, 32), "d_ff": (1, 8192),
-    "context_length": (2, 1024), "min_history": (0, 1023), "row_ff": (0, 8192),
+    "context_length": (2, 1024), "min_history": (0, 1023), "row_ff": (0, 8192), "n_members": (1, 16),
 }
 MAX_LIST_LEN = 100_000  # entries of any list field (fields, cat columns, num columns)
 MAX_EMBEDDING_ROWS = 1 << 22  # sum of the categorical cardinalities (embedding table rows)
@@ -80,6 +80,10 @@ class ModelConfig:
         activity_ple: with the activity fields, also embed a piecewise-linear code of each
             ``recent_activity`` input (fixed edges, :func:`engine.model.activity.activity_ple_edges`);
             False for checkpoints written before the option existed.
+        n_members: members ``K`` of a seed ensemble (:class:`engine.model.ensemble.SeedEnsemble`):
+            ``K`` transformers of this configuration, trained from different seeds on the same
+            inputs, whose mean logit is the score; 1 = one :class:`FraudTransformer` (checkpoints
+            written before the option existed).
     """
 
     cat_cardinalities: list[int]
@@ -101,6 +105,7 @@ class ModelConfig:
     novelty_only_cols: list[int] = field(default_factory=list)
     activity_ple: bool = False
     row_ff: int = 0
+    n_members: int = 1
 
     @property
     def embedding_cardinalities(self) -> list[int]:

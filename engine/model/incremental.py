@@ -11,6 +11,9 @@ embedded once (its row embedding does not depend on the window), then run throug
 once per open window as a single query against that window's cache; the logit comes from
 window ``k(p)``. Windows that can receive no more transactions are dropped, new ones are opened
 when ``p`` reaches their start — so no window is ever re-encoded.
+
+A seed ensemble (:class:`engine.model.ensemble.SeedEnsemble`) keeps these caches once per member
+(each window records its ``member``) and returns the members' mean logit, as the ensemble does.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from scipy.special import erf as _erf
 
 from engine.data.features import piecewise_linear
 from engine.model.checkpoint import ModelBundle
+from engine.model.ensemble import members_of
 from engine.model.scoring import NonFiniteScoreError
 from engine.model.sequences import window_of_position
 
@@ -40,6 +44,7 @@ class _Window:
     cats: np.ndarray  # [capacity, C] int64 first-seen categorical values of the cached rows
     n: int = 0  # cached rows
     z_sum: float = 0.0  # sum of the standardised log amounts of the cached rows
+    member: int = 0  # ensemble member whose caches these are (engine.model.ensemble; 0 for one model)
 
 
 @dataclass
@@ -121,7 +126,9 @@ class IncrementalScorer:
 
     The step is the model's own function (row encoder, pre-LayerNorm blocks with the time-decay
     attention bias, head) evaluated in NumPy float32 on the model's weights, copied once at
-    construction; tests check it equal to whole-file scoring with the torch model.
+    construction; tests check it equal to whole-file scoring with the torch model. A seed
+    ensemble's score is the mean of its members' logits (each member's caches kept apart; cost
+    in proportion to the members).
 
     Raises:
         ValueError: a transaction older than the entity's previous one (histories are time-ordered).
@@ -134,20 +141,27 @@ class IncrementalScorer:
         self.cfg = bundle.config
         self.S = self.cfg.context_length - self.cfg.min_history
         self.entities: dict[str, _EntityState] = {}
-        self.w = _Weights(self.model)
+        self.members = [_Weights(m) for m in members_of(self.model)]  # one per ensemble member
+        self.w = self.members[0]  # the input layout (activity columns, widths) all members share
         self._gelu_c = np.float32(1.0 / math.sqrt(2.0))
 
     # ------------------------------------------------------------------ encoding
-    def _row_embedding(self, row, st: _EntityState) -> tuple[np.ndarray, float, float, np.ndarray]:
-        """Summed field embedding ``[D]`` float32 of one new transaction *without* its
-        window-dependent fields (``amount_vs_history``, the activity fields), its time in seconds,
-        its standardised log amount and its first-seen categorical values ``[C]`` int64 (the sum
-        :meth:`RowEncoder.summed` computes for a lone row)."""
+    def _row_embedding(self, row, st: _EntityState) -> tuple[list[np.ndarray], float, float, np.ndarray]:
+        """Per member, the summed field embedding ``[D]`` float32 of one new transaction
+        *without* its window-dependent fields (``amount_vs_history``, the activity fields); its
+        time in seconds, its standardised log amount and its first-seen categorical values ``[C]``
+        int64 (the sum :meth:`RowEncoder.summed` computes for a lone row)."""
         enc = self.bundle.encoder.transform_row(row)
         t = float(enc.time_s[0])
         if not math.isnan(st.last_time) and t < st.last_time:
             raise ValueError(f"transaction at {pd.Timestamp(t, unit='s')} is older than the entity's previous one")
-        W = self.w
+        bases = [self._member_embedding(W, enc, t, st) for W in self.members]
+        cats = enc.cat[0][self.w.act["cols"]] if self.w.act is not None else np.zeros(0, np.int64)
+        return bases, t, float(enc.num[0][0]), cats
+
+    @staticmethod
+    def _member_embedding(W: _Weights, enc, t: float, st: _EntityState) -> np.ndarray:
+        """``[D]`` float32: one member's window-independent row embedding (:meth:`_row_embedding`)."""
         num = enc.num[0]
         x = W.static_bias + num @ W.num_w  # [Fn] @ [Fn, D] -> [D]
         if W.ple is not None:
@@ -167,13 +181,13 @@ class IncrementalScorer:
             gap = max(t - st.last_time, 0.0)
             x = x + W.gap_bins[int(np.searchsorted(W.gap_edges, gap, side="left"))]
             x = x + W.gap_lin_w * np.float32(math.log1p(gap / 60.0) / 5.0) + W.gap_lin_b
-        cats = enc.cat[0][W.act["cols"]] if W.act is not None else np.zeros(0, np.int64)
-        return x.astype(np.float32), t, float(num[0]), cats
+        return x.astype(np.float32)
 
-    def _activity(self, w: _Window, t: float, z: float, cats: np.ndarray) -> np.ndarray:
+    def _activity(self, W: _Weights, w: _Window, t: float, z: float, cats: np.ndarray) -> np.ndarray:
         """``[D]``: the activity fields of a new row against window ``w``'s cached rows, as
-        :func:`engine.model.activity.activity_inputs` computes them for the last position."""
-        A, n = self.w.act, w.n
+        :func:`engine.model.activity.activity_inputs` computes them for the last position, with
+        member ``W``'s weights."""
+        A, n = W.act, w.n
         times, zs = w.times[:n], w.zs[:n].astype(np.float64)
         dt = t - times  # [n] seconds, non-increasing (the window is time-ordered)
         feats = []
@@ -202,9 +216,10 @@ class IncrementalScorer:
     def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool,
               cats: np.ndarray | None = None) -> np.ndarray | None:
         """Run one new row (``base [D]``, its time ``t`` and log amount ``z``) through every layer
-        against window ``w``'s cache, appending its keys/values; returns the final hidden state
-        ``[D]``, or None without ``need_output`` (then the last block computes keys/values only)."""
-        W = self.w
+        against window ``w``'s cache (member ``w.member``'s weights), appending its keys/values;
+        returns the final hidden state ``[D]``, or None without ``need_output`` (then the last
+        block computes keys/values only)."""
+        W = self.members[w.member]
         self._reserve(w)
         n = w.n
         if W.has_hist:
@@ -215,7 +230,7 @@ class IncrementalScorer:
             else:
                 base = base + W.hist_none
         if W.act is not None:
-            base = base + self._activity(w, t, z, cats)
+            base = base + self._activity(W, w, t, z, cats)
             w.cats[n] = cats
         x = _layer_norm(base, *W.ln_in)
         if W.row_ff is not None:
@@ -248,12 +263,19 @@ class IncrementalScorer:
         w.z_sum += z
         return x if need_output else None
 
-    def _new_window(self, start: int, capacity: int = 8) -> _Window:
+    def _new_window(self, start: int, member: int = 0, capacity: int = 8) -> _Window:
         L, H, dh = len(self.w.blocks), self.w.H, self.w.dh
         C = 0 if self.w.act is None else len(self.w.act["cols"])
         return _Window(start=start, keys=np.empty((L, H, capacity, dh), np.float32),
                        values=np.empty((L, H, capacity, dh), np.float32), times=np.empty(capacity, np.float64),
-                       zs=np.empty(capacity, np.float32), cats=np.empty((capacity, C), np.int64))
+                       zs=np.empty(capacity, np.float32), cats=np.empty((capacity, C), np.int64), member=member)
+
+    def _open_windows(self, st: _EntityState, p: int) -> None:
+        """Before position ``p``: open every member's window that starts at ``p``, drop the full ones."""
+        if p % self.S == 0:
+            st.windows.extend(self._new_window(p, k) for k in range(len(self.members)))
+        T = self.cfg.context_length
+        st.windows = [w for w in st.windows if p < w.start + T]
 
     def _reserve(self, w: _Window) -> None:
         """Room for one more cached row: the buffers double when full (at most ``T`` rows), so an
@@ -284,19 +306,18 @@ class IncrementalScorer:
         """
         st = self.entities.setdefault(str(entity_id), _EntityState())
         p = st.n
-        base, t, z, cats = self._row_embedding(row, st)
+        bases, t, z, cats = self._row_embedding(row, st)
         T = self.cfg.context_length
-        # window k starts at k*S: open it there; drop windows that are full
-        if p % self.S == 0:
-            st.windows.append(self._new_window(p))
-        st.windows = [w for w in st.windows if p < w.start + T]
+        self._open_windows(st, p)  # window k starts at k*S: open it there; drop windows that are full
         k_score = int(window_of_position(p, T, self.cfg.min_history)) * self.S
-        logit = float("nan")
+        total, scored = 0.0, 0
         for w in st.windows:
-            h = self._step(base, w, t, z, need_output=w.start == k_score, cats=cats)
+            h = self._step(bases[w.member], w, t, z, need_output=w.start == k_score, cats=cats)
             if h is not None:
-                W = self.w
-                logit = float(_layer_norm(h, *W.ln_out) @ W.head_w + W.head_b)
+                W = self.members[w.member]
+                total += float(_layer_norm(h, *W.ln_out) @ W.head_w + W.head_b)
+                scored += 1
+        logit = total / scored if scored == len(self.members) else float("nan")  # the members' mean logit
         st.n, st.last_time = p + 1, t
         if not math.isfinite(logit):
             tid = row.get("transaction_id", "?") if hasattr(row, "get") else "?"
@@ -323,15 +344,12 @@ class IncrementalScorer:
             raise ValueError(f"resume: start {start} is not a window start (a multiple of {self.S})")
         st = _EntityState(n=start, last_time=float("nan") if prev_time_s is None else float(prev_time_s))
         self.entities[str(entity_id)] = st
-        T = self.cfg.context_length
         for row in rows:
             p = st.n
-            base, t, z, cats = self._row_embedding(row, st)
-            if p % self.S == 0:
-                st.windows.append(self._new_window(p))
-            st.windows = [w for w in st.windows if p < w.start + T]
+            bases, t, z, cats = self._row_embedding(row, st)
+            self._open_windows(st, p)
             for w in st.windows:
-                self._step(base, w, t, z, need_output=False, cats=cats)  # keys/values only
+                self._step(bases[w.member], w, t, z, need_output=False, cats=cats)  # keys/values only
             st.n, st.last_time = p + 1, t
 
     def add_frame(self, frame: pd.DataFrame) -> np.ndarray:

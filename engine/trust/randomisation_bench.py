@@ -47,9 +47,10 @@ def dummy_recency(ctx: QueryContext) -> np.ndarray:
 
 
 def dummy_row_encoder(ctx: QueryContext) -> np.ndarray:
-    """``[T]`` float64: the L2 norm of each transaction's summed row embedding (the row encoder only)."""
+    """``[T]`` float64: the L2 norm of each transaction's summed row embedding (the row encoder
+    only; a seed ensemble's members' embeddings side by side)."""
     with torch.no_grad():
-        x = ctx.bundle.model.rows(ctx.batch).sum(dim=2)  # [1, T, F, D] -> [1, T, D]
+        x = ctx.bundle.model.embed(ctx.batch).sum(dim=2)  # [1, T, F, D] -> [1, T, D] (D: K*D for K members)
     return x[0].norm(dim=-1).double().numpy()
 
 

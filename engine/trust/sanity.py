@@ -86,6 +86,7 @@ from scipy.stats import spearmanr
 from engine.explain.context import QueryContext
 from engine.explain import METHODS, IGConfig
 from engine.explain.base import Explanation
+from engine.model.ensemble import SeedEnsemble, members_of
 from engine.model.transformer import FraudTransformer
 
 #: rank correlation (upper end of its 95 % interval) a randomisation step must bring a method below
@@ -103,12 +104,17 @@ class CompletenessWarning(UserWarning):
 
 
 # ------------------------------------------------------------------------------ randomisation
-def cascade_steps(model: FraudTransformer) -> list[tuple[str, list[str]]]:
-    """The cascade, top layer first: ``[(step name, [module names of model])]`` (see module doc)."""
+def cascade_steps(model: FraudTransformer | SeedEnsemble) -> list[tuple[str, list[str]]]:
+    """The cascade, top layer first: ``[(step name, [module names of model])]`` (see module doc).
+    For a seed ensemble each step re-draws that layer in every member (``members.{k}.``), so a
+    step leaves no member's copy of the layer trained."""
+    one = members_of(model)[0]
     steps = [("head", ["head", "ln_out"])]
-    for i in reversed(range(len(model.blocks))):
+    for i in reversed(range(len(one.blocks))):
         steps.append((f"block {i}", [f"blocks.{i}"]))
-    steps.append(("row encoder", ["ln_in"] + (["row_ff"] if model.row_ff is not None else []) + ["rows"]))
+    steps.append(("row encoder", ["ln_in"] + (["row_ff"] if one.row_ff is not None else []) + ["rows"]))
+    if isinstance(model, SeedEnsemble):
+        steps = [(name, [f"members.{k}.{m}" for k in range(len(model.members)) for m in mods]) for name, mods in steps]
     return steps
 
 

@@ -229,6 +229,15 @@ def test_training_history_figure():
     assert list(fig.data[0].y) == [0.9, 0.5]
 
 
+def test_training_history_figure_of_a_seed_ensemble_has_lines_per_member():
+    h = [{"epoch": e, "loss": 1.0 / e, "val_average_precision": 0.1 * e + m, "member": m}
+         for m in (0, 1) for e in (1, 2, 3)]
+    fig = F.training_history_figure(h)
+    assert [t.name for t in fig.data] == ["training loss (member 1)", "validation AP (member 1)",
+                                          "training loss (member 2)", "validation AP (member 2)"]
+    assert list(fig.data[3].y) == pytest.approx([1.1, 1.2, 1.3]) and list(fig.data[3].x) == [1, 2, 3]
+
+
 def test_figures_use_no_external_assets():
     figs = [F.attribution_bars(_expl()), F.attention_heatmap(_attention()), F.timeline_figure(_timeline(), 0.5)]
     for f in figs:
