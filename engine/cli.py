@@ -243,6 +243,9 @@ def train(
     from engine.distributed.ray_train import ray_fitter
     from engine.model.train import TrainConfig, train as train_fn
 
+    if workers > 1 and members > 1:
+        _fail(f"--workers trains one transformer; a {members}-member ensemble (--members) trains on one machine only "
+              "(leave out --workers, or use --members 1)")
     try:
         fitter = ray_fitter(workers, address) if workers > 1 else None
     except RuntimeError as e:  # Ray is not installed

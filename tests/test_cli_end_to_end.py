@@ -139,3 +139,46 @@ def test_score_with_a_model_of_another_spec_says_what_to_do(shared_data, tmp_pat
     assert "lacks field(s)" in r.output and "merchant_city" in r.output and "fraudlens train" in r.output
     # forgetting --model: the demo model is named and what it reads
     assert "demo model, used when no --model is given, reads TabFormer-format files only" in " ".join(r.output.split())
+
+
+def test_a_seed_ensemble_trains_scores_and_explains_as_one_model(handbook_slice, tmp_path):
+    """`train --members 2`: one checkpoint whose score is the members' mean logit; `score` and
+    `explain` read it like any model (IG complete for that score, every method on the same logit)."""
+    data, n_rows, _ = handbook_slice
+    model_dir = tmp_path / "ens"
+    r = runner.invoke(app, [
+        "train", "--data", str(data), "--spec", "handbook", "--out", str(model_dir), "--epochs", "2",
+        "--windows-per-epoch", "120", "--context-length", "32", "--min-history", "16", "--d-model", "16",
+        "--n-layers", "1", "--n-heads", "2", "--no-progress", "--train-end", "2018-04-25", "--val-end", "2018-05-03",
+        "--members", "2", "--seed", "3", "--no-baseline",
+    ])
+    assert r.exit_code == 0, r.output
+    assert "member 1 of 2 (seed 6," in r.output and "member 2 of 2 (seed 7," in r.output
+    meta = json.loads((model_dir / "checkpoint.json").read_text())
+    assert meta["model_config"]["n_members"] == 2 and [m["seed"] for m in meta["members"]] == [6, 7]
+    from engine.model.checkpoint import load_checkpoint
+    from engine.model.ensemble import SeedEnsemble
+
+    b = load_checkpoint(model_dir)
+    assert isinstance(b.model, SeedEnsemble)
+    scores_path = tmp_path / "scores.parquet"
+    r = runner.invoke(app, ["score", "--data", str(data), "--spec", "handbook", "--out", str(scores_path),
+                            "--model", str(model_dir)])
+    assert r.exit_code == 0, r.output
+    s = pd.read_parquet(scores_path)
+    assert len(s) == n_rows and (s["status"] == "scored").sum() == n_rows - 1
+    top = s[s["status"] == "scored"].sort_values("logit", ascending=False).iloc[0]
+    out = tmp_path / "explanation.json"
+    r = runner.invoke(app, ["explain", "--data", str(data), "--spec", "handbook", "--model", str(model_dir),
+                            "--entity", str(top["entity_id"]), "--row", str(int(top["row_number"])),
+                            "--out", str(out), "--ig-steps", "20"])
+    assert r.exit_code == 0, r.output
+    ex = json.loads(out.read_text())["explanations"]
+    for e in ex.values():
+        assert e["score_logit"] == pytest.approx(float(top["logit"]), abs=1e-4)
+    ig = ex["integrated_gradients"]
+    assert sum(ig["values"]) == pytest.approx(ig["score_logit"] - ig["reference_logit"],
+                                              abs=abs(ig["convergence_delta"]) + 1e-3)
+    r = runner.invoke(app, ["train", "--data", str(data), "--spec", "handbook", "--out", str(tmp_path / "x"),
+                            "--members", "2", "--workers", "2", "--no-progress"])
+    assert r.exit_code == 2 and "ensemble (--members) trains on one machine only" in " ".join(r.output.split())
