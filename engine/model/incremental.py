@@ -12,8 +12,12 @@ once per open window as a single query against that window's cache; the logit co
 window ``k(p)``. Windows that can receive no more transactions are dropped, new ones are opened
 when ``p`` reaches their start — so no window is ever re-encoded.
 
-A seed ensemble (:class:`engine.model.ensemble.SeedEnsemble`) keeps these caches once per member
-(each window records its ``member``) and returns the members' mean logit, as the ensemble does.
+A seed ensemble (:class:`engine.model.ensemble.SeedEnsemble`) of ``M`` members runs them side by
+side: every weight is stacked on a leading member axis ``M`` and every step is one NumPy operation
+over ``[M, ...]`` (a one-row step is dominated by per-call overhead, so ``M`` members cost far less
+than ``M`` steps); a window's times, amounts and first-seen values are shared (every member reads
+the same rows), its keys/values are ``[M, L, H, capacity, dh]``. The score is the members' mean
+logit, as the ensemble's. One model is ``M = 1``.
 """
 
 from __future__ import annotations
@@ -37,14 +41,13 @@ from engine.model.sequences import window_of_position
 @dataclass
 class _Window:
     start: int  # entity position of the window's first transaction
-    keys: np.ndarray  # [L, H, capacity, dh] float32, rows [:n] filled; capacity doubles up to T
-    values: np.ndarray  # [L, H, capacity, dh] float32
+    keys: np.ndarray  # [M, L, H, capacity, dh] float32, rows [:n] filled; capacity doubles up to T
+    values: np.ndarray  # [M, L, H, capacity, dh] float32
     times: np.ndarray  # [capacity] float64 seconds of the cached rows
     zs: np.ndarray  # [capacity] float32 standardised log amounts of the cached rows (activity fields)
     cats: np.ndarray  # [capacity, C] int64 first-seen categorical values of the cached rows
     n: int = 0  # cached rows
     z_sum: float = 0.0  # sum of the standardised log amounts of the cached rows
-    member: int = 0  # ensemble member whose caches these are (engine.model.ensemble; 0 for one model)
 
 
 @dataclass
@@ -58,62 +61,87 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.float32)
 
 
-def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm of one row ``[D]`` float32 (``np.add.reduce`` / ``np.dot`` instead of
-    ``ndarray.mean``: the same arithmetic without its ~5 us Python wrapper per call)."""
-    n = x.shape[0]
-    d = x - np.add.reduce(x) / np.float32(n)
-    return d * np.float32(1.0 / math.sqrt(float(np.dot(d, d)) / n + eps)) * w + b
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float, mean: np.ndarray) -> np.ndarray:
+    """LayerNorm over the last axis of ``[M, 1, D]`` float32 rows; ``mean`` is the ``[D, 1]``
+    column ``1/D`` (a matmul takes the means: one ~1 us call, where ``ndarray.mean`` / ``var``
+    cost ~5 us each in Python wrappers)."""
+    d = x - x @ mean  # [M, 1, D] - [M, 1, 1]
+    return d / np.sqrt((d * d) @ mean + np.float32(eps)) * w + b
 
 
 class _Weights:
-    """The model's parameters as NumPy float32 arrays, laid out for one-row steps (each ``W``
-    transposed to ``[in, out]``). Plain NumPy: a one-row step is ~40 tiny operations, where
-    NumPy's per-call overhead (~1 us) is far below torch's."""
+    """The parameters of ``M`` models of one configuration (an ensemble's members, or one model)
+    as NumPy float32 arrays stacked on a leading member axis, laid out for one-row steps on
+    activations ``[M, 1, D]``: each ``W`` transposed to ``[M, in, out]``, each bias ``[M, 1, out]``.
+    Plain NumPy: a one-row step is ~40 tiny operations, where NumPy's per-call overhead (~1 us)
+    is far below torch's."""
 
-    def __init__(self, model):
-        rows = model.rows
-        self.D = model.cfg.d_model
-        self.static_bias = _np(rows.field_bias.sum(0) + rows.num_b.sum(0))  # [D]
-        self.num_w = _np(rows.num_w)  # [Fn, D]
+    def __init__(self, models: list):
+        def stack(get) -> np.ndarray:
+            return np.stack([get(m) for m in models])
+
+        def row(get) -> np.ndarray:  # [M, 1, out]
+            return stack(get)[:, None, :]
+
+        def mat(get) -> np.ndarray:  # torch Linear weight [out, in] -> [M, in, out]
+            return stack(lambda m: _np(get(m)).T.copy())
+
+        model, rows = models[0], models[0].rows  # input layout and shapes (equal in every member)
+        self.M, self.D = len(models), model.cfg.d_model
+        self.mean = np.full((self.D, 1), 1.0 / self.D, np.float32)  # [D, 1], for _layer_norm
+        self.static_bias = row(lambda m: _np(m.rows.field_bias.sum(0) + m.rows.num_b.sum(0)))  # [M, 1, D]
+        self.num_w = stack(lambda m: _np(m.rows.num_w))  # [M, Fn, D]
         self.ple = None if rows.ple_w is None else (  # piecewise-linear codes of some num columns
-            rows.ple_cols.numpy(), rows.ple_lo.numpy(), rows.ple_scale.numpy(), _np(rows.ple_w))  # [P], [P, K] x2, [P, K, D]
-        self.cat_emb = _np(rows.cat_emb.weight)  # [sum(cardinalities), D]
+            rows.ple_cols.numpy(), rows.ple_lo.numpy(), rows.ple_scale.numpy(),
+            stack(lambda m: _np(m.rows.ple_w).reshape(-1, self.D)))  # [P], [P, K] x2, [M, P*K, D]
+        self.cat_emb = stack(lambda m: _np(m.rows.cat_emb.weight))  # [M, sum(cardinalities), D]
         self.cat_offsets = rows.cat_offsets.numpy().astype(np.int64)
         self.cat_keep = rows.cat_keep.numpy().astype(np.int64)  # 0 = novelty-only column
-        self.multi = [_np(p.weight).T.copy() for p in rows.multi_proj]  # [w, D] each
+        self.multi = [mat(lambda m, i=i: m.rows.multi_proj[i].weight) for i in range(len(rows.multi_proj))]  # [M, w, D]
         self.multi_w = [w for _, w in model.cfg.multi_slots]
-        self.gap_bins = _np(rows.gap_bins.weight)  # [n_bins + 2, D]
+        self.gap_bins = stack(lambda m: _np(m.rows.gap_bins.weight))  # [M, n_bins + 2, D]
         self.gap_edges = rows.gap_edges.numpy()
-        self.gap_lin_w, self.gap_lin_b = _np(rows.gap_lin.weight)[:, 0], _np(rows.gap_lin.bias)
+        self.gap_lin_w = row(lambda m: _np(m.rows.gap_lin.weight)[:, 0])  # [M, 1, D]
+        self.gap_lin_b = row(lambda m: _np(m.rows.gap_lin.bias))
         self.has_hist = rows.hist_field is not None
-        self.hist_w, self.hist_b = _np(rows.hist_lin.weight).T.copy(), _np(rows.hist_lin.bias)  # [1 + K-1, D]
+        self.hist_w = mat(lambda m: m.rows.hist_lin.weight)  # [M, 1 + K-1, D]
+        self.hist_b = row(lambda m: _np(m.rows.hist_lin.bias))
         self.hist_edges = rows.hist_edges.numpy().astype(np.float32)
-        self.hist_none = _np(rows.hist_none)
+        self.hist_none = row(lambda m: _np(m.rows.hist_none))
         act = rows.activity
         self.act = None if act is None else dict(  # recent-activity / first-seen fields (engine.model.activity)
             windows=list(act.windows_s), cols=act.cols.numpy().astype(np.int64),
-            recent_w=_np(act.recent.weight).T.copy(), recent_b=_np(act.recent.bias),  # [A, D], [D]
-            seen_w=_np(act.seen.weight).T.copy(), seen_b=_np(act.seen.bias),  # [C+1, D], [D]
-            ple=None if act.ple_w is None else (act.ple_lo.numpy(), act.ple_scale.numpy(), _np(act.ple_w)))  # [A, K] x2, [A, K, D]
-        self.ln_in = (_np(model.ln_in.weight), _np(model.ln_in.bias), model.ln_in.eps)
-        ff = model.row_ff  # ModelConfig.row_ff: residual feed-forward layer on the normalised row vector
-        self.row_ff = None if ff is None else (_np(ff[0].weight).T.copy(), _np(ff[0].bias),
-                                               _np(ff[2].weight).T.copy(), _np(ff[2].bias))  # [D, R], [R], [R, D], [D]
-        self.ln_out = (_np(model.ln_out.weight), _np(model.ln_out.bias), model.ln_out.eps)
-        self.head_w, self.head_b = _np(model.head.weight)[0], float(model.head.bias.detach()[0])
+            recent_w=mat(lambda m: m.rows.activity.recent.weight),  # [M, A, D]
+            recent_b=row(lambda m: _np(m.rows.activity.recent.bias)),
+            seen_w=mat(lambda m: m.rows.activity.seen.weight),  # [M, C+1, D]
+            seen_b=row(lambda m: _np(m.rows.activity.seen.bias)),
+            ple=None if act.ple_w is None else (act.ple_lo.numpy(), act.ple_scale.numpy(),  # [A, K] x2
+                                                stack(lambda m: _np(m.rows.activity.ple_w).reshape(-1, self.D))))  # [M, A*K, D]
+
+        def ln(get):
+            return row(lambda m: _np(get(m).weight)), row(lambda m: _np(get(m).bias)), get(model).eps
+
+        self.ln_in = ln(lambda m: m.ln_in)
+        self.row_ff = None if model.row_ff is None else (  # ModelConfig.row_ff: residual layer on the row vector
+            mat(lambda m: m.row_ff[0].weight), row(lambda m: _np(m.row_ff[0].bias)),  # [M, D, R], [M, 1, R]
+            mat(lambda m: m.row_ff[2].weight), row(lambda m: _np(m.row_ff[2].bias)))  # [M, R, D], [M, 1, D]
+        self.ln_out = ln(lambda m: m.ln_out)
+        self.head_w = mat(lambda m: m.head.weight)  # [M, D, 1]
+        self.head_b = stack(lambda m: _np(m.head.bias))[:, :, None]  # [M, 1, 1]
         self.blocks = []
-        for blk in model.blocks:
-            att = blk.attn
-            self.H, self.dh = att.h, att.dh
+        for i, blk in enumerate(model.blocks):
+            self.H, self.dh = blk.attn.h, blk.attn.dh
+
+            def lin(get, i=i):  # (weight [M, in, out], bias [M, 1, out]) of block i's Linear
+                return mat(lambda m: get(m.blocks[i]).weight), row(lambda m: _np(get(m.blocks[i]).bias))
+
+            (qkv_w, qkv_b), (out_w, out_b) = lin(lambda b: b.attn.qkv), lin(lambda b: b.attn.out)
+            (ff1_w, ff1_b), (ff2_w, ff2_b) = lin(lambda b: b.ff[0]), lin(lambda b: b.ff[2])
             self.blocks.append(dict(
-                ln1=(_np(blk.ln1.weight), _np(blk.ln1.bias), blk.ln1.eps),
-                ln2=(_np(blk.ln2.weight), _np(blk.ln2.bias), blk.ln2.eps),
-                qkv_w=_np(att.qkv.weight).T.copy(), qkv_b=_np(att.qkv.bias),  # [D, 3D], [3D]
-                out_w=_np(att.out.weight).T.copy(), out_b=_np(att.out.bias),
-                ff1_w=_np(blk.ff[0].weight).T.copy(), ff1_b=_np(blk.ff[0].bias),
-                ff2_w=_np(blk.ff[2].weight).T.copy(), ff2_b=_np(blk.ff[2].bias),
-                slope=_np(Fnn.softplus(att.slope_raw.detach()))[:, None],  # [H, 1]
+                ln1=ln(lambda m, i=i: m.blocks[i].ln1), ln2=ln(lambda m, i=i: m.blocks[i].ln2),
+                qkv_w=qkv_w, qkv_b=qkv_b, out_w=out_w, out_b=out_b,  # [M, D, 3D], [M, 1, 3D], [M, D, D], [M, 1, D]
+                ff1_w=ff1_w, ff1_b=ff1_b, ff2_w=ff2_w, ff2_b=ff2_b,
+                slope=stack(lambda m, i=i: _np(Fnn.softplus(m.blocks[i].attn.slope_raw.detach()))[:, None]),  # [M, H, 1]
             ))
 
 
@@ -127,8 +155,8 @@ class IncrementalScorer:
     The step is the model's own function (row encoder, pre-LayerNorm blocks with the time-decay
     attention bias, head) evaluated in NumPy float32 on the model's weights, copied once at
     construction; tests check it equal to whole-file scoring with the torch model. A seed
-    ensemble's score is the mean of its members' logits (each member's caches kept apart; cost
-    in proportion to the members).
+    ensemble's members run side by side on a leading member axis (module docstring); its score is
+    their mean logit.
 
     Raises:
         ValueError: a transaction older than the entity's previous one (histories are time-ordered).
@@ -141,53 +169,48 @@ class IncrementalScorer:
         self.cfg = bundle.config
         self.S = self.cfg.context_length - self.cfg.min_history
         self.entities: dict[str, _EntityState] = {}
-        self.members = [_Weights(m) for m in members_of(self.model)]  # one per ensemble member
-        self.w = self.members[0]  # the input layout (activity columns, widths) all members share
+        self.w = _Weights(members_of(self.model))
         self._gelu_c = np.float32(1.0 / math.sqrt(2.0))
 
     # ------------------------------------------------------------------ encoding
-    def _row_embedding(self, row, st: _EntityState) -> tuple[list[np.ndarray], float, float, np.ndarray]:
-        """Per member, the summed field embedding ``[D]`` float32 of one new transaction
-        *without* its window-dependent fields (``amount_vs_history``, the activity fields); its
-        time in seconds, its standardised log amount and its first-seen categorical values ``[C]``
-        int64 (the sum :meth:`RowEncoder.summed` computes for a lone row)."""
+    def _row_embedding(self, row, st: _EntityState) -> tuple[np.ndarray, float, float, np.ndarray]:
+        """Summed field embedding ``[M, 1, D]`` float32 (per member) of one new transaction *without*
+        its window-dependent fields (``amount_vs_history``, the activity fields), its time in
+        seconds, its standardised log amount and its first-seen categorical values ``[C]`` int64
+        (the sum :meth:`RowEncoder.summed` computes for a lone row)."""
         enc = self.bundle.encoder.transform_row(row)
         t = float(enc.time_s[0])
         if not math.isnan(st.last_time) and t < st.last_time:
             raise ValueError(f"transaction at {pd.Timestamp(t, unit='s')} is older than the entity's previous one")
-        bases = [self._member_embedding(W, enc, t, st) for W in self.members]
-        cats = enc.cat[0][self.w.act["cols"]] if self.w.act is not None else np.zeros(0, np.int64)
-        return bases, t, float(enc.num[0][0]), cats
-
-    @staticmethod
-    def _member_embedding(W: _Weights, enc, t: float, st: _EntityState) -> np.ndarray:
-        """``[D]`` float32: one member's window-independent row embedding (:meth:`_row_embedding`)."""
+        W = self.w
         num = enc.num[0]
-        x = W.static_bias + num @ W.num_w  # [Fn] @ [Fn, D] -> [D]
+        x = W.static_bias + enc.num[:1] @ W.num_w  # [1, Fn] @ [M, Fn, D] -> [M, 1, D]
         if W.ple is not None:
             cols, lo, scale, pw = W.ple
             code = np.clip((num[cols, None] - lo) * scale, 0.0, 1.0).astype(np.float32)  # [P, K], as RowEncoder.num_ple_code
-            x = x + np.einsum("pk,pkd->d", code, pw)
+            x = x + code.reshape(1, -1) @ pw  # [1, P*K] @ [M, P*K, D]
         if len(W.cat_offsets):
-            x = x + W.cat_emb[enc.cat[0] * W.cat_keep + W.cat_offsets].sum(0)  # [Fc, D] -> [D]
+            x = x + np.add.reduce(W.cat_emb[:, enc.cat[0] * W.cat_keep + W.cat_offsets], axis=1, keepdims=True)  # [M, Fc, D] -> [M, 1, D]
         start = 0
         for wmat, width in zip(W.multi, W.multi_w):
-            x = x + enc.multi[0, start : start + width] @ wmat
+            x = x + enc.multi[:1, start : start + width] @ wmat  # [1, w] @ [M, w, D] -> [M, 1, D]
             start += width
         # time since the entity's previous transaction (window-independent: the previous one is passed in)
         if math.isnan(st.last_time):
-            x = x + W.gap_bins[len(W.gap_edges) + 1]
+            i = len(W.gap_edges) + 1
+            x = x + W.gap_bins[:, i : i + 1]
         else:
             gap = max(t - st.last_time, 0.0)
-            x = x + W.gap_bins[int(np.searchsorted(W.gap_edges, gap, side="left"))]
+            i = int(np.searchsorted(W.gap_edges, gap, side="left"))
+            x = x + W.gap_bins[:, i : i + 1]
             x = x + W.gap_lin_w * np.float32(math.log1p(gap / 60.0) / 5.0) + W.gap_lin_b
-        return x.astype(np.float32)
+        cats = enc.cat[0][W.act["cols"]] if W.act is not None else np.zeros(0, np.int64)
+        return x.astype(np.float32), t, float(num[0]), cats
 
-    def _activity(self, W: _Weights, w: _Window, t: float, z: float, cats: np.ndarray) -> np.ndarray:
-        """``[D]``: the activity fields of a new row against window ``w``'s cached rows, as
-        :func:`engine.model.activity.activity_inputs` computes them for the last position, with
-        member ``W``'s weights."""
-        A, n = W.act, w.n
+    def _activity(self, w: _Window, t: float, z: float, cats: np.ndarray) -> np.ndarray:
+        """``[M, 1, D]``: the activity fields of a new row against window ``w``'s cached rows, as
+        :func:`engine.model.activity.activity_inputs` computes them for the last position."""
+        A, n = self.w.act, w.n
         times, zs = w.times[:n], w.zs[:n].astype(np.float64)
         dt = t - times  # [n] seconds, non-increasing (the window is time-ordered)
         feats = []
@@ -206,33 +229,33 @@ class IncrementalScorer:
         else:
             seen = np.zeros(len(cats) + 1, np.float32)
         r = np.asarray(feats, np.float32)
-        out = r @ A["recent_w"] + A["recent_b"] + seen @ A["seen_w"] + A["seen_b"]
+        out = r[None] @ A["recent_w"] + A["recent_b"] + seen[None] @ A["seen_w"] + A["seen_b"]  # [1, A] @ [M, A, D] -> [M, 1, D]
         if A["ple"] is not None:  # piecewise-linear codes of the inputs, as ActivityEncoder.forward
             lo, scale, pw = A["ple"]
             code = np.clip((r[:, None] - lo) * scale, 0.0, 1.0).astype(np.float32)  # [A, K]
-            out = out + code.reshape(-1) @ pw.reshape(-1, pw.shape[-1])
+            out = out + code.reshape(1, -1) @ pw  # [1, A*K] @ [M, A*K, D] -> [M, 1, D]
         return out
 
     def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool,
               cats: np.ndarray | None = None) -> np.ndarray | None:
-        """Run one new row (``base [D]``, its time ``t`` and log amount ``z``) through every layer
-        against window ``w``'s cache (member ``w.member``'s weights), appending its keys/values;
-        returns the final hidden state ``[D]``, or None without ``need_output`` (then the last
-        block computes keys/values only)."""
-        W = self.members[w.member]
+        """Run one new row (``base [M, 1, D]``, its time ``t`` and log amount ``z``) through every
+        layer of every member against window ``w``'s cache, appending its keys/values; returns the
+        final hidden states ``[M, 1, D]``, or None without ``need_output`` (then the last block
+        computes keys/values only)."""
+        W = self.w
         self._reserve(w)
         n = w.n
         if W.has_hist:
             if n:
                 dev = np.float32(z - w.z_sum / n)
                 feats = np.concatenate([[dev], piecewise_linear(np.array([dev]), W.hist_edges)[0]])  # [1 + K-1]
-                base = base + feats.astype(np.float32) @ W.hist_w + W.hist_b
+                base = base + feats.astype(np.float32)[None] @ W.hist_w + W.hist_b  # [1, 1 + K-1] @ [M, 1 + K-1, D]
             else:
                 base = base + W.hist_none
         if W.act is not None:
-            base = base + self._activity(W, w, t, z, cats)
+            base = base + self._activity(w, t, z, cats)
             w.cats[n] = cats
-        x = _layer_norm(base, *W.ln_in)
+        x = _layer_norm(base, *W.ln_in, W.mean)
         if W.row_ff is not None:
             w1, b1, w2, b2 = W.row_ff
             f = x @ w1 + b1
@@ -241,39 +264,40 @@ class IncrementalScorer:
         w.zs[n] = z
         log_gap = np.log1p(np.maximum(t - w.times[: n + 1], 0.0).astype(np.float32) / np.float32(60.0))  # [n+1]
         last = len(W.blocks) - 1
-        H, dh, D = W.H, W.dh, W.D
+        M, H, dh, D = W.M, W.H, W.dh, W.D
         for li, B in enumerate(W.blocks):
-            h = _layer_norm(x, *B["ln1"])
-            qkv = h @ B["qkv_w"] + B["qkv_b"]  # [D] @ [D, 3D] -> [3D]
-            w.keys[li, :, n] = qkv[D : 2 * D].reshape(H, dh)
-            w.values[li, :, n] = qkv[2 * D :].reshape(H, dh)
+            h = _layer_norm(x, *B["ln1"], W.mean)
+            qkv = h @ B["qkv_w"] + B["qkv_b"]  # [M, 1, D] @ [M, D, 3D] -> [M, 1, 3D]
+            w.keys[:, li, :, n] = qkv[:, 0, D : 2 * D].reshape(M, H, dh)
+            w.values[:, li, :, n] = qkv[:, 0, 2 * D :].reshape(M, H, dh)
             if li == last and not need_output:
                 break
-            K, V = w.keys[li, :, : n + 1], w.values[li, :, : n + 1]  # [H, n+1, dh]
-            q = qkv[:D].reshape(H, dh, 1)
-            scores = (K @ q)[..., 0] / np.float32(math.sqrt(dh)) - B["slope"] * log_gap  # [H, n+1]
-            scores = np.exp(scores - scores.max(axis=1, keepdims=True))
-            p = scores / scores.sum(axis=1, keepdims=True)
-            a = (p[:, None, :] @ V).reshape(D)  # [H, 1, n+1] @ [H, n+1, dh] -> [D]
+            K, V = w.keys[:, li, :, : n + 1], w.values[:, li, :, : n + 1]  # [M, H, n+1, dh]
+            q = qkv[:, 0, :D].reshape(M, H, dh, 1)
+            scores = (K @ q)[..., 0] / np.float32(math.sqrt(dh)) - B["slope"] * log_gap  # [M, H, n+1]
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            p = scores / scores.sum(axis=-1, keepdims=True)
+            a = (p[:, :, None, :] @ V).reshape(M, 1, D)  # [M, H, 1, n+1] @ [M, H, n+1, dh] -> [M, 1, D]
             x = x + a @ B["out_w"] + B["out_b"]
-            f = _layer_norm(x, *B["ln2"]) @ B["ff1_w"] + B["ff1_b"]
+            f = _layer_norm(x, *B["ln2"], W.mean) @ B["ff1_w"] + B["ff1_b"]
             f = 0.5 * f * (1.0 + _erf(f * self._gelu_c))  # exact GELU (nn.GELU default)
             x = x + f @ B["ff2_w"] + B["ff2_b"]
         w.n = n + 1
         w.z_sum += z
         return x if need_output else None
 
-    def _new_window(self, start: int, member: int = 0, capacity: int = 8) -> _Window:
-        L, H, dh = len(self.w.blocks), self.w.H, self.w.dh
+    def _new_window(self, start: int, capacity: int = 8) -> _Window:
+        M, L, H, dh = self.w.M, len(self.w.blocks), self.w.H, self.w.dh
         C = 0 if self.w.act is None else len(self.w.act["cols"])
-        return _Window(start=start, keys=np.empty((L, H, capacity, dh), np.float32),
-                       values=np.empty((L, H, capacity, dh), np.float32), times=np.empty(capacity, np.float64),
-                       zs=np.empty(capacity, np.float32), cats=np.empty((capacity, C), np.int64), member=member)
+        return _Window(start=start, keys=np.empty((M, L, H, capacity, dh), np.float32),
+                       values=np.empty((M, L, H, capacity, dh), np.float32), times=np.empty(capacity, np.float64),
+                       zs=np.empty(capacity, np.float32), cats=np.empty((capacity, C), np.int64))
 
     def _open_windows(self, st: _EntityState, p: int) -> None:
-        """Before position ``p``: open every member's window that starts at ``p``, drop the full ones."""
+        """Before position ``p``: open the window that starts at ``p`` (window k starts at k*S),
+        drop the full ones."""
         if p % self.S == 0:
-            st.windows.extend(self._new_window(p, k) for k in range(len(self.members)))
+            st.windows.append(self._new_window(p))
         T = self.cfg.context_length
         st.windows = [w for w in st.windows if p < w.start + T]
 
@@ -284,9 +308,9 @@ class IncrementalScorer:
         if w.n < cap:
             return
         new = min(2 * cap, self.cfg.context_length)
-        keys = np.empty(w.keys.shape[:2] + (new,) + w.keys.shape[3:], np.float32)
+        keys = np.empty(w.keys.shape[:3] + (new,) + w.keys.shape[4:], np.float32)
         values = np.empty_like(keys)
-        keys[:, :, :cap], values[:, :, :cap] = w.keys, w.values
+        keys[:, :, :, :cap], values[:, :, :, :cap] = w.keys, w.values
         times = np.empty(new, np.float64)
         times[:cap] = w.times
         zs = np.empty(new, np.float32)
@@ -306,18 +330,17 @@ class IncrementalScorer:
         """
         st = self.entities.setdefault(str(entity_id), _EntityState())
         p = st.n
-        bases, t, z, cats = self._row_embedding(row, st)
+        base, t, z, cats = self._row_embedding(row, st)
         T = self.cfg.context_length
-        self._open_windows(st, p)  # window k starts at k*S: open it there; drop windows that are full
+        self._open_windows(st, p)
         k_score = int(window_of_position(p, T, self.cfg.min_history)) * self.S
-        total, scored = 0.0, 0
+        logit = float("nan")
         for w in st.windows:
-            h = self._step(bases[w.member], w, t, z, need_output=w.start == k_score, cats=cats)
+            h = self._step(base, w, t, z, need_output=w.start == k_score, cats=cats)
             if h is not None:
-                W = self.members[w.member]
-                total += float(_layer_norm(h, *W.ln_out) @ W.head_w + W.head_b)
-                scored += 1
-        logit = total / scored if scored == len(self.members) else float("nan")  # the members' mean logit
+                W = self.w
+                per_member = _layer_norm(h, *W.ln_out, W.mean) @ W.head_w + W.head_b  # [M, 1, 1] logits
+                logit = float(np.add.reduce(per_member.ravel(), dtype=np.float64)) / W.M  # the members' mean logit
         st.n, st.last_time = p + 1, t
         if not math.isfinite(logit):
             tid = row.get("transaction_id", "?") if hasattr(row, "get") else "?"
@@ -346,10 +369,10 @@ class IncrementalScorer:
         self.entities[str(entity_id)] = st
         for row in rows:
             p = st.n
-            bases, t, z, cats = self._row_embedding(row, st)
+            base, t, z, cats = self._row_embedding(row, st)
             self._open_windows(st, p)
             for w in st.windows:
-                self._step(bases[w.member], w, t, z, need_output=False, cats=cats)  # keys/values only
+                self._step(base, w, t, z, need_output=False, cats=cats)  # keys/values only
             st.n, st.last_time = p + 1, t
 
     def add_frame(self, frame: pd.DataFrame) -> np.ndarray:

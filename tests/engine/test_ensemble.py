@@ -89,7 +89,7 @@ def test_whole_file_and_incremental_scores_are_the_mean(parts):
     inc = IncrementalScorer(b)
     np.testing.assert_allclose(inc.add_frame(sub), score_frame(b, sub)["logit"].to_numpy(), rtol=1e-4, atol=1e-4)
     st = inc.entities["c1"]
-    assert sorted({w.member for w in st.windows}) == [0, 1, 2]  # one set of caches per member
+    assert all(w.keys.shape[0] == 3 for w in st.windows) and len(st.windows) <= 2  # members side by side
     # resume: rebuilt caches continue with the same scores as feeding the whole history
     rows = sub[sub["entity_id"] == "c1"].to_dict("records")
     S = inc.S

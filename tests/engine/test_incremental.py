@@ -42,10 +42,10 @@ def test_cache_grows_with_the_rows_it_holds(bundle):  # noqa: F811
     inc = IncrementalScorer(bundle)
     inc.add_frame(fr.iloc[:3])
     (w,) = inc.entities["c0"].windows
-    assert w.n == 3 and w.keys.shape[2] == 8
+    assert w.n == 3 and w.keys.shape[3] == 8  # [M, L, H, capacity, dh]
     inc.add_frame(fr.iloc[3:12])
     w = inc.entities["c0"].windows[0]
-    assert w.n == 12 and w.keys.shape[2] == min(16, bundle.config.context_length)
+    assert w.n == 12 and w.keys.shape[3] == min(16, bundle.config.context_length)
 
 
 def test_resume_from_the_history_tail_equals_feeding_everything(bundle):  # noqa: F811
