@@ -172,3 +172,42 @@ def test_malformed_display_records_are_reported_not_raised(world, monkeypatch, t
     assert any("calibration record is malformed" in t for t in texts)
     assert any("operating-point record is malformed" in t for t in texts)
     assert "pr_curve" in {c.key for c in at.get("plotly_chart")}  # the loaded data's curve still shows
+
+
+def test_a_seed_ensemble_on_the_model_page(world, monkeypatch, tmp_path, users_file):
+    """A 2-member ensemble checkpoint: the page names the members, shows each member's training
+    history and best epoch, and explains flagged cases with it (importance on demand)."""
+    import dataclasses
+
+    import torch
+
+    from engine.data.features import FeatureEncoder
+    from engine.model.checkpoint import ModelBundle, build_model, save_checkpoint
+    from engine.model.ensemble import SeedEnsemble
+
+    spec = cv.load_source(world["data"], world["spec"]).spec
+    enc = FeatureEncoder.fit(world["frame"], spec)
+    members = []
+    for seed in (2, 3):
+        m = build_model(enc, seed=seed, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0, context_length=16,
+                        min_history=6)
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(seed)
+            for p in m.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.3)
+        members.append(m.eval())
+    ens = SeedEnsemble(dataclasses.replace(members[0].cfg, n_members=2), members).eval()
+    hist = [{"epoch": e, "loss": 1.0 / e, "val_average_precision": 0.1 * e, "member": k} for k in (0, 1) for e in (1, 2)]
+    meta = {"name": "tiny-ensemble", "thresholds": {"review": 0.5, "decline": 0.8}, "best_epoch": [2, 1],
+            "history": hist, "members": [{"seed": 4, "best_epoch": 2}, {"seed": 5, "best_epoch": 1}]}
+    save_checkpoint(ModelBundle(model=ens, encoder=enc, spec=spec, meta=meta), tmp_path / "ens")
+    world = {**world, "ens": tmp_path / "ens"}
+    at = _page(world, monkeypatch, tmp_path, users_file, "ens")
+    assert _metrics(at)["Best epoch"] == "2 / 1"
+    hist_chart = next(c for c in at.get("plotly_chart") if c.key == "history")
+    names = [t.name for t in pio.from_json(hist_chart.proto.spec).data]
+    assert "validation AP (member 1)" in names and "validation AP (member 2)" in names
+    at.number_input(key="imp_cases").set_value(2).run()
+    at.button(key="imp_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "importance" in {c.key for c in at.get("plotly_chart")}
