@@ -68,7 +68,7 @@ def main(argv: list[str]) -> dict:
     fr = read_transactions(data, spec).frame
     split, _, _ = time_split(fr["timestamp"])
     y = fr["label"].to_numpy(dtype="float64", na_value=np.nan)
-    cfg = TrainConfig(**{"epochs": 30, "patience": 4, "max_minutes": 20.0, "seed": seed, **over})
+    cfg = TrainConfig(**{"epochs": 30, "patience": 4, "max_minutes": 20.0, "seed": seed, "members": 1, **over})
     t = time.perf_counter()
     bundle, hist, enc = fit(fr, spec, split, cfg, log=lambda m: None, progress=False)
     p = sigmoid(score_encoded(bundle.model, enc, fr["entity_id"].to_numpy()).astype(np.float64))

@@ -50,7 +50,7 @@ def row_inputs(spec_name: str, path: str):
     spec = load_spec(spec_name)
     fr = read_transactions(path, spec).frame
     split, _, _ = time_split(fr["timestamp"])
-    cfg = TrainConfig()
+    cfg = TrainConfig(members=1)
     d = prepare_fit(fr, spec, split, cfg)
     cols = torch.tensor(new_model(d.encoder, cfg).cfg.first_seen_cols, dtype=torch.int64)
     N, W = len(fr), d.win.n_windows

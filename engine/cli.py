@@ -222,9 +222,10 @@ def train(
                                "transaction's row vector before attention (0 = none); bench/results/recipe_probe.md"),
     ema_epochs: float = typer.Option(1.0, min=0.0, max=1000.0, help="half-life in epochs of the moving average of "
                                      "the weights that validation and the checkpoint use (0 = the last step's weights)"),
-    members: int = typer.Option(1, min=1, max=16, help="seed ensemble: train this many transformers from different "
-                                "seeds and score their mean logit, one checkpoint (they share --max-minutes; scoring "
-                                "and explanations cost this many times more)"),
+    members: Optional[int] = typer.Option(
+        None, min=1, max=16, help="seed ensemble: train this many transformers from different seeds and score their "
+        "mean logit, one checkpoint (they share --max-minutes; whole-file scoring and explanations cost about this many "
+        "times one model's); default 3, or 1 with --workers; bench/results/datasets.md"),
     target_precision: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
     alerts_per_day: Optional[float] = typer.Option(
@@ -243,6 +244,8 @@ def train(
     from engine.distributed.ray_train import ray_fitter
     from engine.model.train import TrainConfig, train as train_fn
 
+    if members is None:
+        members = 1 if workers > 1 else 3
     if workers > 1 and members > 1:
         _fail(f"--workers trains one transformer; a {members}-member ensemble (--members) trains on one machine only "
               "(leave out --workers, or use --members 1)")

@@ -101,7 +101,7 @@ def _train_rows(res, spec, log) -> list[dict]:
     cfg = TrainConfig(d_model=32, n_heads=4, n_layers=1, d_ff=64, context_length=32, min_history=16, epochs=2,
                       windows_per_epoch=1500, batch_size=64, patience=2, threads=1,
                       min_steps_per_epoch=0, activity_ple=False,
-                      amount_by_value=False, row_ff=0, ema_epochs=0.0)  # batch 64, no activity codes: as in the earlier runs
+                      amount_by_value=False, row_ff=0, ema_epochs=0.0, members=1)  # batch 64, no activity codes: as in the earlier runs
     out = []
     for name, fitter in (("one process", None), ("Ray Train, 2 workers", ray_fitter(2))):
         t0 = time.perf_counter()

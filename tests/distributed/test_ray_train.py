@@ -23,7 +23,7 @@ def test_two_workers_match_one_process_and_checkpoint_loads(ray_local, tmp_path)
 
     frame = tiny_frame(n_entities=6, n=60, seed=2)  # frauds in validation (4) and test (2)
     cfg = TrainConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4, batch_size=8,
-                      epochs=3, windows_per_epoch=40, dropout=0.0, patience=5, lr_schedule="cosine")
+                      epochs=3, windows_per_epoch=40, dropout=0.0, patience=5, lr_schedule="cosine", members=1)
     quiet = dict(log=lambda s: None, progress=False)
     one, rep1 = train(frame, tiny_spec(), cfg, **quiet)
     two, rep2 = train(frame, tiny_spec(), cfg, fitter=ray_fitter(2), **quiet)

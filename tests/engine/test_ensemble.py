@@ -161,5 +161,6 @@ def test_fit_trains_members_from_distinct_seeds():
     card = model_card(bundle)
     assert card["best_epoch"] == " / ".join(str(e) for e in bundle.meta["best_epoch"])
     assert card["architecture"]["n_members"] == 2 and set(card["history"]["member"]) == {0, 1}
+    assert TrainConfig().members == 3  # the default recipe is a 3-member ensemble
     with pytest.raises(ValueError, match="members: expected a whole number from 1 to 16"):
         fit(fr, spec, split, dataclasses.replace(cfg, members=0), log=lambda m: None, progress=False)

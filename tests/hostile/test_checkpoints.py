@@ -371,7 +371,7 @@ def test_an_edited_demo_model_with_a_recomputed_hash_does_not_pass_as_the_demo(t
     d = variant(ck.ASSET_MODEL_DIR, tmp_path / "demo_model", state=lambda t: t["head.bias"].sub_(5.0))  # "no fraud"
     monkeypatch.setattr(ck, "ASSET_MODEL_DIR", d)
     with pytest.raises(CheckpointError, match=r"demo_model: the bundled demo model was changed \(its files hash to "
-                                              r"[0-9a-f]{12}…, this release pins 2ec43fae0d05…\); restore assets/demo_model$"):
+                                              r"[0-9a-f]{12}…, this release pins 9ab353a3bcd4…\); restore assets/demo_model$"):
         load_checkpoint()
     assert built == []
 
@@ -425,7 +425,7 @@ def test_the_shipped_checkpoints_still_load_and_score(base):
     s = score_frame(bundle, base[2])
     assert np.isfinite(s["logit"]).all() and s["probability"].between(0, 1).all()
     demo = load_checkpoint()
-    assert demo.sha256 == ck.DEMO_MODEL_SHA256 and math.isclose(demo.threshold, 0.004304839487140777)
+    assert demo.sha256 == ck.DEMO_MODEL_SHA256 and math.isclose(demo.threshold, 0.014283409899880266)
 
 
 def test_text_from_a_checkpoint_is_printed_as_text_by_the_cli(base, tmp_path, monkeypatch):
