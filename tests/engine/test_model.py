@@ -247,10 +247,15 @@ def test_expected_state_shapes_are_the_built_models(bundle):
     ple = [[] for _ in range(n)]
     ple[0], ple[-1] = [-1.0, 0.0, 1.0], [0.0, 0.5, 1.0, 2.0, 3.0]
     demo = json.loads((ASSET_MODEL_DIR / "checkpoint.json").read_text())["model_config"]
+    from engine.model.ensemble import model_from_config
+
     for cfg in (bundle.model.cfg, ModelConfig(**{**d, "num_ple_edges": ple, "n_layers": 3}),
-                ModelConfig(**{**d, "history_edges": []}), ModelConfig.from_dict(demo)):
-        want = {k: tuple(v.shape) for k, v in FraudTransformer(cfg).state_dict().items()}
+                ModelConfig(**{**d, "history_edges": []}), ModelConfig.from_dict(demo),
+                ModelConfig(**{**d, "n_members": 2})):
+        want = {k: tuple(v.shape) for k, v in model_from_config(cfg).state_dict().items()}
         assert expected_state_shapes(cfg) == want
+    assert FraudTransformer(bundle.model.cfg).state_dict().keys() == expected_state_shapes(bundle.model.cfg).keys()
+    assert ModelConfig.from_dict(demo).n_members == 3  # the shipped demo model is a 3-member ensemble
     assert "rows.ple_w" in expected_state_shapes(ModelConfig(**{**d, "num_ple_edges": ple}))
 
 

@@ -11,7 +11,8 @@ from engine.model.train import TrainConfig, fit
 from tiny_models import tiny_frame, tiny_spec
 
 CFG = TrainConfig(context_length=16, min_history=6, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0,
-                  epochs=3, windows_per_epoch=None, batch_size=4, lr=1e-2, max_minutes=5.0)
+                  epochs=3, windows_per_epoch=None, batch_size=4, lr=1e-2, max_minutes=5.0,
+                  members=1)  # one transformer: these tests read its epochs and batches
 
 
 def _split(fr):

@@ -65,7 +65,7 @@ def test_fit_keeps_the_averaged_weights(tmp_path):
 
     fr = tiny_frame(6, 40, seed=2)
     split, _, _ = time_split(fr["timestamp"])
-    kw = dict(epochs=1, patience=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4,
+    kw = dict(members=1, epochs=1, patience=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4,
               batch_size=4, lr=0.05, seed=1, threads=1, calibration="none")
     plain, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw, ema_epochs=0.0), log=lambda m: None, progress=False)
     avg, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw, ema_epochs=50.0), log=lambda m: None, progress=False)
@@ -108,7 +108,7 @@ def test_the_default_recipe_trains_with_amount_by_value_and_the_row_layer():
 
     fr = tiny_frame(6, 40, seed=2)
     split, _, _ = time_split(fr["timestamp"])
-    kw = dict(epochs=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4, threads=1,
+    kw = dict(members=1, epochs=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16, min_history=4, threads=1,
               calibration="none")
     on, _, _ = fit(fr, tiny_spec(), split, TrainConfig(**kw), log=lambda m: None, progress=False)
     assert on.meta["train_config"]["ema_epochs"] == 1.0  # weight averaging on by default

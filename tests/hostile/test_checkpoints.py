@@ -368,7 +368,7 @@ def test_identity_is_computed_from_the_files_never_taken_from_them(base, tmp_pat
 
 
 def test_an_edited_demo_model_with_a_recomputed_hash_does_not_pass_as_the_demo(tmp_path, monkeypatch, built):
-    d = variant(ck.ASSET_MODEL_DIR, tmp_path / "demo_model", state=lambda t: t["head.bias"].sub_(5.0))  # "no fraud"
+    d = variant(ck.ASSET_MODEL_DIR, tmp_path / "demo_model", state=lambda t: t["members.0.head.bias"].sub_(5.0))  # "no fraud"
     monkeypatch.setattr(ck, "ASSET_MODEL_DIR", d)
     with pytest.raises(CheckpointError, match=r"demo_model: the bundled demo model was changed \(its files hash to "
                                               r"[0-9a-f]{12}…, this release pins 9ab353a3bcd4…\); restore assets/demo_model$"):
