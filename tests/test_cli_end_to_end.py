@@ -29,15 +29,17 @@ def handbook_slice(shared_data, tmp_path_factory):
     return out, len(df), int(df["TX_FRAUD"].sum())
 
 
+def tiny_train(data, model_dir) -> list[str]:
+    """`fraudlens train` arguments of a tiny, quick model on the slice (2 epochs, d_model 16, one layer)."""
+    return ["train", "--data", str(data), "--spec", "handbook", "--out", str(model_dir), "--epochs", "2",
+            "--windows-per-epoch", "120", "--context-length", "32", "--min-history", "16", "--d-model", "16",
+            "--n-layers", "1", "--n-heads", "2", "--no-progress", "--train-end", "2018-04-25", "--val-end", "2018-05-03"]
+
+
 def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     data, n_rows, _ = handbook_slice
     model_dir = tmp_path / "model"
-    r = runner.invoke(app, [
-        "train", "--data", str(data), "--spec", "handbook", "--out", str(model_dir), "--epochs", "2",
-        "--windows-per-epoch", "120", "--context-length", "32", "--min-history", "16", "--d-model", "16",
-        "--n-layers", "1", "--n-heads", "2", "--no-progress", "--train-end", "2018-04-25", "--val-end", "2018-05-03",
-        "--no-activity-ple",
-    ])
+    r = runner.invoke(app, tiny_train(data, model_dir) + ["--no-activity-ple"])
     assert r.exit_code == 0, r.output
     # the flag reaches the model (score and explain below run it), and the batch follows the windows per epoch
     assert json.loads((model_dir / "checkpoint.json").read_text())["model_config"]["activity_ple"] is False
@@ -146,12 +148,7 @@ def test_a_seed_ensemble_trains_scores_and_explains_as_one_model(handbook_slice,
     `explain` read it like any model (IG complete for that score, every method on the same logit)."""
     data, n_rows, _ = handbook_slice
     model_dir = tmp_path / "ens"
-    r = runner.invoke(app, [
-        "train", "--data", str(data), "--spec", "handbook", "--out", str(model_dir), "--epochs", "2",
-        "--windows-per-epoch", "120", "--context-length", "32", "--min-history", "16", "--d-model", "16",
-        "--n-layers", "1", "--n-heads", "2", "--no-progress", "--train-end", "2018-04-25", "--val-end", "2018-05-03",
-        "--members", "2", "--seed", "3", "--no-baseline",
-    ])
+    r = runner.invoke(app, tiny_train(data, model_dir) + ["--members", "2", "--seed", "3", "--no-baseline"])
     assert r.exit_code == 0, r.output
     assert "member 1 of 2 (seed 6," in r.output and "member 2 of 2 (seed 7," in r.output
     meta = json.loads((model_dir / "checkpoint.json").read_text())
