@@ -70,6 +70,11 @@ def bench_quality(
     epochs: Optional[int] = typer.Option(None, min=1, help="epochs of the learning-rate schedule (default: the bench configuration's)"),
     seeds: int = typer.Option(5, min=1, help="models per fold (seeds 0..n-1, as engine.bench.quality.BENCH_SEEDS); the transformer row averages their probabilities"),
     full_gbt_grid: bool = typer.Option(False, help="the GBT's full validation grid (48 settings) instead of 4"),
+    recipe: str = typer.Option("recorded", help="recorded: the recipe of the recorded runs (one model per seed); "
+                               "default: the levers of `fraudlens train`'s default recipe, with --members"),
+    members: int = typer.Option(3, min=1, max=16, help="with --recipe default: members of each seed's ensemble"),
+    gbt: str = typer.Option("run", help="run: train both LightGBM rows (about 50 min); recorded: take the equally "
+                            "informed GBT from bench/results/quality_same_inputs.md; none"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "quality.md"),
 ):
     """Transformer vs LightGBM vs the Handbook's published numbers on the Handbook protocol."""
@@ -77,9 +82,16 @@ def bench_quality(
 
     from engine.bench import quality
 
+    if recipe not in ("recorded", "default"):
+        _fail(f"--recipe: expected recorded or default, got {recipe!r}")
+    if gbt not in ("run", "recorded", "none"):
+        _fail(f"--gbt: expected run, recorded or none, got {gbt!r}")
     grid = None if full_gbt_grid else SMALL_GBT_GRID
-    cfg = quality.BENCH_CONFIG if epochs is None else replace(quality.BENCH_CONFIG, epochs=epochs)
-    quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=plain_log)
+    cfg = quality.BENCH_CONFIG if recipe == "recorded" else quality.default_recipe_config(members)
+    cfg = cfg if epochs is None else replace(cfg, epochs=epochs)
+    quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=plain_log,
+                with_gbt=gbt == "run",
+                same_recorded=ROOT / "bench" / "results" / "quality_same_inputs.md" if gbt == "recorded" else None)
 
 
 @bench_app.command("ceiling")
@@ -240,6 +252,7 @@ def bench_serve(
     rate: str = typer.Option("250,500,1000", help="paced runs: comma-separated rates, transactions per second in all"),
     seconds: float = typer.Option(5.0, min=1.0, max=60.0, help="time limit per run"),
     sync: str = typer.Option("full,normal", help="comma-separated history commit modes (fraudlens serve --sync)"),
+    processes: str = typer.Option("two", help="comma-separated: one, two (fraudlens serve --processes)"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "serve.md"),
 ):
     """Load test of `fraudlens serve` on loopback: throughput, p50/p99/p99.9 and errors at 1/8/32 clients, paced
@@ -256,7 +269,8 @@ def bench_serve(
     try:
         serve_load.run(model, handbook_model, tabformer, handbook if handbook_model else None, out, clients=cl,
                        rates=rates, seconds=seconds, handbook_rows=handbook_rows,
-                       syncs=tuple(x.strip() for x in sync.split(",") if x.strip()), log=plain_log)
+                       syncs=tuple(x.strip() for x in sync.split(",") if x.strip()),
+                       processes=tuple(x.strip() for x in processes.split(",") if x.strip()), log=plain_log)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         _fail(str(e))
     plain_log(f"written to {out}")

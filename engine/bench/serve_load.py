@@ -46,13 +46,14 @@ class RunResult:
     clients: int
     mode: str
     sync: str = "full"
+    processes: str = "one"  # fraudlens serve --processes: one, or two (front + scorer)
     client_ms: list[float] = field(default_factory=list)
     server_ms: list[float] = field(default_factory=list)
     errors: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
-    server_cpu_s: float = float("nan")  # CPU seconds the server process used during the run
-    worker_cpu_s: float = float("nan")  # CPU seconds of its child processes (the case worker) during the run
+    server_cpu_s: float = float("nan")  # CPU seconds of the server (front + scorer process) during the run
+    worker_cpu_s: float = float("nan")  # CPU seconds of its other descendants (the case worker) during the run
     acked: dict[int, list[str]] = field(default_factory=dict)  # client -> acknowledged transaction ids
     rate: float = float("nan")  # paced: the target rate in all (tx/s)
 
@@ -68,12 +69,12 @@ class RunResult:
         s = np.percentile(self.server_ms, [50, 99, 99.9]) if n else [np.nan] * 3
         cpu = f"{1000 * self.server_cpu_s / n:.2f}" if n and self.server_cpu_s == self.server_cpu_s else "-"
         wcpu = f"{1000 * self.worker_cpu_s / n:.2f}" if n and self.worker_cpu_s == self.worker_cpu_s else "-"
-        return [self.dataset, self.sync, str(self.clients), self.mode, f"{n + self.errors:,}", f"{self.errors:,}",
+        return [self.dataset, self.sync, self.processes, str(self.clients), self.mode, f"{n + self.errors:,}", f"{self.errors:,}",
                 f"{n / self.wall_s:,.0f}" if self.wall_s else "-", *(f"{x:.2f}" for x in c), *(f"{x:.2f}" for x in s),
                 cpu, wcpu]
 
 
-HEADER = ["dataset", "sync", "clients", "mode", "requests", "errors", "throughput (tx/s)", "client p50 ms", "client p99 ms",
+HEADER = ["dataset", "sync", "processes", "clients", "mode", "requests", "errors", "throughput (tx/s)", "client p50 ms", "client p99 ms",
           "client p99.9 ms", "server p50 ms", "server p99 ms", "server p99.9 ms", "server CPU ms/tx",
           "worker CPU ms/tx"]
 
@@ -82,6 +83,38 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (Linux ``/proc/<pid>/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def serving_cpu_seconds(pid: int) -> tuple[float, float]:
+    """``(serving, background)`` CPU seconds of the server ``pid`` and its descendants: serving =
+    the server process plus its scoring process (``--processes two``: engine/serve/scorer.py), the
+    processes every request passes through; background = every other descendant (the case worker,
+    the multiprocessing resource tracker)."""
+    serving, background = cpu_seconds(pid), 0.0
+    stack = [(k, True) for k in _children(pid)]
+    while stack:
+        k, direct = stack.pop()
+        try:
+            cmd = Path(f"/proc/{k}/cmdline").read_bytes()
+            c = cpu_seconds(k)
+        except OSError:
+            continue
+        if direct and b"engine.serve.scorer" in cmd:
+            serving += c
+        else:
+            background += c
+        stack += [(g, False) for g in _children(k)]
+    return serving, background
 
 
 def children_cpu_seconds(pid: int) -> float:
@@ -160,13 +193,13 @@ def target_rows(results: list[RunResult]) -> list[str]:
     groups: dict[tuple, list[RunResult]] = {}
     for r in results:
         if r.mode.startswith("paced"):
-            groups.setdefault((r.dataset, r.sync, r.clients), []).append(r)
+            groups.setdefault((r.dataset, r.sync, r.processes, r.clients), []).append(r)
     rows = []
-    for (ds, sync, c), runs in groups.items():
+    for (ds, sync, procs, c), runs in groups.items():
         ok = [r.rate for r in runs if r.meets(5.0)]
         best = f"{max(ok):,.0f} tx/s" if ok else "none"
         at_1000 = any(r.rate >= 1000 and r.meets(5.0) for r in runs)
-        rows.append(f"| {ds} | {sync} | {c} | {best} | {'yes' if at_1000 else 'no'} |")
+        rows.append(f"| {ds} | {sync} | {procs} | {c} | {best} | {'yes' if at_1000 else 'no'} |")
     return rows
 
 
@@ -177,10 +210,11 @@ def free_port() -> int:
 
 
 def start_server(model: Path | None, work: Path, port: int, explain: str = "occlusion",
-                 sync: str = "full") -> subprocess.Popen:
+                 sync: str = "full", processes: str = "one") -> subprocess.Popen:
     """``fraudlens serve`` on 127.0.0.1:``port`` in a subprocess; returns once it prints ``ready``."""
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--history", str(work / "history.sqlite3"),
-           "--cases", str(work / "cases.sqlite3"), "--explain", explain, "--sync", sync]
+           "--cases", str(work / "cases.sqlite3"), "--explain", explain, "--sync", sync,
+           "--processes", processes]
     if model is not None:
         cmd += ["--model", str(model)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FRAUDLENS_DATA_DIR": str(work / "data")}
@@ -209,14 +243,14 @@ def _alive(port: int) -> bool:
 
 def load_run(port: int, records: list[dict], entity_key: str, id_key: str, dataset: str, clients: int,
              rate: float | None, count: int, seconds: float, run_id: str, kill_after: float | None = None,
-             server: subprocess.Popen | None = None, sync: str = "full") -> RunResult:
+             server: subprocess.Popen | None = None, sync: str = "full", processes: str = "one") -> RunResult:
     """``clients`` concurrent clients (:mod:`engine.bench.serve_client`, in a child process) post
     their lanes (``count`` requests in all, at ``rate`` tx/s in all, or unpaced with
     ``rate=None``) for at most ``seconds``; with ``kill_after``, SIGKILL ``server`` then."""
     per = max(1, count // clients)
     lanes = [[b.decode() for b in _lane(records[:per], entity_key, id_key, f"{run_id}c{c}x")] for c in range(clients)]
     res = RunResult(dataset, clients, "unpaced" if rate is None else f"paced {rate:,.0f}/s", sync,
-                    rate=float("nan") if rate is None else float(rate))
+                    rate=float("nan") if rate is None else float(rate), processes=processes)
     with tempfile.TemporaryDirectory(prefix="fraudlens-load-") as tmp:
         job, out = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job.write_text(json.dumps({"port": port, "lanes": lanes, "rate": None if rate is None else rate / clients,
@@ -228,16 +262,15 @@ def load_run(port: int, records: list[dict], entity_key: str, id_key: str, datas
         if line.strip() != "started":
             p.kill()
             raise RuntimeError(f"the load clients did not start: {line}{p.stderr.read()[-2000:]}")
-        cpu0 = cpu_seconds(server.pid) if server is not None and kill_after is None else None
-        wcpu0 = children_cpu_seconds(server.pid) if cpu0 is not None else None
+        cpu0, wcpu0 = serving_cpu_seconds(server.pid) if server is not None and kill_after is None else (None, None)
         if kill_after is not None and server is not None:
             time.sleep(kill_after)
             os.kill(server.pid, signal.SIGKILL)
             server.wait(10)
         _, stderr = p.communicate(timeout=seconds + 60)
         if cpu0 is not None:
-            res.server_cpu_s = cpu_seconds(server.pid) - cpu0
-            res.worker_cpu_s = children_cpu_seconds(server.pid) - wcpu0
+            cpu1, wcpu1 = serving_cpu_seconds(server.pid)
+            res.server_cpu_s, res.worker_cpu_s = cpu1 - cpu0, wcpu1 - wcpu0
         if p.returncode != 0:
             raise RuntimeError(f"the load clients failed (exit {p.returncode}): {stderr[-2000:]}")
         data = json.loads(out.read_text(encoding="utf-8"))
@@ -261,16 +294,16 @@ def lost_after_kill(work: Path, res: RunResult) -> tuple[int, int, int]:
 
 
 def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key: str, dataset: str, work: Path,
-               clients: int, rate: float, log, sync: str = "full") -> dict:
+               clients: int, rate: float, log, sync: str = "full", processes: str = "one") -> dict:
     """Post at ``rate`` from ``clients`` clients, ``kill -9`` the server after 2 s, restart it, and
     count acknowledged transactions missing from the history store and duplicates appended by
     retrying each client's last acknowledged transaction."""
     port = free_port()
-    server = start_server(model, work, port, sync=sync)
+    server = start_server(model, work, port, sync=sync, processes=processes)
     res = load_run(port, records, entity_key, id_key, dataset, clients, rate, int(rate * 6), 6.0, "kill",
-                   kill_after=2.0, server=server, sync=sync)
+                   kill_after=2.0, server=server, sync=sync, processes=processes)
     acked, lost, stored = lost_after_kill(work, res)
-    server = start_server(model, work, port, sync=sync)
+    server = start_server(model, work, port, sync=sync, processes=processes)
     try:
         dups = 0
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -287,7 +320,7 @@ def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
-    out = {"dataset": dataset, "sync": sync, "clients": clients, "acknowledged": acked, "lost": lost, "stored": stored,
+    out = {"dataset": dataset, "sync": sync, "processes": processes, "clients": clients, "acknowledged": acked, "lost": lost, "stored": stored,
            "retried": sum(1 for ids in res.acked.values() if ids), "answered_as_duplicate": dups,
            "appended_by_retries": after - stored}
     log(f"kill -9 check ({dataset}): {out}")
@@ -296,7 +329,7 @@ def kill_check(model: Path | None, records: list[dict], entity_key: str, id_key:
 
 def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook: Path | None, out: Path, *,
         clients=(1, 8, 32), rates=(250.0, 500.0, 1000.0), seconds: float = 5.0, handbook_rows: int = 30_000,
-        max_unpaced: int = 20_000, syncs=("full", "normal"), log=print) -> str:
+        max_unpaced: int = 20_000, syncs=("full", "normal"), processes=("two",), log=print) -> str:
     """All runs (module docstring); writes the markdown table to ``out`` and returns it."""
     datasets = [("TabFormer user 0 (demo model)" if tab_model is None else f"TabFormer user 0 ({tab_model.name})",
                  tab_model, *tabformer_records(tabformer, 20_000), "transaction_id")]
@@ -307,25 +340,26 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fraudlens-serve-bench-") as tmp:
         for di, (name, model, records, ek, ik) in enumerate(datasets):
-            for sync in syncs:
-                work = Path(tmp) / f"d{di}{sync}"
+            for sync, procs in ((s, p) for s in syncs for p in processes):
+                work = Path(tmp) / f"d{di}{sync}{procs}"
                 work.mkdir()
                 port = free_port()
-                server = start_server(model, work, port, sync=sync)
+                server = start_server(model, work, port, sync=sync, processes=procs)
                 try:
                     for c in clients:
                         for mode_rate in (*rates, None):
                             count = int(mode_rate * seconds) if mode_rate else max_unpaced
                             r = load_run(port, records, ek, ik, name, c, mode_rate, count, seconds,
-                                         f"r{len(results)}", server=server, sync=sync)
+                                         f"r{len(results)}", server=server, sync=sync, processes=procs)
                             results.append(r)
                             log(" | ".join(r.row()) + (f"  errors: {r.error_kinds}" if r.errors else ""))
                 finally:
                     server.send_signal(signal.SIGTERM)
                     server.wait(30)
-                kwork = Path(tmp) / f"k{di}{sync}"
+                kwork = Path(tmp) / f"k{di}{sync}{procs}"
                 kwork.mkdir()
-                kills.append(kill_check(model, records, ek, ik, name, kwork, 8, max(rates), log, sync=sync))
+                kills.append(kill_check(model, records, ek, ik, name, kwork, 8, max(rates), log, sync=sync,
+                                        processes=procs))
     load1 = os.getloadavg()
     models = []
     from engine.model.checkpoint import load_checkpoint
@@ -344,8 +378,10 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
              f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: {os.cpu_count()} CPU "
              f"cores{' **shared with other jobs**' if load0[0] > 1.5 else ''} (1-minute load average {load0[0]:.1f} "
              f"before, {load1[0]:.1f} after), server and load clients (asyncio, one child process) on the same "
-             "cores; loopback only. One server process (uvicorn, one worker, event loop "
-             f"{_server_stack()}; `--explain occlusion` in the case worker, a niced child process), history store on the "
+             "cores; loopback only. The server (uvicorn, one worker, event loop "
+             f"{_server_stack()}; processes `one`: everything in one process; `two`: an HTTP front and a scoring "
+             "process with dynamic batching, engine/serve/scorer.py; `--explain occlusion` in the case worker, a niced "
+             "child process), history store on the "
              "local disk (SQLite WAL; sync `full`: one fsync per commit group, survives power loss; `normal`: no fsync "
              "per commit, survives kill -9 and process crashes, not power loss).", "",
              f"Each run: at most rate x {seconds:.0f} s requests paced at "
@@ -353,7 +389,7 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
              f"{max_unpaced:,} unpaced, for at most {seconds:.0f} s; fresh entity ids per run and client "
              "(module docstring of engine/bench/serve_load.py). Client latency: send to full response; server "
              "latency: the response's `latency_ms`. Throughput: successful responses / wall time. Server CPU "
-             "ms/tx: CPU time of the server process during the run / successful responses (less sensitive to "
+             "ms/tx: CPU time of the server's front and scoring processes during the run / successful responses (less sensitive to "
              "the other jobs on the machine than wall-clock latency; 1,000 / it is the rate one free core "
              "could sustain); worker CPU ms/tx: the same for its child processes (the case worker: case upserts "
              "and occlusion explanations of flagged transactions, at most 0.25 of a core).", "",
@@ -362,7 +398,8 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
     lines += ["", "## Target (issue 16: p99 <= 5 ms at 1,000 tx/s, 0 errors)", "",
               "Per dataset, sync mode and client count: the highest paced rate at which the run achieved at least 95 % "
               "of that rate with 0 errors and a client p99 <= 5 ms (`none`: not even the lowest).", "",
-              "| dataset | sync | clients | highest rate meeting p99 <= 5 ms | 1,000 tx/s met |", "|---|---|---|---|---|"]
+              "| dataset | sync | processes | clients | highest rate meeting p99 <= 5 ms | 1,000 tx/s met |",
+              "|---|---|---|---|---|---|"]
     lines += target_rows(results)
     lines += ["", "Models (the latency depends on the architecture, not on the weights):", "",
               "| dataset | checkpoint | sha256 | architecture | training rows | review threshold | "
@@ -370,9 +407,9 @@ def run(tab_model: Path | None, hb_model: Path | None, tabformer: Path, handbook
     lines += ["", "## kill -9 mid-run", "",
               f"8 clients paced at {max(rates):,.0f} tx/s in all, server killed with SIGKILL after 2 s, restarted; every "
               "client then retries its last acknowledged transaction.", "",
-              "| dataset | sync | acknowledged | lost | stored | retried | answered as duplicate | appended by retries |",
-              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {k['dataset']} | {k['sync']} | {k['acknowledged']:,} | {k['lost']} | {k['stored']:,} | {k['retried']} | "
+              "| dataset | sync | processes | acknowledged | lost | stored | retried | answered as duplicate | "
+              "appended by retries |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {k['dataset']} | {k['sync']} | {k['processes']} | {k['acknowledged']:,} | {k['lost']} | {k['stored']:,} | {k['retried']} | "
               f"{k['answered_as_duplicate']} | {k['appended_by_retries']} |" for k in kills]
     errs = {k: v for r in results for k, v in r.error_kinds.items()}
     if errs:

@@ -30,6 +30,7 @@ deeply to parse, are ``422 json_invalid``.
 # no "from __future__ import annotations": FastAPI resolves the local request models from the annotations
 
 import json
+import os
 import time
 from typing import Any, Optional, Union
 
@@ -43,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from engine.data.spec import DatasetSpec
 from engine.serve.guard import Guard
-from engine.serve.record import aggregate_columns, json_finite, required_keys
+from engine.serve.record import RecordError, aggregate_columns, canonical_row, json_finite, required_keys
 from engine.serve.service import MAX_BATCH, ScoringService, ServiceError
 
 Cell = Optional[Union[str, int, float, bool]]
@@ -79,9 +80,11 @@ class _CacheCollector:
 
     def __init__(self, service: ScoringService):
         self.service = service
+        self.state: dict[str, Any] | None = None  # set by the route just before each scrape (a remote service's)
 
     def collect(self):
-        s = self.service.cache.stats()
+        st = self.state if self.state is not None else self.service.metrics_state()
+        s = st["cache"]
         for name, key, doc in (("cache_hits", "hits", "entity cache hits"),
                                ("cache_misses", "misses", "entity cache misses (rebuilt from history)"),
                                ("cache_evictions", "evictions", "entities evicted under the memory cap")):
@@ -93,25 +96,34 @@ class _CacheCollector:
             g = GaugeMetricFamily(f"fraudlens_serve_{name}", doc)
             g.add_metric([], s[key])
             yield g
-        counts = self.service.counts
+        counts = st["counts"]
         for key, doc in (("scored", "transactions scored and appended"), ("flagged", "transactions at or above "
                          "the review threshold"), ("duplicates", "retried transactions answered from history"),
                          ("rejected", "transactions refused (4xx)")):
             c = CounterMetricFamily(f"fraudlens_serve_transactions_{key}", doc)
             c.add_metric([], counts[key])
             yield c
-        w = self.service.worker
+        w = st["worker"]
         if w is not None:
             for key, doc in (("cases_written", "case upserts by the background worker"),
                              ("explained", "flagged transactions explained in the background"),
                              ("errors", "background worker errors")):
                 c = CounterMetricFamily(f"fraudlens_serve_worker_{key}", doc)
-                c.add_metric([], getattr(w, key))
+                c.add_metric([], w[key])
                 yield c
             g = GaugeMetricFamily("fraudlens_serve_worker_backlog", "flagged transactions not yet explained "
                                   "(at the worker's last step)")
-            g.add_metric([], w.backlog)
+            g.add_metric([], w["backlog"])
             yield g
+        if getattr(self.service, "remote", False):
+            svc = self.service
+            c = CounterMetricFamily("fraudlens_serve_dynamic_batches", "batches of rows sent to the scoring process")
+            c.add_metric([], svc.batches)
+            yield c
+            c = CounterMetricFamily("fraudlens_serve_dynamic_batch_rows", "rows in those batches (rows / batches = "
+                                    "mean dynamic batch size)")
+            c.add_metric([], svc.batched_rows)
+            yield c
 
 
 def _error_bytes(detail: list[dict[str, Any]]) -> bytes:
@@ -169,19 +181,21 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
                        registry=registry)
     latency = Histogram("fraudlens_serve_latency_seconds", "server-side request latency (seconds)", ["route"],
                         buckets=LATENCY_BUCKETS, registry=registry)
-    registry.register(_CacheCollector(service))
+    collector = _CacheCollector(service)
+    registry.register(collector)
 
     app = FastAPI(title="fraudlens scoring service", version="1",
                   description=f"Scores transactions of spec {spec.name!r} with model {service.bundle.short_sha} "
                               "(incremental, per-entity state).")
     app.state.service = service
+    remote = bool(getattr(service, "remote", False))  # engine.serve.scorer.RemoteService: the scorer is a child process
 
     def elapsed_ms(state: dict[str, Any]) -> float:  # since the Guard saw the request
         return (time.perf_counter() - state["t0"]) * 1000.0
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        service.counts["rejected"] += 1
+        service.count_rejected(1)
         detail = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
         return _error(422, detail)
 
@@ -210,11 +224,22 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
             if not isinstance(rec, dict):
                 raise ServiceError(422, [{"loc": ["body"], "msg": "expected a JSON object (one transaction)",
                                           "type": "model_type"}])
-            out = await call(service.score_one, rec)
+            if remote:
+                try:
+                    row = canonical_row(rec, spec)
+                except RecordError as err:  # malformed: answered here, never sent to the scorer
+                    service.count_rejected(1)
+                    raise ServiceError(422, [err.detail()]) from None
+                res = await service.score_row(row)
+                if res[0] == "err":
+                    raise ServiceError(res[1], res[2])
+                body = res[1]
+            else:
+                body = (await call(service.score_one, rec)).body
         except ServiceError as e:
             return e.status, _error_bytes(e.detail)
-        out.body["latency_ms"] = elapsed_ms(state)
-        return 200, json.dumps(out.body).encode()
+        body["latency_ms"] = elapsed_ms(state)
+        return 200, json.dumps(body).encode()
 
     @app.post("/v1/score", summary="score one transaction",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": txn_schema}}}})
@@ -238,21 +263,28 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
             pre = [{"index": i, "loc": ["body", "transactions", i], "msg": "expected a JSON object (one transaction)",
                     "type": "model_type", "input": None} for i, x in enumerate(items) if not isinstance(x, dict)]
             # always in the thread pool: a batch of 1,000 takes ~1 s, which would block the event loop
-            out = await run_in_threadpool(service.score_batch, [r for _, r in recs])
+            if remote:
+                out = await service.call("batch", [r for _, r in recs])
+            else:
+                out = await run_in_threadpool(service.score_batch, [r for _, r in recs])
         except ServiceError as e:
             return _error(e.status, e.detail)
         index = [i for i, _ in recs]
         for r in out["results"] + out["rejected"]:
             r["index"] = index[r["index"]]
-        service.counts["rejected"] += len(pre)
+        service.count_rejected(len(pre))
         out["rejected"] = sorted(out["rejected"] + pre, key=lambda r: r["index"])
         out["rejected_count"] = len(out["rejected"])
         out["latency_ms"] = elapsed_ms(request.scope["state"])
         return Response(json.dumps(out), media_type="application/json")
 
     @app.get("/v1/explanations/{transaction_id:path}", summary="background explanation of a flagged transaction")
-    def explanation(request: Request, transaction_id: str) -> Response:
-        e = service.explanation(transaction_id)
+    async def explanation(request: Request, transaction_id: str) -> Response:
+        try:
+            e = await (service.call("explanation", transaction_id) if remote
+                       else run_in_threadpool(service.explanation, transaction_id))
+        except ServiceError as err:
+            return _error(err.status, err.detail)
         if e is None:
             return _error(404, [{"loc": ["path", "transaction_id"], "msg": "no explanation stored for this "
                                  "transaction (not flagged, shadow mode, or not yet computed)", "type": "not_found"}])
@@ -260,14 +292,30 @@ def create_app(service: ScoringService, token: str | None = None, loopback_port:
         return Response(json.dumps(json_finite(e), allow_nan=False), media_type="application/json")
 
     @app.get("/healthz", summary="liveness; with the token (when one is set) also the state")
-    def healthz(request: Request) -> dict:
+    async def healthz(request: Request):
         if token and not request.scope["state"].get("authorized"):
             return {"status": "ok"}
-        return service.health()
+        if not remote:
+            return await run_in_threadpool(service.health)
+        try:
+            h = await service.call("health")
+        except ServiceError as err:
+            return _error(err.status, err.detail)
+        h["processes"] = {"front": os.getpid(), "scorer": service.info["pid"],
+                          "dynamic_batches": service.batches, "dynamic_batch_rows": service.batched_rows}
+        return h
 
     @app.get("/metrics", summary="Prometheus metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics() -> Response:
+        if remote:
+            try:
+                st = await service.call("metrics")
+            except ServiceError as err:
+                return _error(err.status, err.detail)
+            st["counts"]["rejected"] += service.rejected_here
+            collector.state = st
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return await run_in_threadpool(lambda: Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST))
 
     app.add_middleware(Guard, token=token, loopback_port=loopback_port, requests=requests, latency=latency,
                        direct={"/v1/score": score_body})

@@ -7,6 +7,7 @@ serves until SIGTERM / Ctrl-C. Prints ``ready`` once listening.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -48,6 +49,9 @@ def serve(
     token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $FRAUDLENS_SERVE_TOKEN)"),
     sync: str = typer.Option("full", help="history commits: full (fsync each commit group: survives power loss) or "
                              "normal (survives kill -9 and process crashes, not power loss)"),
+    processes: str = typer.Option("auto", help="two: HTTP front and scorer in separate processes, with dynamic "
+                                  "batching (engine/serve/scorer.py); one: everything in this process; auto: two "
+                                  "when the machine has 2 or more cores"),
 ):
     """Serve POST /v1/score, /v1/score/batch, GET /healthz, /metrics (see engine/serve/api.py)."""
     import torch
@@ -75,11 +79,24 @@ def serve(
     except (FileNotFoundError, ValueError) as e:
         _fail(f"checkpoint refused: {e}")
     hist = history or default_history_path(bundle)
-    try:
-        service = ScoringService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
-                                 explain=explain, sync=sync, explain_cpu=explain_cpu)
-    except Exception as e:  # noqa: BLE001 - one line naming the store
-        _fail(f"cannot open the history store {hist}: {e}")
+    if processes not in ("auto", "one", "two"):
+        _fail(f"--processes: expected auto, one or two, got {processes!r}")
+    split = processes == "two" or (processes == "auto" and (os.cpu_count() or 1) >= 2)
+    if split:
+        from engine.serve.scorer import RemoteService, ScorerStartError
+
+        try:
+            service = RemoteService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
+                                    explain=explain, sync=sync, explain_cpu=explain_cpu, warm=warm)
+        except ScorerStartError as e:
+            _fail(str(e))
+        warm = None  # applied by the scorer
+    else:
+        try:
+            service = ScoringService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
+                                     explain=explain, sync=sync, explain_cpu=explain_cpu)
+        except Exception as e:  # noqa: BLE001 - one line naming the store
+            _fail(f"cannot open the history store {hist}: {e}")
     if warm is not None:
         try:
             warm_start(service, warm, log=lambda m: console.print(m, markup=False))
@@ -89,10 +106,11 @@ def serve(
 
     # bound to loopback: the Host header must name loopback and this port (DNS rebinding)
     app = create_app(service, token, loopback_port=port if is_loopback(host) else None)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
     console.print(f"fraudlens serve: model {bundle.short_sha} (spec {bundle.spec.name}), history {hist}, "
-                  f"sync {sync}, {'shadow mode, ' if shadow else ''}{'token required' if token else 'no token (loopback)'}; "
+                  f"sync {sync}, {'front + scorer processes, ' if split else 'one process, '}{'shadow mode, ' if shadow else ''}{'token required' if token else 'no token (loopback)'}; "
                   f"http://{host}:{port}", markup=False)
     orig = server.startup
 
@@ -103,9 +121,14 @@ def serve(
             sys.stdout.flush()
 
     server.startup = startup
+    if split:
+        service.on_broken = lambda: setattr(server, "should_exit", True)
     try:
         server.run()
     finally:
         service.close()
+    if split and service.broken:
+        console.print(f"error: {service.broken}; exiting for a restart", markup=False)
+        raise typer.Exit(3)  # engine.serve.scorer.SCORER_DIED_EXIT
     if not server.started:
         _fail(f"could not listen on {host}:{port} (in use, or not an address of this machine)")

@@ -261,6 +261,10 @@ class ScoringService:
         except RecordError as err:
             self.counts["rejected"] += 1
             raise ServiceError(422, [err.detail()]) from None
+        return self._score_canonical(row)
+
+    def _score_canonical(self, row: dict[str, Any]) -> Outcome:
+        """:meth:`score_one` after :func:`canonical_row` (same errors but the 422)."""
         pending: dict[str, tuple] = {}
         with self.lock:
             self._check_open()
@@ -330,6 +334,88 @@ class ScoringService:
         rejected.sort(key=lambda r: r["index"])
         return {"results": results, "rejected": rejected, "accepted": sum(not o.duplicate for o in outs),
                 "rejected_count": len(rejected)}
+
+    def score_rows(self, rows: list[dict[str, Any]]) -> list[tuple]:
+        """Score the canonical rows of separate requests together (the dynamic batches of
+        :mod:`engine.serve.scorer`): in order, under one lock, with one durable commit; each row
+        keeps its own answer, as if posted alone.
+
+        Returns:
+            one tuple per row: ``("ok", body, flagged)`` (body as :meth:`score_one`'s, without
+            ``latency_ms``) or ``("err", status, detail)`` (409 out of order / reused id, 500
+            non-finite score or refused rows, 503 history store unavailable). If anything but a
+            409 fails while the rows are scored together, nothing of the batch is kept (its
+            entities are rebuilt from history) and each row is scored again alone, so only the
+            failing row gets the error; a failed commit answers every row of the batch 503/500
+            (nothing of it was accepted).
+        """
+        try:
+            self._check_open()
+        except ServiceError as e:
+            return [("err", e.status, e.detail)] * len(rows)
+        results: list[tuple | None] = [None] * len(rows)
+        outs: list[tuple[int, Outcome]] = []
+        pending: dict[str, tuple] = {}
+        failed = False
+        with self.lock:
+            entities: set[str] = set()
+            try:
+                for i, row in enumerate(rows):
+                    entities.add(row["entity_id"])
+                    try:
+                        out = self._score_row(row, pending)
+                    except RecordError as err:  # before the row's cache step: this row alone is refused
+                        results[i] = ("err", 409, [err.detail()])
+                        continue
+                    outs.append((i, out))
+                ticket = self._submit(pending)
+            except BaseException:  # undo the whole batch, then score each row alone (below)
+                self._forget(entities, pending)
+                failed = True
+        if failed:
+            return [self._alone(row) for row in rows]
+        try:
+            self._durable(ticket, pending)
+        except ServiceError as e:
+            return [("err", e.status, e.detail)] * len(rows)
+        with self.lock:
+            for _, out in outs:
+                self._count(out)
+            self.counts["rejected"] += sum(r is not None for r in results)
+        if any(o.flagged for _, o in outs) and self.worker is not None:
+            self.worker.notify()
+        for i, out in outs:
+            results[i] = ("ok", out.body, out.flagged)
+        return results
+
+    def _alone(self, row: dict[str, Any]) -> tuple:
+        try:
+            out = self._score_canonical(row)
+        except ServiceError as e:
+            return ("err", e.status, e.detail)
+        except Exception as e:  # noqa: BLE001 - this row's 500; logged with its traceback
+            import logging
+
+            logging.getLogger("fraudlens.serve").exception("unexpected error scoring %s", row.get("transaction_id"))
+            return ("err", 500, [{"loc": [], "msg": f"internal error ({type(e).__name__}); see the service log",
+                                  "type": "internal_error"}])
+        return ("ok", out.body, out.flagged)
+
+    def count_rejected(self, n: int) -> None:
+        """Count ``n`` transactions refused before they reached the service (HTTP layer)."""
+        with self.lock:
+            self.counts["rejected"] += n
+
+    def metrics_state(self) -> dict[str, Any]:
+        """What ``GET /metrics`` reports of the service: ``cache`` (:meth:`EntityCache.stats`),
+        ``counts`` (scored, duplicates, rejected, flagged) and ``worker`` (case worker counters, or
+        None in shadow mode)."""
+        with self.lock:
+            cache, counts = self.cache.stats(), dict(self.counts)
+        w = self.worker
+        return {"cache": cache, "counts": counts,
+                "worker": None if w is None else {k: getattr(w, k) for k in ("cases_written", "explained", "errors",
+                                                                               "backlog")}}
 
     def _count(self, out: Outcome) -> None:
         c = self.counts

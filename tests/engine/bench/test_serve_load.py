@@ -30,7 +30,7 @@ def test_meets_needs_the_rate_no_errors_and_p99():
 def test_target_rows_report_the_highest_rate_met():
     runs = [_run(250, 1250, 5.0, 2.0), _run(500, 2500, 5.0, 3.0), _run(1000, 5000, 5.0, 9.0)]
     (row,) = target_rows(runs)
-    assert row == "| d | normal | 8 | 500 tx/s | no |"
+    assert row == "| d | normal | one | 8 | 500 tx/s | no |"
     (row,) = target_rows([_run(250, 1250, 5.0, 7.0)])
     assert row.endswith("| none | no |")
     (row,) = target_rows([_run(1000, 5000, 5.0, 4.9)])

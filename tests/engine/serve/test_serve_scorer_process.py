@@ -1,0 +1,194 @@
+"""``fraudlens serve --processes two``: the HTTP front and the scorer in two processes with dynamic
+batching (engine/serve/scorer.py). Rows scored together keep their own answers (409 / 500 for
+one row only), scores equal whole-file scoring, requests form batches under concurrency, and the
+two processes live and die together."""
+
+import asyncio
+import os
+import signal
+import sqlite3
+import time
+
+import httpx
+import pytest
+
+from engine.model.checkpoint import load_checkpoint
+from engine.serve.record import canonical_row
+from engine.serve.service import ScoringService
+from serve_helpers import batch_probabilities, id_spec, make_checkpoint, raw_records
+from test_serve_kill import _free_port, _running, _start
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("scorer-ck"))
+
+
+@pytest.fixture(scope="module")
+def bundle(ck):
+    return load_checkpoint(ck)
+
+
+@pytest.fixture(scope="module")
+def records():
+    return raw_records()
+
+
+@pytest.fixture(scope="module")
+def batch_probs(bundle, records, tmp_path_factory):
+    return batch_probabilities(bundle, records, tmp_path_factory.mktemp("raw"))
+
+
+def _rows(records):
+    spec = id_spec()
+    return [canonical_row(r, spec) for r in records]
+
+
+def test_score_rows_keeps_each_rows_answer(bundle, records, batch_probs, tmp_path, monkeypatch):
+    svc = ScoringService(bundle, tmp_path / "h.sqlite3", case_db=tmp_path / "c.sqlite3", start_worker=False,
+                         sync="normal")
+    try:
+        rows = _rows(records)
+        first = svc.score_rows(rows[:20])
+        assert [r[0] for r in first] == ["ok"] * 20
+        for row, (_, body, _) in zip(rows[:20], first):
+            assert body["probability"] == pytest.approx(batch_probs[row["transaction_id"]], abs=1e-5)
+        # a duplicate, an out-of-order row and a new one in the same batch: each keeps its own answer
+        entity = rows[19]["entity_id"]
+        early = next(r for r in rows[:19] if r["entity_id"] == entity)
+        late_copy = {**early, "transaction_id": "late-1"}
+        res = svc.score_rows([rows[5], late_copy, rows[20]])
+        assert res[0][0] == "ok" and res[0][1]["duplicate"] is True
+        assert res[1][:2] == ("err", 409) and "earlier than entity" in res[1][2][0]["msg"]
+        assert res[2][0] == "ok" and res[2][1]["probability"] == pytest.approx(
+            batch_probs[rows[20]["transaction_id"]], abs=1e-5)
+        # an unexpected failure of one row: the batch is redone row by row, only that row fails
+        bad = rows[23]["transaction_id"]
+        real = svc.cache.score
+
+        def failing(e, row):
+            if row["transaction_id"] == bad:
+                raise RuntimeError("injected")
+            return real(e, row)
+
+        monkeypatch.setattr(svc.cache, "score", failing)
+        res = svc.score_rows(rows[21:26])
+        assert [r[0] for r in res] == ["ok", "ok", "err", "ok", "ok"]
+        assert res[2][1] == 500 and res[2][2][0]["type"] == "internal_error"
+        monkeypatch.setattr(svc.cache, "score", real)
+        res = svc.score_rows(rows[23:40])  # the failed row again, then the rest
+        assert [r[0] for r in res[:1]] == ["ok"] and res[0][1]["duplicate"] is False
+        got = {}
+        for row, r in zip(rows[21:40], svc.score_rows(rows[21:40])):
+            assert r[0] == "ok" and r[1]["duplicate"] is True
+            got[row["transaction_id"]] = r[1]["probability"]
+        assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+        with sqlite3.connect(tmp_path / "h.sqlite3") as con:
+            ids = [x[0] for x in con.execute("SELECT transaction_id FROM transactions")]
+        assert len(ids) == len(set(ids)) == 40 and "late-1" not in ids
+        assert svc.metrics_state()["counts"]["rejected"] == 1  # the 409 (the 500 is not a refusal)
+    finally:
+        svc.close()
+
+
+def _start_two(ck, tmp, port):
+    import subprocess
+    import sys
+    import threading
+    from test_serve_kill import ROOT
+
+    cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", str(ck), "--port", str(port), "--history",
+           str(tmp / "history.sqlite3"), "--cases", str(tmp / "cases.sqlite3"), "--explain", "none",
+           "--processes", "two", "--sync", "normal"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    out = []
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        out.append(line)
+        if line.strip() == "ready":
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+            return p
+        if not line and p.poll() is not None:
+            break
+    p.kill()
+    pytest.fail("server did not start: " + "".join(out))
+
+
+def test_two_processes_batch_concurrent_requests_and_score_as_whole_file(ck, records, batch_probs, tmp_path):
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _start_two(ck, tmp_path, port)
+    try:
+        by_entity: dict[str, list] = {}
+        for r in records:
+            by_entity.setdefault(r["card"], []).append(r)
+
+        async def lane(client, recs):  # one entity per lane: its transactions in order
+            out = {}
+            for rec in recs:
+                r = await client.post("/v1/score", json=rec)
+                assert r.status_code == 200, r.text
+                out[rec["tid"]] = r.json()["probability"]
+            return out
+
+        async def main():
+            async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+                parts = await asyncio.gather(*(lane(c, recs) for recs in by_entity.values()))
+                bad = await c.post("/v1/score", json={**records[0], "tid": "x-1", "amt": "twelve"})
+                return {k: v for p in parts for k, v in p.items()}, bad
+
+        got, bad = asyncio.run(main())
+        assert len(got) == len(records)
+        assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "amt"]
+        h = httpx.get(f"{url}/healthz").json()
+        procs = h["processes"]
+        assert procs["front"] == server.pid and procs["scorer"] != server.pid and _running(procs["scorer"])
+        assert h["history_transactions"] == len(records)
+        assert procs["dynamic_batch_rows"] == len(records)  # the 422 never reached the scorer
+        assert procs["dynamic_batches"] < len(records)  # 4 concurrent lanes: some rows were scored together
+        metrics = httpx.get(f"{url}/metrics").text
+        assert f"fraudlens_serve_dynamic_batch_rows_total {float(len(records))}" in metrics
+        assert "fraudlens_serve_transactions_rejected_total 1.0" in metrics
+        assert f"fraudlens_serve_transactions_scored_total {float(len(records))}" in metrics
+
+        # the scorer dies: requests are answered 503 and the front exits (status 3) for a restart
+        os.kill(procs["scorer"], signal.SIGKILL)
+        r = httpx.post(f"{url}/v1/score", json={**records[0], "tid": "after-kill"}, timeout=10)
+        assert r.status_code == 503 and r.json()["detail"][0]["type"] == "scorer_unavailable"
+        assert server.wait(30) == 3
+    finally:
+        if server.poll() is None:
+            server.kill()
+    # a kill -9 of the front takes the scorer with it; a restart takes over the same history store
+    server = _start_two(ck, tmp_path, port)
+    try:
+        scorer = httpx.get(f"{url}/healthz").json()["processes"]["scorer"]
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(10)
+        deadline = time.time() + 10
+        while time.time() < deadline and _running(scorer):
+            time.sleep(0.05)
+        assert not _running(scorer)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    server = _start(ck, tmp_path, port)  # the default (--processes auto) on the same store
+    try:
+        r = httpx.post(f"{url}/v1/score", json=records[3], timeout=10)
+        assert r.status_code == 200 and r.json()["duplicate"] is True
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+
+
+def test_processes_option_is_checked(ck, tmp_path):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "--model", str(ck), "--history", str(tmp_path / "h.sqlite3"),
+                                   "--processes", "three"])
+    assert res.exit_code == 2 and "--processes: expected auto, one or two, got 'three'" in res.output
