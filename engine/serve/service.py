@@ -190,6 +190,11 @@ class ScoringService:
         except NonFiniteScoreError as err:
             raise ServiceError(500, [{"loc": ["body"], "msg": str(err), "type": "non_finite_score",
                                       "input": tid}]) from None
+        return self._finish(row, logit, reasons, hit, pending)
+
+    def _finish(self, row: dict[str, Any], logit: float, reasons: list, hit: bool, pending: dict[str, tuple]) -> Outcome:
+        """Probability, decision and the staged history record of a scored row (lock held)."""
+        e, tid = row["entity_id"], row["transaction_id"]
         prob = self.probability(logit)
         thr = self.thresholds
         decision = decision_band(prob, thr["review"], thr["decline"])
@@ -338,7 +343,9 @@ class ScoringService:
     def score_rows(self, rows: list[dict[str, Any]]) -> list[tuple]:
         """Score the canonical rows of separate requests together (the dynamic batches of
         :mod:`engine.serve.scorer`): in order, under one lock, with one durable commit; each row
-        keeps its own answer, as if posted alone.
+        keeps its own answer, as if posted alone. The rows are cut into waves of distinct entities
+        (:func:`_waves`); each wave's model step runs once for all its entities
+        (:meth:`EntityCache.score_many`).
 
         Returns:
             one tuple per row: ``("ok", body, flagged)`` (body as :meth:`score_one`'s, without
@@ -360,14 +367,25 @@ class ScoringService:
         with self.lock:
             entities: set[str] = set()
             try:
-                for i, row in enumerate(rows):
-                    entities.add(row["entity_id"])
-                    try:
-                        out = self._score_row(row, pending)
-                    except RecordError as err:  # before the row's cache step: this row alone is refused
-                        results[i] = ("err", 409, [err.detail()])
-                        continue
-                    outs.append((i, out))
+                for wave in _waves(rows):
+                    todo = []
+                    for i in wave:
+                        row = rows[i]
+                        entities.add(row["entity_id"])
+                        hit = row["entity_id"] in self.cache.sizes
+                        try:
+                            dup = self._prepare(row, pending)
+                        except RecordError as err:  # before any cache step: this row alone is refused
+                            results[i] = ("err", 409, [err.detail()])
+                            continue
+                        if dup is not None:
+                            outs.append((i, dup))
+                        else:
+                            todo.append((i, row, hit))
+                    if todo:  # one model step for the wave's entities together
+                        scored = self.cache.score_many([(r["entity_id"], r) for _, r, _ in todo])
+                        for (i, row, hit), (logit, reasons) in zip(todo, scored):
+                            outs.append((i, self._finish(row, logit, reasons, hit, pending)))
                 ticket = self._submit(pending)
             except BaseException:  # undo the whole batch, then score each row alone (below)
                 self._forget(entities, pending)
@@ -447,6 +465,22 @@ class ScoringService:
     def explanation(self, transaction_id: str) -> dict[str, Any] | None:
         with self.lock:
             return self.history.explanation(transaction_id)
+
+
+def _waves(rows: list[dict[str, Any]]) -> list[list[int]]:
+    """Positions of ``rows`` cut, in order, into waves with at most one row per entity and per
+    transaction id (a row waits for the next wave when its entity or id is already in this one), so
+    a wave's rows can be scored together and an entity's rows stay in arrival order."""
+    waves: list[list[int]] = []
+    seen: set = set()
+    for i, r in enumerate(rows):
+        keys = (("e", r["entity_id"]), ("t", r["transaction_id"]))
+        if not waves or any(k in seen for k in keys):
+            waves.append([])
+            seen = set()
+        waves[-1].append(i)
+        seen.update(keys)
+    return waves
 
 
 class _OutOfOrder(RecordError):

@@ -164,6 +164,25 @@ class EntityCache:
         self._account(entity_id)
         return logit, reasons
 
+    def score_many(self, items: list[tuple[str, dict[str, Any]]]) -> list[tuple[float, list[dict[str, str]]]]:
+        """:meth:`score` for one transaction of each of several distinct entities (each loaded with
+        :meth:`ensure` first), scored together (:meth:`IncrementalScorer.add_many`); returns one
+        ``(logit, reasons)`` per item. On any error every item's entity is evicted (rebuilt from
+        the history store on its next use) and the error propagates."""
+        facts = [self.facts.setdefault(e, deque(maxlen=FACTS)) for e, _ in items]
+        try:
+            logits = self.scorer.add_many(items)
+        except Exception:
+            for e, _ in items:
+                self.evict(e)
+            raise
+        out = []
+        for (e, row), f, logit in zip(items, facts, logits):
+            out.append((float(logit), cheap_reasons(row, list(f), self.novelty, self.noun)))
+            self._push_fact(e, f, self._fact(row))
+            self._account(e)
+        return out
+
     def stats(self) -> dict[str, int]:
         return {"entities": len(self.sizes), "bytes": self.bytes, "max_bytes": self.max_bytes, "hits": self.hits,
                 "misses": self.misses, "evictions": self.evictions}

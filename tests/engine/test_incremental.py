@@ -70,3 +70,64 @@ def test_resume_from_the_history_tail_equals_feeding_everything(bundle):  # noqa
         late.add("c0", rows[25])
     with pytest.raises(ValueError, match="not a window start"):
         IncrementalScorer(bundle).resume("c0", rows[:3], 3, None)
+
+
+def _add_many_equals_add(b, fr, groups):
+    """Feed ``fr`` in time order through add (one row at a time) and through add_many in groups
+    of distinct entities; both give whole-file scoring's logits."""
+    want = score_frame(b, fr).set_index("transaction_id")["logit"]
+    one, many = IncrementalScorer(b), IncrementalScorer(b)
+    rows = fr.sort_values(["timestamp", "row_number"]).to_dict("records")
+    got_one = {r["transaction_id"]: one.add(r["entity_id"], r) for r in rows}
+    got_many, wave, sizes = {}, [], []
+
+    def flush():
+        out = many.add_many([(r["entity_id"], r) for r in wave])
+        got_many.update({r["transaction_id"]: x for r, x in zip(wave, out)})
+        sizes.append(len(wave))
+        wave.clear()
+
+    for r in rows:
+        if len(wave) == groups or any(w["entity_id"] == r["entity_id"] for w in wave):
+            flush()
+        wave.append(r)
+    flush()
+    assert max(sizes) > 1  # batches really formed
+    for t, x in got_many.items():
+        assert x == pytest.approx(got_one[t], abs=2e-5) and x == pytest.approx(float(want[t]), abs=1e-4)
+    return many
+
+
+def test_add_many_equals_add_across_windows(bundle):  # noqa: F811
+    # 4 entities x 40-61 rows (T=16, S=10): first rows, window openings and closings inside batches
+    fr = tiny_frame(4, 40, seed=11)
+    many = _add_many_equals_add(bundle, fr, groups=4)
+    assert all(len(st.windows) <= 2 for st in many.entities.values())
+    r = fr.iloc[0].to_dict()
+    with pytest.raises(ValueError, match="each entity at most once"):
+        many.add_many([(r["entity_id"], r), (r["entity_id"], r)])
+
+
+def test_add_many_of_an_ensemble():
+    import dataclasses
+
+    from engine.data.features import FeatureEncoder
+    from engine.model.checkpoint import ModelBundle
+    from engine.model.ensemble import SeedEnsemble
+    from tiny_models import perturbed_bundle, tiny_spec
+    from tiny_models import tiny_frame as tf
+
+    spec, fr = tiny_spec(), tf(3, 30, seed=2)
+    enc = FeatureEncoder.fit(fr, spec)
+    singles = [perturbed_bundle(enc, spec, seed=s, row_ff=24) for s in (1, 2)]
+    ens = SeedEnsemble(dataclasses.replace(singles[0].model.cfg, n_members=2), [s.model for s in singles]).eval()
+    _add_many_equals_add(ModelBundle(model=ens, encoder=enc, spec=spec, meta={}), fr, groups=3)
+
+
+def test_waves_keep_entity_order_and_ids_apart():
+    from engine.serve.service import _waves
+
+    rows = [{"entity_id": e, "transaction_id": t} for e, t in
+            [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("d", "4"), ("e", "5")]]
+    assert _waves(rows) == [[0, 1], [2, 3], [4, 5]]  # a again -> new wave; id 4 again -> new wave
+    assert _waves([]) == []

@@ -64,18 +64,18 @@ def test_score_rows_keeps_each_rows_answer(bundle, records, batch_probs, tmp_pat
             batch_probs[rows[20]["transaction_id"]], abs=1e-5)
         # an unexpected failure of one row: the batch is redone row by row, only that row fails
         bad = rows[23]["transaction_id"]
-        real = svc.cache.score
+        real = svc.cache.scorer._row_embedding  # used by the batched and the one-row step
 
-        def failing(e, row):
+        def failing(row, st):
             if row["transaction_id"] == bad:
                 raise RuntimeError("injected")
-            return real(e, row)
+            return real(row, st)
 
-        monkeypatch.setattr(svc.cache, "score", failing)
+        monkeypatch.setattr(svc.cache.scorer, "_row_embedding", failing)
         res = svc.score_rows(rows[21:26])
         assert [r[0] for r in res] == ["ok", "ok", "err", "ok", "ok"]
         assert res[2][1] == 500 and res[2][2][0]["type"] == "internal_error"
-        monkeypatch.setattr(svc.cache, "score", real)
+        monkeypatch.setattr(svc.cache.scorer, "_row_embedding", real)
         res = svc.score_rows(rows[23:40])  # the failed row again, then the rest
         assert [r[0] for r in res[:1]] == ["ok"] and res[0][1]["duplicate"] is False
         got = {}
