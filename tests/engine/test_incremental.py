@@ -125,7 +125,7 @@ def test_add_many_of_an_ensemble():
 
 
 def test_waves_keep_entity_order_and_ids_apart():
-    from engine.serve.service import _waves
+    from engine.serve.waves import waves as _waves
 
     rows = [{"entity_id": e, "transaction_id": t} for e, t in
             [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("d", "4"), ("e", "5")]]

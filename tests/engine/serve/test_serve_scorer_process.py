@@ -15,7 +15,7 @@ import pytest
 from engine.model.checkpoint import load_checkpoint
 from engine.serve.record import canonical_row
 from engine.serve.service import ScoringService
-from serve_helpers import batch_probabilities, id_spec, make_checkpoint, raw_records
+from serve_helpers import batch_probabilities, id_spec, make_checkpoint, raw_records, write_raw
 from test_serve_kill import _free_port, _running, _start
 
 
@@ -91,7 +91,7 @@ def test_score_rows_keeps_each_rows_answer(bundle, records, batch_probs, tmp_pat
         svc.close()
 
 
-def _start_two(ck, tmp, port):
+def _start_two(ck, tmp, port, *extra):
     import subprocess
     import sys
     import threading
@@ -99,7 +99,7 @@ def _start_two(ck, tmp, port):
 
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", str(ck), "--port", str(port), "--history",
            str(tmp / "history.sqlite3"), "--cases", str(tmp / "cases.sqlite3"), "--explain", "none",
-           "--processes", "two", "--sync", "normal"]
+           "--processes", "two", "--sync", "normal", *extra]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 120
@@ -192,3 +192,34 @@ def test_processes_option_is_checked(ck, tmp_path):
     res = CliRunner().invoke(app, ["serve", "--model", str(ck), "--history", str(tmp_path / "h.sqlite3"),
                                    "--processes", "three"])
     assert res.exit_code == 2 and "--processes: expected auto, one or two, got 'three'" in res.output
+
+
+def test_warm_start_runs_in_the_scorer(ck, records, batch_probs, tmp_path):
+    warm = write_raw(records[:30], tmp_path / "warm.parquet")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _start_two(ck, tmp_path, port, "--warm", str(warm))
+    try:
+        assert httpx.get(f"{url}/healthz").json()["history_transactions"] == 30
+        got = {}
+        for rec in records[30:50]:
+            r = httpx.post(f"{url}/v1/score", json=rec, timeout=10)
+            assert r.status_code == 200 and r.json()["duplicate"] is False
+            got[rec["tid"]] = r.json()["probability"]
+        assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+        r = httpx.post(f"{url}/v1/score", json=records[3], timeout=10)  # warmed: answered from the store
+        assert r.json()["duplicate"] is True
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    import subprocess
+    import sys
+
+    from test_serve_kill import ROOT
+
+    res = subprocess.run([sys.executable, "-m", "engine.cli", "serve", "--model", str(ck), "--port", str(port),
+                          "--history", str(tmp_path / "h2.sqlite3"), "--processes", "two", "--warm", str(bad)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--warm" in res.stdout and "bad.parquet" in res.stdout
