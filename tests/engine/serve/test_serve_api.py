@@ -10,33 +10,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.cases.store import CaseStore
-from engine.model.checkpoint import load_checkpoint
 from engine.serve.api import create_app
 from engine.serve.casework import service_source_id
 from engine.serve.service import ScoringService
 from engine.serve.warm import TokenError, resolve_token, warm_start
-from serve_helpers import batch_probabilities, make_checkpoint, raw_records, write_raw
-
-
-@pytest.fixture(scope="module")
-def ck(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("serve-ck"))
-
-
-@pytest.fixture(scope="module")
-def bundle(ck):
-    return load_checkpoint(ck)
-
-
-@pytest.fixture(scope="module")
-def records():
-    return raw_records()
-
-
-@pytest.fixture(scope="module")
-def batch_probs(bundle, records, tmp_path_factory):
-    """Whole-file scoring of the records: transaction id -> probability."""
-    return batch_probabilities(bundle, records, tmp_path_factory.mktemp("raw"))
+from serve_helpers import write_raw
 
 
 def make(bundle, tmp_path, **kw):

@@ -13,26 +13,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.cases.store import CaseStore
-from engine.model.checkpoint import load_checkpoint
 from engine.serve import guard
 from engine.serve.api import create_app
 from engine.serve.record import RecordError, canonical_row, json_finite
 from engine.serve.service import ScoringService
 from engine.serve.warm import TokenError, resolve_token
-from serve_helpers import id_spec, make_checkpoint, raw_records
+from serve_helpers import id_spec, raw_records
 from tiny_models import tiny_spec
 
 TOKEN = "Zq3-8vLk_p2Rt7YwXe5NmB4cHj6DfG9sUa1"
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    return load_checkpoint(make_checkpoint(tmp_path_factory.mktemp("hard-ck")))
-
-
-@pytest.fixture(scope="module")
-def records():
-    return raw_records()
 
 
 def make(bundle, tmp_path, token=None, loopback_port=None, **kw):

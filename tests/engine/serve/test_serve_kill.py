@@ -28,9 +28,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(ck: Path, tmp: Path, port: int) -> subprocess.Popen:
+def _start(ck: Path, tmp: Path, port: int, *extra: str) -> subprocess.Popen:
+    """``fraudlens serve`` (``--explain none`` plus ``extra`` options) in a subprocess, once it prints ``ready``."""
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", str(ck), "--port", str(port), "--history",
-           str(tmp / "history.sqlite3"), "--cases", str(tmp / "cases.sqlite3"), "--explain", "none"]
+           str(tmp / "history.sqlite3"), "--cases", str(tmp / "cases.sqlite3"), "--explain", "none", *extra]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 120

@@ -12,31 +12,10 @@ import time
 import httpx
 import pytest
 
-from engine.model.checkpoint import load_checkpoint
 from engine.serve.record import canonical_row
 from engine.serve.service import ScoringService
-from serve_helpers import batch_probabilities, id_spec, make_checkpoint, raw_records, write_raw
+from serve_helpers import id_spec, write_raw
 from test_serve_kill import _free_port, _running, _start
-
-
-@pytest.fixture(scope="module")
-def ck(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("scorer-ck"))
-
-
-@pytest.fixture(scope="module")
-def bundle(ck):
-    return load_checkpoint(ck)
-
-
-@pytest.fixture(scope="module")
-def records():
-    return raw_records()
-
-
-@pytest.fixture(scope="module")
-def batch_probs(bundle, records, tmp_path_factory):
-    return batch_probabilities(bundle, records, tmp_path_factory.mktemp("raw"))
 
 
 def _rows(records):
@@ -92,28 +71,7 @@ def test_score_rows_keeps_each_rows_answer(bundle, records, batch_probs, tmp_pat
 
 
 def _start_two(ck, tmp, port, *extra):
-    import subprocess
-    import sys
-    import threading
-    from test_serve_kill import ROOT
-
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", str(ck), "--port", str(port), "--history",
-           str(tmp / "history.sqlite3"), "--cases", str(tmp / "cases.sqlite3"), "--explain", "none",
-           "--processes", "two", "--sync", "normal", *extra]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 120
-    out = []
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        out.append(line)
-        if line.strip() == "ready":
-            threading.Thread(target=p.stdout.read, daemon=True).start()
-            return p
-        if not line and p.poll() is not None:
-            break
-    p.kill()
-    pytest.fail("server did not start: " + "".join(out))
+    return _start(ck, tmp, port, "--processes", "two", "--sync", "normal", *extra)
 
 
 def test_two_processes_batch_concurrent_requests_and_score_as_whole_file(ck, records, batch_probs, tmp_path):

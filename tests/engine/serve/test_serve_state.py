@@ -16,24 +16,8 @@ from engine.serve.history import GroupCommitter, HistoryLocked, RecordsRefused, 
 from engine.serve.service import ScoringService, ServiceError
 from engine.serve.state import EntityCache
 from engine.serve.warm import warm_start
-from serve_helpers import batch_probabilities, make_checkpoint, raw_records, write_raw
+from serve_helpers import write_raw
 from tiny_models import tiny_checkpoint, tiny_spec
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    return load_checkpoint(make_checkpoint(tmp_path_factory.mktemp("state-ck")))
-
-
-@pytest.fixture(scope="module")
-def records():
-    return raw_records()
-
-
-@pytest.fixture(scope="module")
-def batch_probs(bundle, records, tmp_path_factory):
-    """Whole-file scoring of the records: transaction id -> probability."""
-    return batch_probabilities(bundle, records, tmp_path_factory.mktemp("raw"))
 
 
 def make(bundle, tmp_path, name="history.sqlite3", **kw):
