@@ -181,3 +181,17 @@ def test_warm_start_runs_in_the_scorer(ck, records, batch_probs, tmp_path):
                           "--history", str(tmp_path / "h2.sqlite3"), "--processes", "two", "--warm", str(bad)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "--warm" in res.stdout and "bad.parquet" in res.stdout
+
+
+def test_scorer_refuses_a_checkpoint_that_is_not_the_fronts(ck, bundle, tmp_path):
+    from engine.serve.scorer import ScorerStartError, _open_service
+
+    opts = {"model": str(ck), "sha256": "0" * 64, "history": str(tmp_path / "h.sqlite3"), "cache_bytes": 2**20,
+            "shadow": True, "case_db": None, "explain": "none", "sync": "normal", "explain_cpu": 0.25}
+    with pytest.raises(ScorerStartError, match="changed on disk while starting"):
+        _open_service(opts)
+    svc = _open_service({**opts, "sha256": bundle.sha256})  # the same checkpoint: opened
+    try:
+        assert svc.bundle.sha256 == bundle.sha256 and svc.shadow
+    finally:
+        svc.close()
