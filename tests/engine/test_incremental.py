@@ -131,3 +131,51 @@ def test_waves_keep_entity_order_and_ids_apart():
             [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("d", "4"), ("e", "5")]]
     assert _waves(rows) == [[0, 1], [2, 3], [4, 5]]  # a again -> new wave; id 4 again -> new wave
     assert _waves([]) == []
+
+
+def _ple_bundle():
+    import torch
+
+    from engine.data.features import FeatureEncoder
+    from engine.model.checkpoint import ModelBundle, build_model
+    from tiny_models import tiny_frame as tf
+    from tiny_models import tiny_spec
+
+    spec = tiny_spec()
+    enc = FeatureEncoder.fit(tf(), spec)
+    model = build_model(enc, seed=4, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0, context_length=16,
+                        min_history=6, activity_ple=True, row_ff=24)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return ModelBundle(model=model.eval(), encoder=enc, spec=spec, meta={})
+
+
+def test_add_many_with_activity_codes_and_uneven_histories():
+    """The padded arrays of step_many (windows of 0..15 cached rows side by side, activity codes,
+    the feed-forward row layer): equal to one add per row and to whole-file scoring."""
+    from tiny_models import tiny_frame as tf
+
+    b = _ple_bundle()
+    fr = tf(5, 12, seed=3)  # 5 entities of 12-28 rows: short and long windows in one batch
+    # an MCC the encoder never saw (code 0, UNSEEN): padding must never pass for a seen value
+    fr.loc[fr.index % 3 == 0, "mcc"] = "0000"
+    many = _add_many_equals_add(b, fr, groups=5)
+    assert sorted(st.n for st in many.entities.values()) != [many.entities["c0"].n] * 5
+
+
+def test_add_many_refuses_an_older_row_before_touching_any_cache(bundle):  # noqa: F811
+    fr = tiny_frame(2, 20, seed=4).sort_values(["timestamp", "row_number"])
+    rows = fr.to_dict("records")
+    a = [r for r in rows if r["entity_id"] == "c0"]
+    c = [r for r in rows if r["entity_id"] == "c1"]
+    inc, ref = IncrementalScorer(bundle), IncrementalScorer(bundle)
+    for r in a[:10] + c[:10]:
+        inc.add(r["entity_id"], r)
+        ref.add(r["entity_id"], r)
+    before = {e: (st.n, [w.n for w in st.windows]) for e, st in inc.entities.items()}
+    with pytest.raises(ValueError, match="older than the entity's previous"):
+        inc.add_many([("c0", a[10]), ("c1", c[3]), ("new", a[0])])
+    assert {e: (st.n, [w.n for w in st.windows]) for e, st in inc.entities.items()} == before
+    got = inc.add_many([("c0", a[10]), ("c1", c[10])])
+    assert got == pytest.approx([ref.add("c0", a[10]), ref.add("c1", c[10])], abs=2e-5)

@@ -43,18 +43,19 @@ def test_score_rows_keeps_each_rows_answer(bundle, records, batch_probs, tmp_pat
             batch_probs[rows[20]["transaction_id"]], abs=1e-5)
         # an unexpected failure of one row: the batch is redone row by row, only that row fails
         bad = rows[23]["transaction_id"]
-        real = svc.cache.scorer._row_embedding  # used by the batched and the one-row step
+        enc = svc.cache.scorer.bundle.encoder
+        real = enc.transform_row  # used by the batched and the one-row step
 
-        def failing(row, st):
+        def failing(row):
             if row["transaction_id"] == bad:
                 raise RuntimeError("injected")
-            return real(row, st)
+            return real(row)
 
-        monkeypatch.setattr(svc.cache.scorer, "_row_embedding", failing)
+        monkeypatch.setattr(enc, "transform_row", failing)
         res = svc.score_rows(rows[21:26])
         assert [r[0] for r in res] == ["ok", "ok", "err", "ok", "ok"]
         assert res[2][1] == 500 and res[2][2][0]["type"] == "internal_error"
-        monkeypatch.setattr(svc.cache.scorer, "_row_embedding", real)
+        monkeypatch.setattr(enc, "transform_row", real)
         res = svc.score_rows(rows[23:40])  # the failed row again, then the rest
         assert [r[0] for r in res[:1]] == ["ok"] and res[0][1]["duplicate"] is False
         got = {}
