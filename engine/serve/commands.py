@@ -106,8 +106,10 @@ def serve(
 
     # bound to loopback: the Host header must name loopback and this port (DNS rebinding)
     app = create_app(service, token, loopback_port=port if is_loopback(host) else None)
+    # proxy_headers=False: no X-Forwarded-* header is trusted (the service is not set up behind a proxy),
+    # and uvicorn's ProxyHeadersMiddleware is off the per-request path
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=10)
+                            timeout_graceful_shutdown=10, proxy_headers=False)
     server = uvicorn.Server(config)
     console.print(f"fraudlens serve: model {bundle.short_sha} (spec {bundle.spec.name}), history {hist}, "
                   f"sync {sync}, {'front + scorer processes, ' if split else 'one process, '}{'shadow mode, ' if shadow else ''}{'token required' if token else 'no token (loopback)'}; "
