@@ -112,7 +112,8 @@ def bench_datasets(
                                  help="comma-separated: demo, tabformer, banksim, handbook"),
     seeds: int = typer.Option(3, min=1, help="seeds 0..n-1 per model and dataset"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "datasets.md"),
-    members: int = typer.Option(1, min=1, max=16, help="transformer: a seed ensemble of this many members"),
+    members: int = typer.Option(None, min=1, max=16, help="transformer: a seed ensemble of this many members "
+                                "(default: `fraudlens train`'s, TrainConfig.members)"),
 ):
     """Transformer vs the LightGBM baseline on every labelled dataset, same split and test rows:
     AUC ROC, AP, recall at 1 % alerts, detection and value detection at a 5:1 false-positive
@@ -123,7 +124,7 @@ def bench_datasets(
         from engine.model.train import TrainConfig
 
         ds.main([n.strip() for n in datasets.split(",") if n.strip()], list(range(seeds)), out, log=plain_log,
-                train_config=TrainConfig(members=members))
+                train_config=TrainConfig() if members is None else TrainConfig(members=members))
     except ValueError as e:
         _fail(str(e))
 

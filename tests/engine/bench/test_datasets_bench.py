@@ -89,3 +89,21 @@ def test_report_states_each_dataset_and_model():
     assert "| demo | LightGBM baseline | 0.950 | 0.700 |" in text
     assert "one class in test" in text
     assert set(DATASETS) == {"demo", "tabformer", "banksim", "handbook"}
+
+
+def test_bench_datasets_benches_the_default_recipe_unless_told(monkeypatch, tmp_path):
+    """`fraudlens bench datasets` trains what `fraudlens train` trains (its members) by default."""
+    from typer.testing import CliRunner
+
+    import engine.bench.datasets as ds
+    from engine.cli import app
+    from engine.model.train import TrainConfig
+
+    seen = []
+    monkeypatch.setattr(ds, "main", lambda names, seeds, out, log, train_config: seen.append(train_config))
+    for extra in ([], ["--members", "1"]):
+        r = CliRunner().invoke(app, ["bench", "datasets", "--datasets", "demo", "--seeds", "1",
+                                     "--out", str(tmp_path / "d.md"), *extra])
+        assert r.exit_code == 0, r.output
+    assert seen[0] == TrainConfig() and seen[0].members == TrainConfig().members
+    assert seen[1].members == 1
