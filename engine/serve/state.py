@@ -9,6 +9,11 @@ merchant objects, ``sys.getsizeof``: the text of a long id or merchant counts in
 fixed overhead (:data:`ENTITY_OVERHEAD`); the least recently used entity is dropped when the
 total is over the cap.
 
+While a request is scored (:meth:`EntityCache.holding`), the entities it touches are not evicted:
+its rows are staged, not yet in the history store, so an entity dropped in the middle of it could
+only be rebuilt without them. The cap may then be exceeded by at most the request's entities
+(:data:`engine.serve.service.MAX_BATCH`) until the request ends.
+
 A miss (an entity not in the cache: evicted, or the service restarted) is rebuilt from the
 history store without re-scoring its whole history: the windows open after the entity's ``n``
 transactions start at ``k * S`` for ``k * S > n - 1 - T``, and a window's caches depend only on
@@ -22,6 +27,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections import OrderedDict, deque
+from contextlib import contextmanager
 from typing import Any
 
 from engine.model.checkpoint import ModelBundle
@@ -58,6 +64,7 @@ class EntityCache:
         self.facts: dict[str, deque] = {}
         self.fact_bytes: dict[str, int] = {}  # entity -> bytes of its facts (kept as facts come and go)
         self.bytes = 0
+        self.held: set[str] | None = None  # entities of the request being scored (:meth:`holding`)
         self.hits = self.misses = self.evictions = 0
         self.before_rebuild = lambda: None  # the service waits for in-flight commits here
         names = {f.name for f in bundle.spec.fields}
@@ -85,10 +92,41 @@ class EntityCache:
         self.bytes += new - self.sizes.get(entity_id, 0)
         self.sizes[entity_id] = new
         self.sizes.move_to_end(entity_id)
+        self._shrink()
+
+    def _shrink(self) -> None:
+        """Evict least recently used entities until the cap holds (>= 1 kept); a held entity
+        (:meth:`holding`) is in use, so it counts as recent instead (moved to the end)."""
+        moved = 0
+        held = self.held or ()
         while self.bytes > self.max_bytes and len(self.sizes) > 1:
             old = next(iter(self.sizes))
+            if old in held:
+                if moved >= len(held):  # every entity left is held: over the cap until the request ends
+                    return
+                self.sizes.move_to_end(old)
+                moved += 1
+                continue
             self.evict(old)
             self.evictions += 1
+
+    @contextmanager
+    def holding(self):
+        """Within the block, entities loaded or scored are not evicted (the rows a request stages
+        are not in the history store yet, so a rebuild would miss them); at its end the cap is
+        enforced again. Not reentrant.
+
+        Raises:
+            RuntimeError: already inside a ``holding`` block.
+        """
+        if self.held is not None:
+            raise RuntimeError("EntityCache.holding is not reentrant")
+        self.held = set()
+        try:
+            yield
+        finally:
+            self.held = None
+            self._shrink()
 
     def evict(self, entity_id: str) -> None:
         """Drop an entity's caches (rebuilt from history when it is next scored)."""
@@ -99,6 +137,8 @@ class EntityCache:
 
     def ensure(self, entity_id: str) -> bool:
         """Load ``entity_id``'s caches (from history on a miss); True on a cache hit."""
+        if self.held is not None:
+            self.held.add(entity_id)
         if entity_id in self.sizes:
             self.hits += 1
             self.sizes.move_to_end(entity_id)
@@ -153,6 +193,8 @@ class EntityCache:
             ValueError: older than the entity's previous transaction.
             NonFiniteScoreError: NaN / infinite logit (the entity is evicted, rebuilt on next use).
         """
+        if self.held is not None:
+            self.held.add(entity_id)
         facts = self.facts.setdefault(entity_id, deque(maxlen=FACTS))
         try:
             logit = self.scorer.add(entity_id, row)
@@ -168,7 +210,11 @@ class EntityCache:
         """:meth:`score` for one transaction of each of several distinct entities (each loaded with
         :meth:`ensure` first), scored together (:meth:`IncrementalScorer.add_many`); returns one
         ``(logit, reasons)`` per item. On any error every item's entity is evicted (rebuilt from
-        the history store on its next use) and the error propagates."""
+        the history store on its next use) and the error propagates. Call it inside
+        :meth:`holding` (or with a cap above the items' entities): each item's bookkeeping may
+        otherwise evict a later item's entity."""
+        if self.held is not None:
+            self.held.update(e for e, _ in items)
         facts = [self.facts.setdefault(e, deque(maxlen=FACTS)) for e, _ in items]
         try:
             logits = self.scorer.add_many(items)

@@ -129,6 +129,28 @@ def test_warm_start_from_a_file(bundle, records, batch_probs, tmp_path):
     svc.close()
 
 
+def test_warm_start_onto_history_with_a_cache_below_one_entity(bundle, records, batch_probs, tmp_path):
+    """A warm start onto an existing history steps each row through the cache, appending to the
+    store only at the end; with a cap below one entity that is right only because the reader
+    orders the file by entity, then time: each entity is rebuilt once (from what was there before),
+    its rows stepped, then evicted for the next. Scores equal whole-file scoring."""
+    svc, c = make(bundle, tmp_path, cache_bytes=1)
+    for rec in records[:20]:
+        assert c.post("/v1/score", json=rec).status_code == 200
+    misses = svc.cache.misses
+    out = warm_start(svc, write_raw(records[20:130], tmp_path / "warm.parquet"), log=lambda m: None)
+    assert out["appended"] == 110 and out["rejected"] == 0
+    assert svc.cache.misses - misses == len({r["card"] for r in records[20:130]})  # one rebuild per entity
+    stored = {r["tid"]: svc.history.get(r["tid"])["probability"] for r in records[20:130]}
+    assert max(abs(stored[t] - batch_probs[t]) for t in stored) < 1e-5
+    got = {}
+    for rec in records[130:]:
+        b = c.post("/v1/score", json=rec).json()
+        got[b["transaction_id"]] = b["probability"]
+    assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+    svc.close()
+
+
 def test_token_required_off_loopback(bundle, records, tmp_path):
     with pytest.raises(TokenError, match="refusing to listen on 0.0.0.0 without a token"):
         resolve_token(None, "0.0.0.0", env={})

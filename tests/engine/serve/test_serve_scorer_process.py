@@ -196,3 +196,37 @@ def test_scorer_refuses_a_checkpoint_that_is_not_the_fronts(ck, bundle, tmp_path
         assert svc.bundle.sha256 == bundle.sha256 and svc.shadow
     finally:
         svc.close()
+
+
+@pytest.mark.parametrize("path", ["score_rows", "score_batch"])
+def test_a_cache_smaller_than_one_request_never_loses_its_rows(bundle, records, batch_probs, tmp_path, path,
+                                                              monkeypatch):
+    """With a cache cap below one entity, the entities of one request evict each other while it is
+    scored: an entity dropped mid-request must not be scored as new (its state gone) or rebuilt from a
+    history that lacks the request's rows staged but not yet committed. Scores equal whole-file scoring."""
+    svc = ScoringService(bundle, tmp_path / "h.sqlite3", case_db=tmp_path / "c.sqlite3", start_worker=False,
+                         sync="normal", cache_bytes=1)
+
+    def alone(*a):
+        raise AssertionError("the batch failed and fell back to scoring its rows one by one")
+
+    monkeypatch.setattr("engine.serve.waves._alone", alone)
+    try:
+        got = {}
+        for lo in range(0, len(records), 24):  # 24 interleaved rows of the 4 entities per request
+            chunk = records[lo:lo + 24]
+            if path == "score_rows":
+                res = svc.score_rows(_rows(chunk))
+                assert [r[0] for r in res] == ["ok"] * len(chunk)
+                bodies = [r[1] for r in res]
+            else:
+                out = svc.score_batch(chunk)
+                assert out["rejected"] == [] and out["accepted"] == len(chunk)
+                bodies = out["results"]
+            got.update({b["transaction_id"]: b["probability"] for b in bodies})
+        assert len(got) == len(records)
+        assert max(abs(got[t] - batch_probs[t]) for t in got) < 1e-5
+        st = svc.cache.stats()
+        assert st["evictions"] > 10 and st["entities"] == 1  # the cap holds again after each request
+    finally:
+        svc.close()
