@@ -143,10 +143,15 @@ def _isna(v) -> bool:
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
+_GROUPED = re.compile(r"\(?[-+]?\d{1,3}(,\d{3})+(\.\d*)?\)?")
+
+
 def _numbers(s: pd.Series, strip: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray | pd.Series]:
     """Parse a number column -> (float64 values, empty mask, raw cells for error reports).
 
     Text cells: the characters in ``strip`` and blanks are removed, ``"(25.00)"`` means -25.00,
+    a comma in ``strip`` only where it groups thousands (``"1,234.50"``; ``"11,65"``, a decimal
+    comma, is not a number rather than 1165),
     then the cell must be a decimal literal (``"nan"``, ``"inf"``, ``"0x1A"`` are not numbers).
     Non-numbers are NaN with ``empty`` False.
     """
@@ -156,6 +161,9 @@ def _numbers(s: pd.Series, strip: str = "") -> tuple[np.ndarray, np.ndarray, np.
     codes, texts = _text_codes(s)
     table = str.maketrans("", "", strip + " \t")
     cleaned = [t.translate(table) for t in texts]
+    if "," in strip:  # a comma is stripped only as a thousands separator: "1,234.50", never "11,65" or "1,6"
+        keep = str.maketrans("", "", strip.replace(",", "") + " \t")
+        cleaned = [c if "," not in t or _GROUPED.fullmatch(t.translate(keep)) else "?" for c, t in zip(cleaned, texts)]
 
     def conv(t: str) -> float:
         if t[:1] == "(" and t[-1:] == ")":  # accounting negative "(25.00)"

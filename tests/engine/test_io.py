@@ -515,3 +515,18 @@ def test_gzip_and_multiline_records(tmp_path, tab):
     assert res.summary() == "rows read 3 = accepted 3 + rejected 0"
     assert res.frame["merchant_city"].tolist() == ["La Verne", "Monterey\nPark", "La Verne"]
     assert res.frame["row_number"].tolist() == [1, 2, 3]  # record numbers: blank lines are not records
+
+
+def test_a_comma_in_strip_is_only_a_thousands_separator():
+    """``strip = "$ ,"`` removes grouping commas; a decimal comma ("11,65", a European export) is
+    refused as not a number instead of being read 100x too large (1165)."""
+    import pandas as pd
+
+    from engine.data.validate import _numbers
+
+    cells = ["11,65", "1,6", "1.234,50", "1,234.50", "$1,234", "(1,234.00)", "-1,000", "12.5", ""]
+    v, empty, _ = _numbers(pd.Series(cells), strip="$€£ ,")
+    assert np.isnan(v[:3]).all() and not empty[:3].any()
+    assert v[3:8].tolist() == [1234.5, 1234.0, -1234.0, -1000.0, 12.5] and empty[8]
+    v, _, _ = _numbers(pd.Series(["11,65"]), strip="$")  # comma not stripped: not a number either
+    assert np.isnan(v[0])
