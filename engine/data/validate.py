@@ -141,8 +141,7 @@ def _isna(v) -> bool:
 
 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
+#: a number whose commas group thousands ("1,234.50", "(1,234)"): only there is a stripped comma removed
 _GROUPED = re.compile(r"\(?[-+]?\d{1,3}(,\d{3})+(\.\d*)?\)?")
 
 

@@ -112,7 +112,7 @@ class EntityCache:
 
     @contextmanager
     def holding(self):
-        """Within the block, entities loaded or scored are not evicted (the rows a request stages
+        """Within the block, entities loaded (:meth:`ensure`, which every scoring call follows) are not evicted (the rows a request stages
         are not in the history store yet, so a rebuild would miss them); at its end the cap is
         enforced again. Not reentrant.
 
@@ -193,8 +193,6 @@ class EntityCache:
             ValueError: older than the entity's previous transaction.
             NonFiniteScoreError: NaN / infinite logit (the entity is evicted, rebuilt on next use).
         """
-        if self.held is not None:
-            self.held.add(entity_id)
         facts = self.facts.setdefault(entity_id, deque(maxlen=FACTS))
         try:
             logit = self.scorer.add(entity_id, row)
@@ -213,8 +211,6 @@ class EntityCache:
         the history store on its next use) and the error propagates. Call it inside
         :meth:`holding` (or with a cap above the items' entities): each item's bookkeeping may
         otherwise evict a later item's entity."""
-        if self.held is not None:
-            self.held.update(e for e, _ in items)
         facts = [self.facts.setdefault(e, deque(maxlen=FACTS)) for e, _ in items]
         try:
             logits = self.scorer.add_many(items)

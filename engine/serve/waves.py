@@ -61,7 +61,25 @@ def score_rows(self, rows: list[dict[str, Any]]) -> list[tuple]:
         entities: set[str] = set()
         try:
             with self.cache.holding():  # none of the batch's entities is evicted until it is staged
-                _score_waves(self, rows, results, outs, pending, entities)
+                for wave in waves(rows):
+                    todo = []
+                    for i in wave:
+                        row = rows[i]
+                        entities.add(row["entity_id"])
+                        hit = row["entity_id"] in self.cache.sizes
+                        try:
+                            dup = self._prepare(row, pending)
+                        except RecordError as err:  # before any cache step: this row alone is refused
+                            results[i] = ("err", 409, [err.detail()])
+                            continue
+                        if dup is not None:
+                            outs.append((i, dup))
+                        else:
+                            todo.append((i, row, hit))
+                    if todo:  # one model step for the wave's entities together
+                        scored = self.cache.score_many([(r["entity_id"], r) for _, r, _ in todo])
+                        for (i, row, hit), (logit, reasons) in zip(todo, scored):
+                            outs.append((i, self._finish(row, logit, reasons, hit, pending)))
             ticket = self._submit(pending)
         except BaseException:  # undo the whole batch, then score each row alone (below)
             self._forget(entities, pending)
@@ -81,30 +99,6 @@ def score_rows(self, rows: list[dict[str, Any]]) -> list[tuple]:
     for i, out in outs:
         results[i] = ("ok", out.body, out.flagged)
     return results
-
-
-def _score_waves(self, rows, results, outs, pending, entities) -> None:
-    """:func:`score_rows`' model steps, wave by wave (lock held): fills ``results`` (409 rows), ``outs``
-    (``(position, Outcome)``), ``pending`` (staged history records) and ``entities`` (touched)."""
-    for wave in waves(rows):
-        todo = []
-        for i in wave:
-            row = rows[i]
-            entities.add(row["entity_id"])
-            hit = row["entity_id"] in self.cache.sizes
-            try:
-                dup = self._prepare(row, pending)
-            except RecordError as err:  # before any cache step: this row alone is refused
-                results[i] = ("err", 409, [err.detail()])
-                continue
-            if dup is not None:
-                outs.append((i, dup))
-            else:
-                todo.append((i, row, hit))
-        if todo:  # one model step for the wave's entities together
-            scored = self.cache.score_many([(r["entity_id"], r) for _, r, _ in todo])
-            for (i, row, hit), (logit, reasons) in zip(todo, scored):
-                outs.append((i, self._finish(row, logit, reasons, hit, pending)))
 
 
 def _alone(self, row: dict[str, Any]) -> tuple:
