@@ -76,6 +76,10 @@ def bench_quality(
     gbt: str = typer.Option("run", help="run: train both LightGBM rows (about 50 min); recorded: take the equally "
                             "informed GBT from bench/results/quality_same_inputs.md; none"),
     out: Path = typer.Option(ROOT / "bench" / "results" / "quality.md"),
+    validation_log: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="reuse the epoch choice "
+                                                  "printed by an earlier run with the same recipe and seeds (its line "
+                                                  "'validation AP by epoch [...] -> N epochs') instead of training the "
+                                                  "validation folds again"),
 ):
     """Transformer vs LightGBM vs the Handbook's published numbers on the Handbook protocol."""
     from dataclasses import replace
@@ -91,7 +95,8 @@ def bench_quality(
     cfg = cfg if epochs is None else replace(cfg, epochs=epochs)
     quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=plain_log,
                 with_gbt=gbt == "run",
-                same_recorded=ROOT / "bench" / "results" / "quality_same_inputs.md" if gbt == "recorded" else None)
+                same_recorded=ROOT / "bench" / "results" / "quality_same_inputs.md" if gbt == "recorded" else None,
+                validation_log=validation_log)
 
 
 @bench_app.command("ceiling")

@@ -16,6 +16,7 @@ only; the test folds train for that fixed number of epochs, without early stoppi
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -153,32 +154,44 @@ def transformer_fold(frame: pd.DataFrame, spec, raw: pd.DataFrame, fold, cfg: Tr
 
 def run(data: str, *, out: Path = ROOT / "bench" / "results" / "quality.md", cfg: TrainConfig = BENCH_CONFIG,
         seeds: tuple[int, ...] = BENCH_SEEDS, with_gbt: bool = True, gbt_grid: dict | None = None, log=print,
-        same_recorded: Path | None = None) -> str:
+        same_recorded: Path | None = None, validation_log: Path | None = None) -> str:
     """Run the whole benchmark; print and write the markdown table; returns it.
 
     ``with_gbt=False`` skips both LightGBM runs (about 50 min); ``same_recorded`` then adds the
-    equally informed GBT from a recorded run (:func:`recorded_same_inputs`)."""
+    equally informed GBT from a recorded run (:func:`recorded_same_inputs`). ``validation_log``
+    reuses the model choice of an earlier run with the same recipe and seeds (its printed line
+    ``[transformer] validation AP by epoch [...] -> N epochs``, read by :func:`read_model_choice`)
+    instead of training the validation folds again (half the time); the report names the file."""
     t0 = time.perf_counter()
     spec = load_spec("handbook")
     frame = read_transactions(data, spec).frame
     raw = load_handbook_dataset(data)
 
     # 1. model choice on validation folds: the epoch (snapshot) with the best mean single-model AP
-    val_hist = []
-    for f in folds("validation"):
-        log(f"[transformer] {f.name} (training starts {f.train_period[0].date()}), seeds {list(seeds)}")
-        _, hs = transformer_fold(frame, spec, raw, f, cfg, seeds=seeds, log=log)
-        val_hist += [c for h in hs for c in member_histories(h)]
-    n_ep = min(len(c) for c in val_hist)
-    ap_by_epoch = np.mean(np.array([c[:n_ep] for c in val_hist]), axis=0)
-    best_epochs = int(np.argmax(ap_by_epoch)) + 1
-    log(f"[transformer] validation AP by epoch {np.round(ap_by_epoch, 4).tolist()} -> {best_epochs} epochs")
+    if validation_log is not None:
+        ap_by_epoch, best_epochs = read_model_choice(validation_log)
+        if best_epochs > cfg.epochs:
+            raise ValueError(f"{validation_log}: chose {best_epochs} epochs, the schedule spans {cfg.epochs}")
+        log(f"[transformer] model choice reused from {validation_log}: validation AP by epoch "
+            f"{[round(float(x), 4) for x in ap_by_epoch]} -> {best_epochs} epochs")
+    else:
+        val_hist = []
+        for f in folds("validation"):
+            log(f"[transformer] {f.name} (training starts {f.train_period[0].date()}), seeds {list(seeds)}")
+            _, hs = transformer_fold(frame, spec, raw, f, cfg, seeds=seeds, log=log)
+            val_hist += [c for h in hs for c in member_histories(h)]
+        n_ep = min(len(c) for c in val_hist)
+        ap_by_epoch = np.mean(np.array([c[:n_ep] for c in val_hist]), axis=0)
+        best_epochs = int(np.argmax(ap_by_epoch)) + 1
+        log(f"[transformer] validation AP by epoch {np.round(ap_by_epoch, 4).tolist()} -> {best_epochs} epochs")
 
     # 2. test folds with that fixed choice
     rows = []
     for f in folds("test"):
         log(f"[transformer] {f.name} (training starts {f.train_period[0].date()})")
         m, _ = transformer_fold(frame, spec, raw, f, cfg, seeds=seeds, stop_after=best_epochs, log=log)
+        log(f"[transformer] {f.name} result: " + "; ".join(
+            f"{kind} " + ", ".join(f"{k} {v:.4f}" for k, v in d.items() if k in METRICS) for kind, d in m.items()))
         rows.append({"fold": f.name, **{f"{k}|{kind}": v for kind, d in m.items() for k, v in d.items()}})
     per = pd.DataFrame(rows)
     tf = {kind: per[["fold"] + [c for c in per if c.endswith("|" + kind)]].rename(columns=lambda c: c.split("|")[0])
@@ -197,14 +210,36 @@ def run(data: str, *, out: Path = ROOT / "bench" / "results" / "quality.md", cfg
     oracle = information_ceiling(raw, "test")
     wall = time.perf_counter() - t0
     return _report(tf, gbt_fold, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=oracle,
-                   same=same)
+                   same=same, choice_from=validation_log)
+
+
+_CHOICE = re.compile(r"^\[transformer\] validation AP by epoch \[([0-9.,\s]+)\] -> (\d+) epochs\s*$")
+
+
+def read_model_choice(path: Path) -> tuple[list[float], int]:
+    """The model choice printed by an earlier :func:`run`: ``(validation AP by epoch, epochs)``.
+
+    Raises:
+        ValueError: the file holds no such line, more than one, or a choice that is not the
+            argmax of its own curve.
+    """
+    found = [m for ln in Path(path).read_text().splitlines() if (m := _CHOICE.match(ln))]
+    if len(found) != 1:
+        raise ValueError(f"{path}: expected one line '[transformer] validation AP by epoch [...] -> N epochs', "
+                         f"got {len(found)}")
+    curve = [float(x) for x in found[0].group(1).split(",")]
+    best = int(found[0].group(2))
+    if not curve or int(np.argmax(curve)) + 1 != best:
+        raise ValueError(f"{path}: {best} epochs is not the best epoch of its curve {curve}")
+    return curve, best
 
 
 def _fmt(x: pd.Series) -> str:
     return f"{x.mean():.3f} ± {x.std(ddof=0):.3f}"
 
 
-def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=None, same=None) -> str:
+def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log, oracle=None, same=None,
+            choice_from: Path | None = None) -> str:
     ens, one = tf["ensemble"], tf["single"]
     n = len(seeds)
     K = cfg.members
@@ -283,7 +318,9 @@ def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log,
                   + ", ".join(f"{m} {ens[m].mean() - ceil[m]:+.3f}" for m in METRICS) + "."]
     lines += ["", f"Model choice on the validation folds only: mean single-model validation AP by epoch "
               f"(over {n} seeds x 4 folds) {[round(float(x), 4) for x in ap_by_epoch]} -> the snapshot after "
-              f"{best_epochs} of {cfg.epochs} epochs" + (f" (each member's curve counted once: {n} x {K} curves per fold)" if K > 1 else "") + ".",
+              f"{best_epochs} of {cfg.epochs} epochs" + (f" (each member's curve counted once: {n} x {K} curves per fold)" if K > 1 else "")
+              + (f"; this choice was made by an earlier run with the same recipe and seeds and read from `{choice_from}` "
+                 "(the validation folds were not trained again)" if choice_from is not None else "") + ".",
               f"Recipe: activity codes {cfg.activity_ple}, amount by value {cfg.amount_by_value}, row feed-forward "
               f"{cfg.row_ff}, weight-average half-life {cfg.ema_epochs} epochs, members {K}.",
               f"Configuration: context {cfg.context_length}, min_history {cfg.min_history}, d_model {cfg.d_model}, "

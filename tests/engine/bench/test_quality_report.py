@@ -95,3 +95,32 @@ def test_recorded_same_inputs_reads_the_recorded_run_and_refuses_a_partial_table
 
     with pytest.raises(ValueError, match="expected 4 test-fold rows, got 1"):
         recorded_same_inputs(bad)
+
+
+def test_model_choice_is_read_from_an_earlier_run_and_a_bad_log_is_refused(tmp_path):
+    import pytest
+
+    from engine.bench.quality import ROOT, read_model_choice
+
+    curve, best = read_model_choice(ROOT / "bench" / "results" / "quality_default_5seeds_validation.log")
+    assert best == 6 and len(curve) == 6 and curve[0] == pytest.approx(0.49)
+    log = tmp_path / "v.log"
+    log.write_text("epoch 1: loss 0.1\n[transformer] validation AP by epoch [0.5, 0.7, 0.6] -> 3 epochs\n")
+    with pytest.raises(ValueError, match="3 epochs is not the best epoch"):
+        read_model_choice(log)
+    log.write_text("[transformer] validation AP by epoch [0.5, 0.7, 0.6] -> 2 epochs\n" * 2)
+    with pytest.raises(ValueError, match="got 2"):
+        read_model_choice(log)
+    log.write_text("nothing\n")
+    with pytest.raises(ValueError, match="got 0"):
+        read_model_choice(log)
+
+
+def test_the_report_names_the_run_whose_model_choice_it_reused(tmp_path):
+    ens = _per_fold([0.72] * 4, [0.88] * 4, [0.30] * 4)
+    text = _report({"ensemble": ens, "single": ens}, None, 6, [0.6] * 6, BENCH_CONFIG, (0,), 60.0, "d.parquet",
+                   tmp_path / "q.md", log=lambda *a: None, choice_from="bench/results/v.log")
+    assert "read from `bench/results/v.log` (the validation folds were not trained again)" in text
+    text = _report({"ensemble": ens, "single": ens}, None, 6, [0.6] * 6, BENCH_CONFIG, (0,), 60.0, "d.parquet",
+                   tmp_path / "q.md", log=lambda *a: None)
+    assert "not trained again" not in text
