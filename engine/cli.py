@@ -54,6 +54,20 @@ def _writable(path: Path | None, option: str, example: str) -> None:
         _fail(f"{option} {path}: {parent} is a file, not a directory")
 
 
+def _table_out(path: Path | None, option: str, example: str) -> None:
+    """:func:`_writable`, and the name must say CSV or Parquet (:func:`engine.data.io.table_format`):
+    ``scores.json`` fails here, before any work, instead of becoming a Parquet file."""
+    if path is None:
+        return
+    _writable(path, option, example)
+    from engine.data.io import table_format
+
+    try:
+        table_format(path)
+    except ValueError as e:
+        _fail(f"{option} {e}")
+
+
 def _write(fn, path: Path, option: str):
     """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line."""
     try:
@@ -73,10 +87,18 @@ def _load_model(model: Path | None):
         _fail(f"checkpoint refused: {e}")
 
 
-def _read(data: Path, spec, max_rows: int | None = None, reader=None):
+#: appended when a file lacks the demo spec's columns and no --model was given
+DEMO_MODEL_HINT = ("without --model, the demo model in assets/ is used, and it reads TabFormer-format files only "
+                   "(the columns of demo_data/transactions.csv); for another layout run `fraudlens inspect` and "
+                   "`fraudlens train` and pass --model DIR")
+
+
+def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model: bool = False):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
-    without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions."""
+    without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions.
+    ``demo_model``: the spec is the demo model's because no --model was given; a file that lacks its
+    columns then says so (:data:`DEMO_MODEL_HINT`)."""
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
@@ -84,7 +106,8 @@ def _read(data: Path, spec, max_rows: int | None = None, reader=None):
         spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
         res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows)
     except (FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+        missing = "columns required by spec" in str(e) or "column required by spec" in str(e)
+        _fail(f"{e}. Note: {DEMO_MODEL_HINT}" if demo_model and missing else str(e))
     for n in res.notes:
         _note(n)
     console.print(res.summary())
@@ -382,19 +405,24 @@ def score(
         _fail(f"--engine: expected local or ray, got {engine!r}")
     if engine == "local" and not data.exists():
         _fail(f"--data {data}: no such file")
-    _writable(out if engine == "local" else None, "--out", "scores.parquet")  # ray: a folder, checked there
-    _writable(rejected, "--rejected", "rejected.csv")
+    if engine == "local" and not partitions:
+        _table_out(out, "--out", "scores.parquet")  # ray: a folder, checked there; --partitions: Parquet, checked there
+    else:
+        _writable(out if engine == "local" else None, "--out", "scores.parquet")
+    _table_out(rejected, "--rejected", "rejected.csv")
     bundle = _load_model(model)
+    demo = model is None and spec is None
     if partitions:
-        return _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir)
+        return _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir, demo)
     t0 = time.perf_counter()
     if engine == "ray":
         from engine.distributed.ray_score import score_command
 
-        res, run = score_command(bundle, data, spec, out, workers, address, read=_read, fail=_fail, log=console.print)
+        res, run = score_command(bundle, data, spec, out, workers, address, read=partial(_read, demo_model=demo),
+                                 fail=_fail, log=console.print)
         prob = run.probability
     else:
-        sp, res = _read(data, spec or bundle.spec)
+        sp, res = _read(data, spec or bundle.spec, demo_model=demo)
         try:
             scores = score_frame(bundle, res.frame)
         except ValueError as e:
@@ -421,7 +449,7 @@ def score(
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
 
-def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir) -> None:
+def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir, demo_model=False) -> None:
     """``score --partitions N``: engine.distributed.partition.score_partitioned, with the same
     accounting, rejected-row report, unseen-value notes and warnings as the in-memory path."""
     from engine.cases.thresholds import thresholds_in_force
@@ -436,7 +464,8 @@ def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_lim
                                                review_threshold=thr["review"], memory_limit=memory_limit,
                                                tmp_dir=tmp_dir, log=plain_log), out, "--out")
     except (FileNotFoundError, ValueError, RuntimeError) as e:
-        _fail(f"{data}: {e}" if str(data) not in str(e) else str(e))
+        msg = f"{data}: {e}" if str(data) not in str(e) else str(e)
+        _fail(f"{msg}. Note: {DEMO_MODEL_HINT}" if demo_model and "required by spec" in msg else msg)
     if run.rows_read == 0:
         _fail(f"{data}: no transactions (the file has a header line and no data rows)")
     _print_unseen(run.unseen)
@@ -468,7 +497,7 @@ def explain(
 
     _writable(out, "--out", "explanation.json")
     bundle = _load_model(model)
-    sp, res = _read(data, spec or bundle.spec)
+    sp, res = _read(data, spec or bundle.spec, demo_model=model is None and spec is None)
     _require_accepted(res, data)
     fr = res.frame
     from engine.model.scoring import check_compatible

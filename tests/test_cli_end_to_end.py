@@ -179,3 +179,39 @@ def test_a_seed_ensemble_trains_scores_and_explains_as_one_model(handbook_slice,
     r = runner.invoke(app, ["train", "--data", str(data), "--spec", "handbook", "--out", str(tmp_path / "x"),
                             "--members", "2", "--workers", "2", "--no-progress"])
     assert r.exit_code == 2 and "ensemble (--members) trains on one machine only" in " ".join(r.output.split())
+
+
+def test_forgetting_model_on_another_layout_names_the_demo_model(shared_data, tmp_path):
+    data = shared_data / "banksim" / "banksim_sample.csv"
+    r = runner.invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.parquet")])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "columns required by spec 'demo' not found" in out
+    assert "the demo model in assets/ is used, and it reads TabFormer-format files only" in out and "--model DIR" in out
+    r = runner.invoke(app, ["explain", "--data", str(data), "--entity", "x"])
+    assert r.exit_code == 2 and "reads TabFormer-format files only" in " ".join(r.output.split())
+    # with --spec the file's own columns are found: the hint is not given for a different cause
+    r = runner.invoke(app, ["score", "--data", str(data), "--spec", "handbook", "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 2 and "the demo model in assets/ is used" not in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("name", ["scores.json", "scores.csv.gz", "scores"])
+def test_score_refuses_an_output_name_that_is_neither_csv_nor_parquet(name, tmp_path):
+    from engine.cli import DEMO_DATA
+
+    r = runner.invoke(app, ["score", "--data", str(DEMO_DATA), "--out", str(tmp_path / name)])
+    assert r.exit_code == 2, r.output
+    assert "expected a name ending in .parquet, .pq or .csv" in " ".join(r.output.split())
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+    r = runner.invoke(app, ["score", "--data", str(DEMO_DATA), "--out", str(tmp_path / "s.parquet"),
+                            "--rejected", str(tmp_path / name)])
+    assert r.exit_code == 2 and "--rejected" in r.output and list(tmp_path.iterdir()) == []
+
+
+def test_score_writes_csv_for_an_upper_case_suffix(tmp_path):
+    from engine.cli import DEMO_DATA
+
+    out = tmp_path / "SCORES.CSV"
+    r = runner.invoke(app, ["score", "--data", str(DEMO_DATA), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    head = out.read_bytes()[:200]
+    assert not head.startswith(b"PAR1") and b"transaction_id" in head and b"status" in head

@@ -107,7 +107,7 @@ from engine.data.validate import (
 )
 
 __all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format",
-           "MAX_CELL_CHARS", "MAX_ABS_AMOUNT"]
+           "MAX_CELL_CHARS", "MAX_ABS_AMOUNT", "table_format"]
 
 REJECTED_COLUMNS = ["file", "row_number", "column", "value", "reason"]
 #: csv module field limit while reading (its default, 131,072, raised an uncaught error); cells
@@ -115,9 +115,29 @@ REJECTED_COLUMNS = ["file", "row_number", "column", "value", "reason"]
 _CSV_FIELD_LIMIT = 1 << 30
 
 
+def table_format(path: str | Path) -> str:
+    """``"csv"`` or ``"parquet"`` from an output path's suffix (case-insensitive: ``.csv``;
+    ``.parquet`` / ``.pq``).
+
+    Raises:
+        ValueError: any other suffix (``.csv.gz``, ``.json``, none): named, with the accepted ones,
+            rather than a Parquet file under a name that says otherwise.
+    """
+    suf = Path(path).suffix.lower()
+    if suf == ".csv":
+        return "csv"
+    if suf in (".parquet", ".pq"):
+        return "parquet"
+    raise ValueError(f"{path}: expected a name ending in .parquet, .pq or .csv, got "
+                     + (f"{Path(path).suffix!r}" if suf else "no suffix")
+                     + (" (compressed output is not written; Parquet is compressed already)"
+                        if suf in (".gz", ".bz2", ".zip", ".xz", ".zst") else ""))
+
+
 # ---------------------------------------------------------------------------------------------
 # result type
 # ---------------------------------------------------------------------------------------------
+
 @dataclass
 class LoadResult:
     """What :func:`read_transactions` returns.
@@ -156,15 +176,17 @@ class LoadResult:
         return r.value_counts()
 
     def write_rejected(self, path: str | Path) -> Path:
-        """Write ``rejected`` to ``path``: Parquet if the suffix is ``.parquet``/``.pq``, else CSV.
+        """Write ``rejected`` to ``path``: Parquet if the suffix is ``.parquet``/``.pq``, CSV if it
+        is ``.csv`` (either case); any other suffix is a ValueError naming it.
 
         The CSV goes through :func:`engine.data.csv_writer.write_csv`: a rejected value such as
         ``=HYPERLINK(...)`` is written neutralised (``'=HYPERLINK(...)``). Returns the path
         written. Parent folders are created.
         """
         p = Path(path)
+        fmt = table_format(p)
         p.parent.mkdir(parents=True, exist_ok=True)
-        if p.suffix.lower() in (".parquet", ".pq"):
+        if fmt == "parquet":
             self.rejected.astype({c: "string" for c in REJECTED_COLUMNS if c != "row_number"}).to_parquet(
                 p, index=False
             )

@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from engine.data.features import EncodedFrame
+from engine.data.io import table_format
 from engine.model.checkpoint import ModelBundle
 from engine.model.sequences import (
     build_windows,
@@ -189,17 +190,19 @@ def score_file(bundle: ModelBundle, path: str | Path, spec=None, *, batch_size: 
 
 def write_scores(run: ScoreRun, out: str | Path) -> Path:
     """Write one row per input row: scored rows (status "scored") and rejected rows (status
-    "rejected", with column and reason) to Parquet or CSV by suffix. The CSV goes through
+    "rejected", with column and reason) to Parquet or CSV by suffix (:func:`table_format`, whose
+    ValueError it raises). The CSV goes through
     :func:`engine.data.csv_writer.write_csv` (formula-like text cells neutralised).
 
     Columns ``logit`` and ``score`` (``sigmoid(logit)``) always; ``probability`` only when
     ``run.calibrated`` (an uncalibrated number is never written as a probability)."""
     from engine.data.csv_writer import write_csv
 
+    fmt = table_format(out)
     both = output_rows(run.scores, run.rejected, calibrated=run.calibrated)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".csv":
+    if fmt == "csv":
         write_csv(both, out)
     else:
         both.astype({c: "string" for c in both.columns if both[c].dtype == object}).to_parquet(out, index=False)

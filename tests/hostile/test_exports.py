@@ -73,8 +73,9 @@ def test_the_writer_neutralises_every_trigger(attack, tmp_path):
     data = csv_bytes(df)
     _assert_safe(data)
     rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
-    assert rows[0] == ["text", "cat", "'" + v]
-    assert rows[1][:2] == ["'" + v, "'" + v] and rows[2][:2] == ["plain", "x"]
+    shown = ("'" + v).replace("\x00", "\\x00")  # a NUL is written as the text \x00
+    assert rows[0] == ["text", "cat", shown]
+    assert rows[1][:2] == [shown, shown] and rows[2][:2] == ["plain", "x"]
     assert rows[1][2] == "1.5" and rows[2][2] == "-2.0"  # numbers stay numbers
     assert write_csv(df, tmp_path / "a" / "x.csv").read_bytes() == data
     buf = io.BytesIO()
@@ -410,3 +411,13 @@ def test_no_page_renders_data_or_user_text_as_markdown(markup_world, monkeypatch
         for spec in charts:
             assert "<a " not in spec and "<img" not in spec, page
     assert seen_payload  # the payloads were on the pages, as text
+
+
+def test_a_nul_inside_a_cell_is_written_as_visible_text():
+    df = pd.DataFrame({"value": ["ab\x00cd", "\x00=1+1", None], "n": [1, 2, 3], "col\x00": ["x", "y", "z"]})
+    data = csv_bytes(df)
+    assert b"\x00" not in data
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    assert rows[0] == ["value", "n", "col\\x00"]
+    assert rows[1][0] == "ab\\x00cd" and rows[2][0] == "'\\x00=1+1" and rows[3][0] == ""
+    assert df["value"][0] == "ab\x00cd"  # the caller's frame is not changed
