@@ -24,6 +24,24 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("fraudlens")
+        except PackageNotFoundError:  # run from a source tree that was not installed
+            v = "unknown (not installed)"
+        console.print(f"fraudlens {v}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version_: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                        help="print the installed version and exit")) -> None:
+    """fraudlens: explainable sequence models for fraud investigation."""
+
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -570,14 +588,14 @@ def dashboard(
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model)"),
     port: int = typer.Option(8501, min=1, max=65535),
     address: str = typer.Option("127.0.0.1", help="interface to listen on; anything but loopback needs sign-in "
-                                "($FRAUDLENS_USERS or [auth] in .streamlit/secrets.toml)"),
+                                "($FRAUDLENS_USERS or \\[auth] in .streamlit/secrets.toml)"),
     demo: bool = typer.Option(False, "--demo", help="sign in a demo user automatically (127.0.0.1 only; a banner "
                               "on every page says so)"),
     headless: bool = typer.Option(True, help="do not try to open a browser"),
 ):
     """Open the Streamlit dashboard: checks, then serves in this process (same PID: SIGTERM stops it).
 
-    Prints ``ready`` once the model and data are loaded and the server answers (the first page
+    Prints "ready" once the model and data are loaded and the server answers (the first page
     then renders at once). Fails with exit 2 if the address needs sign-in that is not
     configured, or the port is taken.
     """

@@ -164,3 +164,16 @@ def test_dashboard_ready_local_only_and_stopped_by_its_pid(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_help_shows_literal_brackets_and_the_cli_has_a_version():
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    r = CliRunner().invoke(app, ["dashboard", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "[auth] in .streamlit/secrets.toml" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"fraudlens {version('fraudlens')}"

@@ -2,7 +2,7 @@
 
 Registered by :mod:`engine.cli`. Loads and validates the checkpoint, opens the history store,
 optionally warms it from a file, checks the token rule (a non-loopback host needs one), then
-serves until SIGTERM / Ctrl-C. Prints ``ready`` once listening.
+serves until SIGTERM / Ctrl-C. Prints "ready" once listening.
 """
 
 from __future__ import annotations
@@ -29,6 +29,29 @@ def default_history_path(bundle) -> Path:
     from engine.cases.store import default_db_path
 
     return default_db_path().parent / "serve" / f"history-{bundle.spec.name}-{bundle.short_sha}.sqlite3"
+
+
+def bind_port(host: str, port: int):
+    """A TCP socket bound to ``host:port`` (not yet listening; uvicorn listens on it once the
+    service is ready), so a taken port fails at once, before the checkpoint is loaded or a history
+    store is created. Not inheritable: the scorer child does not hold it.
+
+    Raises:
+        OSError: the port is in use, or ``host`` is not an address of this machine.
+    """
+    import socket
+
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                      flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart after kill -9 rebinds
+        sock.bind(addr)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(False)
+    return sock
 
 
 def serve(
@@ -74,6 +97,10 @@ def serve(
         token = resolve_token(token_file, host)
     except TokenError as e:
         _fail(str(e))
+    try:
+        listen_sock = bind_port(host, port)
+    except OSError as e:
+        _fail(f"cannot listen on {host}:{port}: {e.strerror or e} (stop what listens there or pass --port)")
     try:
         bundle = load_checkpoint(model)
     except (FileNotFoundError, ValueError) as e:
@@ -126,9 +153,10 @@ def serve(
     if split:
         service.on_broken = lambda: setattr(server, "should_exit", True)
     try:
-        server.run()
+        server.run(sockets=[listen_sock])
     finally:
         service.close()
+        listen_sock.close()
     if split and service.broken:
         console.print(f"error: {service.broken}; exiting for a restart", markup=False)
         raise typer.Exit(3)  # engine.serve.scorer.SCORER_DIED_EXIT

@@ -211,14 +211,33 @@ def test_the_cli_refuses_a_second_server(bundle, tmp_path, monkeypatch):
     from engine.cli import app
 
     svc = make(bundle, tmp_path)
-    with socket.socket() as busy:  # without the lock the second server would fail to listen instead
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        r = CliRunner().invoke(app, ["serve", "--model", str(bundle.path), "--history", str(tmp_path / "history.sqlite3"),
-                                     "--cases", str(tmp_path / "cases.sqlite3"), "--port", str(busy.getsockname()[1])])
+    with socket.socket() as probe:  # a free port: the lock, not the port, must stop the second server
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    r = CliRunner().invoke(app, ["serve", "--model", str(bundle.path), "--history", str(tmp_path / "history.sqlite3"),
+                                 "--cases", str(tmp_path / "cases.sqlite3"), "--port", str(port)])
     out = " ".join(r.output.split())
     assert r.exit_code == 2 and "is in use: another fraudlens serve" in out and "holds its lock" in out, out
     svc.close()
+
+
+@pytest.mark.parametrize("processes", ["one", "two"])
+def test_a_taken_port_fails_before_anything_is_created(bundle, tmp_path, processes):
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = CliRunner().invoke(app, ["serve", "--model", str(bundle.path), "--history", str(tmp_path / "h.sqlite3"),
+                                     "--cases", str(tmp_path / "cases.sqlite3"), "--port", str(port),
+                                     "--processes", processes])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in out, out
+    assert "fraudlens serve: model" not in out  # no banner
+    assert list(tmp_path.iterdir()) == []  # no history store, no case store
 
 
 # ------------------------------------------------------------------ finding 8: byte accounting
