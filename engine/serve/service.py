@@ -45,6 +45,11 @@ from typing import Any
 import numpy as np
 
 from engine.cases.thresholds import decision_band, thresholds_in_force
+
+#: the reason of a flagged transaction for which no cheap fact fired (:func:`engine.serve.state.cheap_reasons`)
+NO_SIMPLE_FACT = {"code": "model_history_pattern",
+                  "text": "no simple fact (large amount, new merchant, burst, errors) stands out: the score comes from "
+                          "the model's reading of the earlier transactions; the case's attributions show which"}
 from engine.model.checkpoint import ModelBundle
 from engine.model.scoring import NonFiniteScoreError
 from engine.serve.casework import DEFAULT_EXPLAIN_CPU, CaseWorker
@@ -199,6 +204,8 @@ class ScoringService:
         thr = self.thresholds
         decision = decision_band(prob, thr["review"], thr["decline"])
         flagged = prob >= thr["review"]
+        if flagged and not reasons:  # a flag never comes without a reason (docs/serving.md)
+            reasons = [NO_SIMPLE_FACT]
         received = utcnow()
         rec = (tid, e, row["ts_ns"], row_json(row), logit, prob, decision, int(flagged), self.bundle.sha256, received)
         pending[tid] = (rec, {"transaction_id": tid, "entity_id": e, "row_json": rec[3], "logit": logit, "probability": prob,

@@ -319,3 +319,20 @@ def test_cheap_amount_reason_needs_five_earlier_purchases_and_states_true_number
     med = statistics.median([20.0, 30.0, 40.0, 50.0, 60.0])
     assert got == [{"code": "amount", "text": f"amount 400.00 is {400 / med:.1f}x the card's median {med:,.2f} over "
                                               "its last 5 purchases"}]
+
+
+def test_a_flag_always_carries_a_reason(bundle, records, tmp_path):
+    from engine.serve.service import NO_SIMPLE_FACT
+
+    svc = make(bundle, tmp_path)
+    svc.thresholds = {"review": 0.0, "decline": 0.0, "source": "test"}  # every transaction is declined
+    out = svc.score_batch(records[:40])
+    assert out["accepted"] == 40
+    assert all(r["decision"] == "decline" and r["reasons"] for r in out["results"])
+    plain = [r for r in out["results"] if r["reasons"] == [NO_SIMPLE_FACT]]
+    assert plain  # some rows have no cheap fact: they get the model-pattern reason, not []
+    assert all(NO_SIMPLE_FACT not in r["reasons"] or len(r["reasons"]) == 1 for r in out["results"])
+    svc.thresholds = {"review": 1.01, "decline": 1.01, "source": "test"}  # nothing flagged: no filler reason
+    out = svc.score_batch(records[40:80])
+    assert all(NO_SIMPLE_FACT not in r["reasons"] for r in out["results"])
+    svc.close()
