@@ -60,6 +60,8 @@ _PERSONAL_TOKENS = {"gender", "sex", "dob", "birth", "birthdate", "birthday", "a
 _NOT_PERSONAL = {"merchant", "merch", "terminal", "store", "shop", "branch", "atm", "device", "mcc"}
 _CODE_TOKENS = {"id", "code", "mcc", "name", "number", "no", "num", "nr", "terminal", "merchant", "device",
                 "ip", "category", "type", "zip", "store", "shop", "branch", "atm"}
+#: share of a label-named column's sampled cells that may be outside its value pair (stray values)
+LABEL_STRAY_SHARE = 0.01
 _BINARY_PAIRS = [
     ("1", "0"), ("1.0", "0.0"), ("Yes", "No"), ("yes", "no"), ("YES", "NO"), ("True", "False"),
     ("true", "false"), ("TRUE", "FALSE"), ("Y", "N"), ("y", "n"), ("T", "F"), ("fraud", "legit"),
@@ -111,14 +113,24 @@ def _describe(name: str, s: pd.Series) -> _Col:
     )
 
 
-def _binary_pair(c: _Col) -> tuple[str, str] | None:
-    seen = set(c.nonempty.tolist())
+def _binary_pair(c: _Col, tolerate: float = 0.0) -> tuple[str, str, dict[str, int]] | None:
+    """The binary value pair of :data:`_BINARY_PAIRS` that the column's non-empty cells use:
+    ``(positive, negative, other)``, ``other`` the cells outside the pair (value -> count). With
+    ``tolerate`` > 0 up to that share of the non-empty cells (at least one) may be other values
+    (a label column with a stray ``yes`` is still the label; reading rejects those rows)."""
+    vals, counts = np.unique(c.nonempty.astype(str), return_counts=True) if len(c.nonempty) else ([], [])
+    seen = {str(v): int(n) for v, n in zip(vals, counts)}
     if not seen:
         return None
+    allowed = max(1, int(tolerate * len(c.nonempty))) if tolerate > 0 else 0
+    best = None
     for pos, neg in _BINARY_PAIRS:
-        if seen <= {pos, neg}:
-            return pos, neg
-    return None
+        if pos not in seen and neg not in seen:
+            continue
+        other = {v: n for v, n in seen.items() if v not in (pos, neg)}
+        if sum(other.values()) <= allowed and (best is None or sum(other.values()) < sum(best[2].values())):
+            best = (pos, neg, other)
+    return best
 
 
 def _parses_as_datetime(c: _Col) -> tuple[bool, str | None]:
@@ -207,18 +219,24 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
     cands = []
     for c in left:
         d = cols[c]
-        pair = _binary_pair(d)
-        if pair and d.tokens & _LABEL_TOKENS:
-            both = len(set(d.nonempty.tolist())) == 2
+        pair = _binary_pair(d, tolerate=LABEL_STRAY_SHARE) if d.tokens & _LABEL_TOKENS else None
+        if pair:
+            pos, neg, other = pair
+            both = pos in d.nonempty and neg in d.nonempty
             named = bool(d.tokens & {"fraud", "fraudulent", "label", "isfraud"})
-            cands.append(((both, named, -len(d.tokens)), c, pair))
+            cands.append(((not other, both, named, -len(d.tokens)), c, pair))
     if cands:
         cands.sort(key=lambda x: x[0], reverse=True)
-        _, c, (pos, neg) = cands[0]
+        _, c, (pos, neg, other) = cands[0]
         label = {"column": c, "positive": [pos], "negative": [neg]}
         take(c)
-        if not cands[0][0][0]:
+        if not cands[0][0][1]:
             notes.append(f"label {c!r}: only one value seen in the sample; check positive/negative")
+        if other:
+            shown = ", ".join(f"{v!r} ({n:,})" for v, n in sorted(other.items(), key=lambda x: -x[1])[:5])
+            notes.append(f"label {c!r}: {sum(other.values()):,} of {len(d.nonempty):,} sampled cells are neither "
+                         f"{pos!r} nor {neg!r}: {shown}; reading rejects those rows (fix them in the file, or add "
+                         "the values to positive / negative in the spec)")
     else:
         notes.append("no label column found (fine for scoring only)")
 

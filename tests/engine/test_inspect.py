@@ -176,3 +176,23 @@ def test_inspect_cli_prints_its_notes(tmp_path):
     text = " ".join(r.output.split())
     assert "note: no label column found" in text
     assert "note: 'gender' looks like personal data of the cardholder" in text
+
+
+def test_a_stray_label_value_keeps_the_label_and_is_reported(tmp_path):
+    """One 'yes' among Yes/No (a typo in the file): the label is still proposed, the stray value is
+    named in a note, and reading rejects that row alone. Many other values: not a label."""
+    rows = [[str(i % 9), f"2021-02-{1 + i % 28:02d} 10:00:00", f"{i % 50}.25", "Yes" if i % 40 == 0 else "No"]
+            for i in range(2000)]
+    rows[777][3] = "yes"  # data row 778 (row numbers count from 1)
+    p = write(tmp_path / "stray.csv", ["card", "time", "amount", "Is Fraud?"], rows)
+    notes: list[str] = []
+    spec = guess_spec(p, notes_out=notes)
+    assert (spec.label.column, spec.label.positive, spec.label.negative) == ("Is Fraud?", ["Yes"], ["No"])
+    assert any("1 of 2,000 sampled cells are neither 'Yes' nor 'No': 'yes' (1)" in n for n in notes), notes
+    res = read_transactions(p, spec)
+    assert res.summary() == "rows read 2,000 = accepted 1,999 + rejected 1"
+    assert res.rejected["row_number"].tolist() == [778] and "label value 'yes'" in res.rejected["reason"].iloc[0]
+    for i in range(0, 2000, 50):  # 2 % of the cells are other values: more than a stray, no label proposed
+        rows[i][3] = "maybe"
+    p = write(tmp_path / "mixed.csv", ["card", "time", "amount", "Is Fraud?"], rows)
+    assert guess_spec(p).label is None
