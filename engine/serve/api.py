@@ -143,15 +143,28 @@ def _reject_constant(name: str):
     raise _NonFiniteLiteral(f"{name} is not a JSON number; numbers must be finite")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object hook that refuses a repeated key (RFC 8259 section 4: names SHOULD be unique;
+    parsers disagree on which value wins, so a proxy and this service could read two different
+    transactions from one body)."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _NonFiniteLiteral(f"the key {dup!r} appears more than once in one object")
+    return d
+
+
 def parse_body(raw: bytes) -> Any:
-    """The JSON value of a request body: UTF-8 only, no ``NaN`` / ``Infinity`` / ``-Infinity``.
+    """The JSON value of a request body: UTF-8 only, no ``NaN`` / ``Infinity`` / ``-Infinity``,
+    no key repeated within one object.
 
     Raises:
-        ServiceError: 422 ``json_invalid`` (not UTF-8, not JSON, a non-finite literal, or nested
-            too deeply for the parser).
+        ServiceError: 422 ``json_invalid`` (not UTF-8, not JSON, a non-finite literal, a repeated
+            key, or nested too deeply for the parser).
     """
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as e:
         msg = f"the body is not UTF-8 text ({e})"
     except RecursionError:

@@ -262,10 +262,13 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
         values :func:`engine.data.io.read_transactions` would put in its frame for this record.
     Raises:
         RecordError: the first problem: a lone surrogate in a key or text value, a list or
-            object for a column read; then in the file reader's order (cell length / NUL,
-            entity, timestamp, amount, id, fields, label), then missing aggregate columns.
+            object for a column read, a boolean for an entity, id, timestamp or amount column;
+            then in the file reader's order (cell length / NUL, entity, timestamp, amount, id,
+            fields, label), then missing aggregate columns.
     """
     required, columns, aggregates, read = _columns(spec)
+    # key columns: a JSON boolean there is a client's type error, never the text "true"
+    keys = {*spec.entity.columns, spec.id or TRANSACTION_ID_KEY, spec.amount.column, *spec.timestamp.columns()}
     for k, v in rec.items():
         if not k.isascii() and _SURROGATE.search(k):
             raise RecordError(k, "", "the key contains a lone surrogate (an escape such as \\ud800 that is not "
@@ -276,6 +279,8 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
                                   "Unicode text)")
         elif k in read and isinstance(v, (list, dict)):
             raise RecordError(k, v, f"expected a text or a number, got {'a list' if isinstance(v, list) else 'an object'}")
+        elif isinstance(v, bool) and k in keys:
+            raise RecordError(k, str(v).lower(), "expected a text or a number, got a boolean (true/false)")
     for c in required:
         if c not in rec:
             raise RecordError(c, "", "field required")

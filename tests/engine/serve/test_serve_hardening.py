@@ -167,6 +167,10 @@ BAD_CELLS = [
     ({"tid": "bad\ud800"}, "tid", "lone surrogate"),
     ({"card": "\udfffx"}, "card", "lone surrogate"),
     ({"unused\ud800": 1}, "unused\\ud800", "lone surrogate"),
+    ({"card": True}, "card", "got a boolean"),
+    ({"tid": False}, "tid", "got a boolean"),
+    ({"amt": True}, "amt", "got a boolean"),
+    ({"ts": True}, "ts", "got a boolean"),
 ]
 
 
@@ -190,6 +194,22 @@ def test_non_finite_json_literals_are_json_invalid(bundle, records, tmp_path, li
         r = post_raw(c, "/v1/score", body)
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["type"] == "json_invalid" and literal in r.json()["detail"][0]["msg"]
+    svc.close()
+
+
+def test_a_repeated_key_is_json_invalid(bundle, records, tmp_path):
+    """Two "amt" keys: parsers disagree on which wins, so the body is refused, not read as the last."""
+    svc, c = make(bundle, tmp_path)
+    body = json.dumps(records[0])[:-1] + ', "amt": 99999.0}'
+    r = post_raw(c, "/v1/score", body)
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid", r.text
+    assert "the key 'amt' appears more than once" in r.json()["detail"][0]["msg"]
+    nested = json.dumps([records[0], records[1]])
+    r = post_raw(c, "/v1/score/batch", nested.replace('"tid"', '"m": "x", "tid"', 1))  # "m" twice in item 0
+    assert r.status_code == 422 and "'m' appears more than once" in r.json()["detail"][0]["msg"], r.text
+    assert svc.history.count() == 0
+    r = post_raw(c, "/v1/score", json.dumps(dict(records[0], m=True)))  # a boolean in a field: its text, as before
+    assert r.status_code == 200, r.text
     svc.close()
 
 
