@@ -113,6 +113,15 @@ def _describe(name: str, s: pd.Series) -> _Col:
     )
 
 
+def _decimal_comma_frac(c: _Col) -> float:
+    """Share of the non-empty cells that are numbers with a decimal comma ("11,65", "1.234,50")
+    and not plain numbers; 0 when no cell holds a comma."""
+    if not len(c.nonempty) or not any("," in t for t in c.nonempty[:2000].tolist()):
+        return 0.0
+    v, empty, _ = _numbers(pd.Series(c.nonempty, dtype=object), strip="$€£ ", decimal=",")
+    return float((np.isfinite(v) & ~empty).mean())
+
+
 def _binary_pair(c: _Col, tolerate: float = 0.0) -> tuple[str, str, dict[str, int]] | None:
     """The binary value pair of :data:`_BINARY_PAIRS` that the column's non-empty cells use:
     ``(positive, negative, other)``, ``other`` the cells outside the pair (value -> count). With
@@ -316,15 +325,19 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             break
 
     # amount -------------------------------------------------------------------------------------
-    amount = None
+    amount, amount_decimal = None, "."
     for pick in (lambda d: bool(d.tokens & _AMOUNT_TOKENS), lambda d: d.currency):
         for c in left:
             d = cols[c]
-            if pick(d) and (d.numeric_frac >= 0.99 or d.currency):
+            if pick(d) and (d.numeric_frac >= 0.99 or d.currency or _decimal_comma_frac(d) >= 0.99):
                 amount = c
                 break
         if amount:
             break
+    if amount is not None and cols[amount].numeric_frac < 0.99 and _decimal_comma_frac(cols[amount]) >= 0.99:
+        amount_decimal = ","
+        notes.append(f"amount {amount!r}: read with a decimal comma (e.g. {cols[amount].nonempty[0]!r}); "
+                     "check [amount] decimal")
     if amount is None:
         amount = "<edit: amount column>"
         notes.append("no amount column found: edit [amount]")
@@ -393,7 +406,7 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
         + ("check: " + "; ".join(notes) if notes else "check every role"),
         "entity": {"columns": ent},
         "timestamp": timestamp,
-        "amount": {"column": amount},
+        "amount": {"column": amount, **({"decimal": ",", "strip": "$€£ "} if amount_decimal == "," else {})},
         "fields": fields,
         "passthrough": passthrough,
         "ignored": ignored,

@@ -487,7 +487,7 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
 
     # amount -------------------------------------------------------------------------------------
     a = spec.amount.column
-    amount, empty, atext = _numbers(raw[a], strip=spec.amount.strip)
+    amount, empty, atext = _numbers(raw[a], strip=spec.amount.strip, decimal=spec.amount.decimal)
     probs.flag(empty, a, atext, "amount is empty")
     probs.flag(np.isnan(amount), a, atext, "amount is not a number")
     probs.flag(np.isinf(amount), a, atext, "amount is not finite")

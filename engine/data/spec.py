@@ -133,11 +133,21 @@ class TimestampSpec(_Strict):
 
 class AmountSpec(_Strict):
     """The amount column. Text such as ``"$-25.00"`` or ``"1,234.50"`` is parsed; the
-    currency symbols in ``strip`` are removed first. Negative amounts are refunds."""
+    currency symbols in ``strip`` are removed first. Negative amounts are refunds.
+    ``decimal = ","`` reads a decimal comma (``"11,65"``, ``"1.234,50"``: many European bank
+    exports); a dot then only groups thousands."""
 
     column: str
     currency: str = "USD"
     strip: str = "$€£ ,"
+    decimal: Literal[".", ","] = "."
+
+    @model_validator(mode="after")
+    def _decimal_not_stripped(self) -> "AmountSpec":
+        if self.decimal == "," and "." in self.strip:
+            raise ValueError("amount: decimal ',' with '.' in strip would drop the thousands dots unchecked; "
+                             "remove '.' from strip (grouping dots are read by the decimal rule)")
+        return self
 
 
 class LabelSpec(_Strict):

@@ -9,6 +9,7 @@ separator check) and duplicate-transaction flagging. The rules are in :mod:`engi
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from pathlib import Path
@@ -143,26 +144,63 @@ def _isna(v) -> bool:
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 #: a number whose commas group thousands ("1,234.50", "(1,234)"): only there is a stripped comma removed
 _GROUPED = re.compile(r"\(?[-+]?\d{1,3}(,\d{3})+(\.\d*)?\)?")
+#: the same with a decimal comma: "1.234,50" (dots group thousands)
+_GROUPED_DOT = re.compile(r"\(?[-+]?\d{1,3}(\.\d{3})+(,\d*)?\)?")
 
 
-def _numbers(s: pd.Series, strip: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray | pd.Series]:
+def decimal_comma(t: str) -> str:
+    """One cell's text (strip characters already removed) with a decimal comma, as a text with a
+    decimal point: ``"11,65"`` -> ``"11.65"``, ``"1.234,50"`` -> ``"1234.50"``; a dot that does
+    not group thousands (``"11.65"``, ``"1.5"``) makes it ``"?"`` (not a number) rather than a
+    guess."""
+    if "." in t:
+        if not _GROUPED_DOT.fullmatch(t):
+            return "?"
+        t = t.replace(".", "")
+    return t.replace(",", ".")
+
+
+@functools.lru_cache(maxsize=64)
+def _strip_tables(strip: str, decimal: str) -> tuple[dict, dict | None]:
+    """(table removing ``strip`` and blanks, table removing them but the comma, or None when a
+    comma is not stripped as a thousands separator)."""
+    if decimal == ",":
+        strip = strip.replace(",", "")
+    table = str.maketrans("", "", strip + " \t")
+    keep = str.maketrans("", "", strip.replace(",", "") + " \t") if "," in strip else None
+    return table, keep
+
+
+def number_literal(t: str, strip: str = "", decimal: str = ".") -> str:
+    """One number cell's text as the literal to parse: ``strip`` characters and blanks removed, a
+    stripped comma only where it groups thousands (``"1,234.50"``; else ``"?"``), a decimal comma
+    read by :func:`decimal_comma` when ``decimal`` is ``","``. ``""``: the cell is empty. The one
+    rule for files (:func:`_numbers`) and the scoring service (:mod:`engine.serve.record`)."""
+    table, keep = _strip_tables(strip, decimal)
+    c = t.translate(table)
+    if decimal == ",":
+        return decimal_comma(c)
+    if keep is not None and "," in t and not _GROUPED.fullmatch(t.translate(keep)):
+        return "?"  # a comma is stripped only as a thousands separator: "1,234.50", never "11,65" or "1,6"
+    return c
+
+
+def _numbers(s: pd.Series, strip: str = "", decimal: str = ".") -> tuple[np.ndarray, np.ndarray, np.ndarray | pd.Series]:
     """Parse a number column -> (float64 values, empty mask, raw cells for error reports).
 
     Text cells: the characters in ``strip`` and blanks are removed, ``"(25.00)"`` means -25.00,
     a comma in ``strip`` only where it groups thousands (``"1,234.50"``; ``"11,65"``, a decimal
     comma, is not a number rather than 1165),
     then the cell must be a decimal literal (``"nan"``, ``"inf"``, ``"0x1A"`` are not numbers).
-    Non-numbers are NaN with ``empty`` False.
+    With ``decimal=","`` the comma is the decimal mark and a dot may only group thousands
+    (:func:`decimal_comma`: ``"1.234,50"`` is 1234.5, ``"11.65"`` is not a number); a comma in
+    ``strip`` is then ignored. Non-numbers are NaN with ``empty`` False.
     """
     if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
         v = s.to_numpy(dtype=np.float64, na_value=np.nan)
         return v, np.isnan(v), s
     codes, texts = _text_codes(s)
-    table = str.maketrans("", "", strip + " \t")
-    cleaned = [t.translate(table) for t in texts]
-    if "," in strip:  # a comma is stripped only as a thousands separator: "1,234.50", never "11,65" or "1,6"
-        keep = str.maketrans("", "", strip.replace(",", "") + " \t")
-        cleaned = [c if "," not in t or _GROUPED.fullmatch(t.translate(keep)) else "?" for c, t in zip(cleaned, texts)]
+    cleaned = [number_literal(t, strip, decimal) for t in texts]
 
     def conv(t: str) -> float:
         if t[:1] == "(" and t[-1:] == ")":  # accounting negative "(25.00)"

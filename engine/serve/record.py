@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from engine.data.spec import DatasetSpec, FieldKind
-from engine.data.validate import _NUMBER, MAX_ABS_AMOUNT, MAX_CELL_CHARS, _clip, _zip5
+from engine.data.validate import _NUMBER, MAX_ABS_AMOUNT, MAX_CELL_CHARS, _clip, _zip5, number_literal
 
 #: key of the transaction id when the spec has no ``id`` column
 TRANSACTION_ID_KEY = "transaction_id"
@@ -91,7 +91,6 @@ def cell_text(v: Any) -> str:
 
 
 _EPOCH, _MICROSECOND = datetime(1970, 1, 1), timedelta(microseconds=1)
-_STRIP_TABLES: dict[str, dict] = {}  # characters to strip -> str.translate table
 
 
 def json_finite(v: Any) -> Any:
@@ -106,9 +105,10 @@ def json_finite(v: Any) -> Any:
     return v
 
 
-def _number(v: Any, strip: str = "") -> tuple[float, bool, str]:
-    """(value, empty, text) under :func:`engine.data.validate._numbers`' rules; NaN = not a
-    number; an integer beyond the float range is +-inf."""
+def _number(v: Any, strip: str = "", decimal: str = ".") -> tuple[float, bool, str]:
+    """(value, empty, text) under :func:`engine.data.validate._numbers`' rules (one cell's text
+    through :func:`engine.data.validate.number_literal`); NaN = not a number; an integer beyond
+    the float range is +-inf. A JSON number is that number whatever ``decimal`` says."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         try:
             x = float(v)
@@ -116,10 +116,7 @@ def _number(v: Any, strip: str = "") -> tuple[float, bool, str]:
             return (math.inf if v > 0 else -math.inf), False, _clip(str(v))
         return x, math.isnan(x), cell_text(v) if not math.isinf(x) else repr(x)
     t = cell_text(v)
-    table = _STRIP_TABLES.get(strip)
-    if table is None:
-        table = _STRIP_TABLES[strip] = str.maketrans("", "", strip + " \t")
-    c = t.translate(table)
+    c = number_literal(t, strip, decimal)
     if c == "":
         return math.nan, True, t
     if c[:1] == "(" and c[-1:] == ")":  # accounting negative "(25.00)"
@@ -302,7 +299,7 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
         parts.append(t)
     ts_ns = _timestamp_ns(rec, spec)
     a = spec.amount.column
-    amount, empty, at = _number(rec.get(a), strip=spec.amount.strip)
+    amount, empty, at = _number(rec.get(a), strip=spec.amount.strip, decimal=spec.amount.decimal)
     if empty:
         raise RecordError(a, at, "amount is empty")
     if math.isnan(amount):

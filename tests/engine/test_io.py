@@ -530,3 +530,48 @@ def test_a_comma_in_strip_is_only_a_thousands_separator():
     assert v[3:8].tolist() == [1234.5, 1234.0, -1234.0, -1000.0, 12.5] and empty[8]
     v, _, _ = _numbers(pd.Series(["11,65"]), strip="$")  # comma not stripped: not a number either
     assert np.isnan(v[0])
+
+
+def test_a_decimal_comma_amount_is_read_when_the_spec_says_so(tmp_path):
+    """``[amount] decimal = ","``: "11,65" is 11.65 and "1.234,50" 1234.5; a dot that does not group
+    thousands is not a number (no guess); the service reads each cell exactly as the file reader."""
+    import pandas as pd
+
+    from engine.data.spec import AmountSpec
+    from engine.data.validate import _numbers
+    from engine.serve.record import _number
+
+    cells = ["11,65", "1,6", "1.234,50", "€ 12.345.678,9", "(1.234,00)", "-5", "11.65", "1.5", "1,234.50", ""]
+    v, empty, _ = _numbers(pd.Series(cells), strip="$€£ ", decimal=",")
+    assert v[:6].tolist() == [11.65, 1.6, 1234.5, 12345678.9, -1234.0, -5.0]
+    assert np.isnan(v[6:9]).all() and not empty[6:9].any() and empty[9]
+    for strip, decimal in (("$€£ ", ","), ("$€£ ,", ","), ("$€£ ,", "."), ("$", ".")):
+        file_v, file_e, _ = _numbers(pd.Series(cells), strip=strip, decimal=decimal)
+        one = [_number(c, strip, decimal) for c in cells]
+        assert np.array_equal(file_v, np.array([x for x, _, _ in one]), equal_nan=True), (strip, decimal)
+        assert file_e.tolist() == [e for _, e, _ in one]
+    assert _number(11.65, decimal=",")[0] == 11.65  # a JSON number stays that number
+    with pytest.raises(ValueError, match="remove '.' from strip"):
+        AmountSpec(column="a", decimal=",", strip="$.")
+    with pytest.raises(ValueError):
+        AmountSpec(column="a", decimal=";")
+
+
+def test_inspect_finds_a_decimal_comma_amount_in_a_semicolon_file(tmp_path):
+    from engine.data.inspect import guess_spec
+
+    rows = ["account;date;amount;merchant;is_fraud"]
+    for i in range(400):
+        euros = (i * 37) % 2500 + (i % 100) / 100
+        text = f"{euros:,.2f}".replace(",", "_").replace(".", ",").replace("_", ".")  # 1.234,56
+        rows.append(f"K{i % 7};2024-03-{1 + i % 28:02d} 10:{i % 60:02d}:00;{text};shop{i % 13};{int(i % 50 == 0)}")
+    p = tmp_path / "eu.csv"
+    p.write_text("\n".join(rows) + "\n")
+    notes: list[str] = []
+    spec = guess_spec(p, notes_out=notes)
+    assert (spec.amount.column, spec.amount.decimal) == ("amount", ",")
+    assert any("read with a decimal comma" in n for n in notes)
+    res = read_transactions(p, spec)
+    assert res.summary() == "rows read 400 = accepted 400 + rejected 0"
+    got = res.frame.set_index("row_number")["amount"]
+    assert got.loc[28] == pytest.approx((27 * 37) % 2500 + 0.27) and got.max() > 1000
