@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from functools import partial
@@ -12,14 +11,28 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="fraudlens: explainable sequence models for fraud investigation")
-console = Console(width=None if sys.stdout.isatty() else 150)
-#: bench logs carry "[transformer]"-style prefixes and markdown: printed as is, not as rich markup
-plain_log = partial(console.print, markup=False)
+from engine.cli_common import (  # noqa: F401 (DEMO_MODEL_HINT: re-exported)
+    DEMO_MODEL_HINT,
+    _fail,
+    _load_model,
+    _note,
+    _print_unseen,
+    _read,
+    _reject_report,
+    _require_accepted,
+    _safe,
+    _table_out,
+    _unseen_notes,
+    _writable,
+    _write,
+    console,
+    plain_log,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
@@ -40,133 +53,6 @@ def _version(value: bool) -> None:
 def _main(version_: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                         help="print the installed version and exit")) -> None:
     """fraudlens: explainable sequence models for fraud investigation."""
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _safe(text: str) -> str:
-    """Text from files for the terminal: rich markup escaped, control characters (an ESC sequence
-    in a merchant name would reach the terminal) shown as ``\\x1b``."""
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
-
-
-def _fail(msg: str) -> None:
-    """Print one error line (text from files is printed as text, never as rich markup) and exit 2."""
-    console.print(f"[red]error:[/red] {_safe(' '.join(str(msg).split()))}", soft_wrap=True)
-    raise typer.Exit(2)
-
-
-def _note(msg: str) -> None:
-    console.print(f"[yellow]note:[/yellow] {_safe(msg)}", soft_wrap=True)
-
-
-def _writable(path: Path | None, option: str, example: str) -> None:
-    """Fail before any work when an output path is a directory (or its parent is a file)."""
-    if path is None:
-        return
-    if path.is_dir():
-        _fail(f"{option} {path} is a directory; give a file name, e.g. {path / example}")
-    parent = next((q for q in path.parents if q.exists()), None)
-    if parent is not None and not parent.is_dir():
-        _fail(f"{option} {path}: {parent} is a file, not a directory")
-
-
-def _table_out(path: Path | None, option: str, example: str) -> None:
-    """:func:`_writable`, and the name must say CSV or Parquet (:func:`engine.data.io.table_format`):
-    ``scores.json`` fails here, before any work, instead of becoming a Parquet file."""
-    if path is None:
-        return
-    _writable(path, option, example)
-    from engine.data.io import table_format
-
-    try:
-        table_format(path)
-    except ValueError as e:
-        _fail(f"{option} {e}")
-
-
-def _write(fn, path: Path, option: str):
-    """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line."""
-    try:
-        return fn()
-    except OSError as e:
-        _fail(f"cannot write {option} {path}: {e.strerror or e}")
-
-
-def _load_model(model: Path | None):
-    """The checkpoint at ``model`` (None: the demo model), or exit 2 with a one-line message naming
-    the file and the cause (see :func:`engine.model.checkpoint.load_checkpoint`)."""
-    from engine.model.checkpoint import load_checkpoint
-
-    try:
-        return load_checkpoint(model)
-    except (FileNotFoundError, ValueError) as e:
-        _fail(f"checkpoint refused: {e}")
-
-
-#: appended when a file lacks the demo spec's columns and no --model was given
-DEMO_MODEL_HINT = ("without --model, the demo model in assets/ is used, and it reads TabFormer-format files only "
-                   "(the columns of demo_data/transactions.csv); for another layout run `fraudlens inspect` and "
-                   "`fraudlens train` and pass --model DIR")
-
-
-def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model: bool = False):
-    """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
-    accounting and notes (detected delimiter, columns not read). A file without data rows, or
-    without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions.
-    ``demo_model``: the spec is the demo model's because no --model was given; a file that lacks its
-    columns then says so (:data:`DEMO_MODEL_HINT`)."""
-    from engine.data.io import read_transactions
-    from engine.data.spec import DatasetSpec, load_spec
-
-    try:
-        spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
-        res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows)
-    except (FileNotFoundError, ValueError) as e:
-        missing = "columns required by spec" in str(e) or "column required by spec" in str(e)
-        _fail(f"{e}. Note: {DEMO_MODEL_HINT}" if demo_model and missing else str(e))
-    for n in res.notes:
-        _note(n)
-    console.print(res.summary())
-    if res.unused_columns:
-        u = res.unused_columns
-        shown = ", ".join(repr(c if len(c) <= 60 else c[:59] + "…") for c in u[:10])
-        _note(f"{len(u)} column{'s' if len(u) > 1 else ''} of {data} not in spec {spec.name!r}, not read: {shown}"
-              + (f" and {len(u) - 10} more" if len(u) > 10 else ""))
-    if res.rows_read == 0:
-        _fail(f"{data}: no transactions (the file has a header line and no data rows)")
-    return spec, res
-
-
-def _require_accepted(res, data: Path) -> None:
-    if len(res.frame) == 0:
-        top = res.rejected["reason"].iloc[0] if len(res.rejected) else ""
-        _fail(f"{data}: no transaction accepted (all {res.rows_read:,} rows rejected; first reason: {top})")
-
-
-def _unseen_notes(bundle, frame) -> None:
-    """Warn about field values the model never saw in training (encoded as 'unseen' / 'other')."""
-    _print_unseen(bundle.encoder.unseen_values(frame))
-
-
-def _print_unseen(found: list[dict]) -> None:
-    for u in found:
-        ex = u["example"] if len(u["example"]) <= 40 else u["example"][:39] + "…"
-        _note(f"field {u['field']!r}: {u['rows']:,} transaction{'s' if u['rows'] != 1 else ''} with "
-              f"{u['distinct']:,} value{'s' if u['distinct'] != 1 else ''} not seen in training "
-              f"(e.g. {ex!r}), encoded as {u['encoded_as']!r}")
-
-
-def _reject_report(res, rejected_out: Path | None) -> None:
-    """Print the first rejection reasons; write every rejected row to ``rejected_out`` when given,
-    always (a header-only file when nothing was rejected, so a pipeline can rely on it)."""
-    if len(res.rejected):
-        console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
-        console.print(_safe(res.rejected.head(5).to_string(index=False)), highlight=False)
-    if rejected_out:
-        _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
-        console.print(f"{len(res.rejected):,} rejected rows written to {escape(str(rejected_out))}")
 
 
 @app.command()

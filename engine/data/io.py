@@ -104,6 +104,7 @@ from engine.data.validate import (
     _text,
     _text_codes,
     _timestamps,
+    table_format,
 )
 
 __all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format",
@@ -113,25 +114,6 @@ REJECTED_COLUMNS = ["file", "row_number", "column", "value", "reason"]
 #: csv module field limit while reading (its default, 131,072, raised an uncaught error); cells
 #: above MAX_CELL_CHARS are rejected afterwards, so this only bounds one record's size
 _CSV_FIELD_LIMIT = 1 << 30
-
-
-def table_format(path: str | Path) -> str:
-    """``"csv"`` or ``"parquet"`` from an output path's suffix (case-insensitive: ``.csv``;
-    ``.parquet`` / ``.pq``).
-
-    Raises:
-        ValueError: any other suffix (``.csv.gz``, ``.json``, none): named, with the accepted ones,
-            rather than a Parquet file under a name that says otherwise.
-    """
-    suf = Path(path).suffix.lower()
-    if suf == ".csv":
-        return "csv"
-    if suf in (".parquet", ".pq"):
-        return "parquet"
-    raise ValueError(f"{path}: expected a name ending in .parquet, .pq or .csv, got "
-                     + (f"{Path(path).suffix!r}" if suf else "no suffix")
-                     + (" (compressed output is not written; Parquet is compressed already)"
-                        if suf in (".gz", ".bz2", ".zip", ".xz", ".zst") else ""))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -494,3 +494,22 @@ def _flag_duplicates(raw: pd.DataFrame, row_numbers: np.ndarray, probs: _Problem
     reasons = np.empty(len(raw), dtype=object)
     reasons[idx[later]] = [f"exact duplicate of row {r}" for r in first_rn[later]]
     probs.flag(mask, "", "", reasons)
+
+
+def table_format(path: str | Path) -> str:
+    """``"csv"`` or ``"parquet"`` from an output path's suffix (case-insensitive: ``.csv``;
+    ``.parquet`` / ``.pq``).
+
+    Raises:
+        ValueError: any other suffix (``.csv.gz``, ``.json``, none): named, with the accepted ones,
+            rather than a Parquet file under a name that says otherwise.
+    """
+    suf = Path(path).suffix.lower()
+    if suf == ".csv":
+        return "csv"
+    if suf in (".parquet", ".pq"):
+        return "parquet"
+    raise ValueError(f"{path}: expected a name ending in .parquet, .pq or .csv, got "
+                     + (f"{Path(path).suffix!r}" if suf else "no suffix")
+                     + (" (compressed output is not written; Parquet is compressed already)"
+                        if suf in (".gz", ".bz2", ".zip", ".xz", ".zst") else ""))

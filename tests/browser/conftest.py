@@ -59,11 +59,21 @@ def choose_option(page, box, option: str, tries: int = 4, wait_ms: int = 15_000)
             page.wait_for_timeout(1000)
 
 
+def wait_idle(page, timeout_ms: int = 60_000) -> None:
+    """Wait until the page is not rerunning (Streamlit shows its status widget while a script
+    run is in progress); a loaded CI machine can take tens of seconds for a cold page."""
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                           timeout=timeout_ms)
+
+
 def tick_until(page, row: int, expect, tries: int = 3, wait_ms: int = 8000) -> None:
     """Tick ``row`` of the visible work-queue table until ``expect`` (a locator) is visible: a
     click that lands while the page is still rerunning (a cold server's first page) is lost, so
     it is repeated, at most ``tries`` times; each try waits up to ``wait_ms`` for ``expect``."""
     for i in range(tries):
+        wait_idle(page)  # a tick during a rerun is the lost one: tick a page that is done
+        if i and expect.is_visible():  # the last tick's rerun was slow, not lost: ticking again would untick
+            return
         tick_rows(page, [row])
         try:
             expect.wait_for(timeout=wait_ms)
