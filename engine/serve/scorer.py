@@ -22,10 +22,13 @@ back, everything queued (at most :data:`MAX_DYNAMIC_BATCH` rows) goes as the nex
 sent at once (no waiting window: batching never adds latency at low load).
 
 Channel: a Unix socket pair between the two processes, frames of a 4-byte big-endian length and
-a pickle (protocol 5). Only these two processes hold the socket (created by the front, inherited
-by the child through ``pass_fds``); what is pickled are rows the front built from parsed JSON and
-the scorer's answers. Checkpoints are never pickled: the scorer loads and validates the
-checkpoint itself (:func:`engine.model.checkpoint.load_checkpoint`).
+one JSON document (ASCII; NaN allowed, as rows carry NaN for a missing numeric field). Only these
+two processes hold the socket (created by the front, inherited by the child through
+``pass_fds``); nothing on it is ever unpickled, so even a peer that wrote arbitrary bytes could
+only send wrong values. Scored rows travel without their ``timestamp`` (a ``pd.Timestamp``, not
+JSON): the scorer rebuilds it from ``ts_ns`` (:func:`_wire_rows`, :func:`_unwire_rows`).
+Checkpoints never travel: the scorer loads and validates the checkpoint itself
+(:func:`engine.model.checkpoint.load_checkpoint`).
 
 Lifetimes: the scorer is killed by the kernel when the front dies (``PR_SET_PDEATHSIG``, Linux), so
 a ``kill -9`` of the server takes the whole service down and frees the history lock; a new
@@ -41,7 +44,6 @@ import asyncio
 import json
 import logging
 import os
-import pickle
 import signal
 import socket
 import struct
@@ -69,9 +71,34 @@ class ScorerStartError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------- framing
+def _refuse(obj: Any) -> Any:
+    raise TypeError(f"the scorer channel carries JSON values only, got {type(obj).__name__}")
+
+
 def _pack(obj: Any) -> bytes:
-    data = pickle.dumps(obj, protocol=5)
+    """One frame: a 4-byte big-endian length, then ``obj`` as JSON (tuples become lists).
+    Raises TypeError for a value JSON cannot hold (a bug: everything sent is built from JSON)."""
+    data = json.dumps(obj, separators=(",", ":"), default=_refuse).encode("ascii")
     return FRAME.pack(len(data)) + data
+
+
+def _unpack(body: bytes) -> Any:
+    return json.loads(body)
+
+
+def _wire_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical rows (:func:`engine.serve.record.canonical_row`) without their ``timestamp``
+    (a ``pd.Timestamp``; ``ts_ns`` holds the same instant in int nanoseconds)."""
+    return [{k: v for k, v in r.items() if k != "timestamp"} for r in rows]
+
+
+def _unwire_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The inverse of :func:`_wire_rows`: ``timestamp`` rebuilt from ``ts_ns`` (naive UTC)."""
+    import pandas as pd
+
+    for r in rows:
+        r["timestamp"] = pd.Timestamp(r["ts_ns"], unit="ns")
+    return rows
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -90,7 +117,7 @@ def _recv(sock: socket.socket) -> Any:
     if head is None:
         return None
     body = _recv_exact(sock, FRAME.unpack(head)[0])
-    return None if body is None else pickle.loads(body)
+    return None if body is None else _unpack(body)
 
 
 # ------------------------------------------------------------------------------------- scorer side
@@ -132,7 +159,7 @@ def _open_service(opts: dict[str, Any]):
 
 def _dispatch(service, kind: str, payload: Any) -> Any:
     if kind == "score":
-        return service.score_rows(payload)
+        return service.score_rows(_unwire_rows(payload))
     if kind == "batch":
         return service.score_batch(payload)
     if kind == "health":
@@ -165,7 +192,9 @@ def scorer_main(fd: int, opts: dict[str, Any]) -> int:
             from engine.serve.warm import warm_start
 
             try:
-                info["warm"] = warm_start(service, opts["warm"], log=lambda m: print(m, flush=True))
+                warm = warm_start(service, opts["warm"], log=lambda m: print(m, flush=True))
+                # the counts only: the front uses none of it, and the log above names the first rejected rows
+                info["warm"] = {k: v for k, v in warm.items() if k != "rejected_rows"}
             except (FileNotFoundError, ValueError) as e:
                 sock.sendall(_pack(("error", f"--warm {opts['warm']}: {e}")))
                 return 2
@@ -278,7 +307,7 @@ class RemoteService:
         try:
             while True:
                 head = await reader.readexactly(FRAME.size)
-                kind, payload = pickle.loads(await reader.readexactly(FRAME.unpack(head)[0]))
+                kind, payload = _unpack(await reader.readexactly(FRAME.unpack(head)[0]))
                 w = self._waiting.popleft()
                 if w.score and kind == "ok":
                     for fut, res in zip(w.futures, payload):
@@ -329,7 +358,7 @@ class RemoteService:
         self.batches += 1
         self.batched_rows += len(batch)
         self._waiting.append(_Waiting(True, [f for _, f in batch]))
-        self._writer.write(_pack(("score", [r for r, _ in batch])))
+        self._writer.write(_pack(("score", _wire_rows([r for r, _ in batch]))))
 
     # -------------------------------------------------------------- what create_app calls
     async def score_row(self, row: dict[str, Any]) -> tuple:

@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from conftest import sign_in, tick_rows
+from conftest import sign_in, tick_rows, wait_idle
 from engine.cases import report as rp
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -120,7 +120,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
             page.keyboard.press("Escape")
     tick_rows(page, [2], grid=_tx_grid(page))
     page.wait_for_function("s => ![...document.querySelectorAll('h3')].some(h => h.innerText === s)", arg=second)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    wait_idle(page)
     second = _subheader(page)
     assert _table_column(page, "Amount") == amounts  # same order after the selection's rerun
     clicked = _table_column(page, "Transaction", as_float=False)[2]

@@ -230,3 +230,29 @@ def test_a_cache_smaller_than_one_request_never_loses_its_rows(bundle, records, 
         assert st["evictions"] > 10 and st["entities"] == 1  # the cap holds again after each request
     finally:
         svc.close()
+
+
+def test_the_channel_carries_json_and_never_unpickles(records):
+    import math
+    import pickle
+
+    import pandas as pd
+
+    from engine.serve import scorer as sc
+
+    rows = _rows(records[:3])
+    rows[0]["nan_field"] = float("nan")
+    frame = sc._pack(("score", sc._wire_rows(rows)))
+    assert sc.FRAME.unpack(frame[:4])[0] == len(frame) - 4
+    kind, back = sc._unpack(frame[4:])
+    back = sc._unwire_rows(back)
+    assert kind == "score" and [r["transaction_id"] for r in back] == [r["transaction_id"] for r in rows]
+    for a, b in zip(rows, back):
+        assert isinstance(b["timestamp"], pd.Timestamp) and b["timestamp"] == a["timestamp"]
+        assert b.keys() == a.keys()
+    assert math.isnan(back[0]["nan_field"])
+    # a value JSON cannot hold is a loud bug, never silently pickled; pickle bytes are not read
+    with pytest.raises(TypeError, match="JSON values only, got Timestamp"):
+        sc._pack(("score", rows))
+    with pytest.raises(ValueError):
+        sc._unpack(pickle.dumps(("ok", [1])))
