@@ -24,6 +24,7 @@ user to check it. What the guess was unsure about is listed in ``spec.descriptio
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,7 +209,8 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             a UTF-8 CSV / Parquet file (:func:`engine.data.sniff.probe`).
     """
     p = Path(path)
-    raw = read_raw(p)
+    bad: list[dict] = []
+    raw = read_raw(p, rejected=bad)
     if len(raw) == 0:
         raise ValueError(f"{p}: no transactions (the file has a header line and no data rows): nothing to guess from")
     n_rows = len(raw)
@@ -219,6 +221,11 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
     cols = {c: _describe(c, raw[c]) for c in raw.columns}
     left = list(raw.columns)  # unassigned, file order
     notes: list[str] = []
+    if bad:  # the record count is the file's, and the user learns at once that reading will reject these
+        why = Counter(r["reason"] for r in bad)
+        notes.append(f"{len(bad):,} of {n_rows + len(bad):,} records are ill-formed and were not looked at ("
+                     + ", ".join(f"{n:,} {r}" for r, n in why.most_common(3)) + f"; first: row {bad[0]['row_number']})"
+                     "; reading rejects them")
 
     def take(c: str) -> None:
         left.remove(c)
@@ -401,8 +408,8 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
 
     data = {
         "name": name or (re.sub(r"[^a-z0-9_]+", "_", p.name.split(".")[0].lower()).strip("_") or "dataset"),
-        "description": f"guessed by fraudlens inspect from {p.name} ({len(raw):,} of {n_rows:,} rows, spread over "
-        "the file); "
+        "description": f"guessed by fraudlens inspect from {p.name} ({len(raw):,} of {n_rows + len(bad):,} rows, spread "
+        "over the file); "
         + ("check: " + "; ".join(notes) if notes else "check every role"),
         "entity": {"columns": ent},
         "timestamp": timestamp,

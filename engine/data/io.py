@@ -69,7 +69,6 @@ Details of the parsing rules (beyond the contract):
 from __future__ import annotations
 
 import csv
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,7 +79,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from engine.data.sniff import Probe, _Lines, _open_quote_column, probe
+from engine.data.sniff import Probe, _Lines, _open_quote_column, file_sha256, probe
 from engine.data.spec import DatasetSpec, FieldKind
 from engine.data.validate import (
     MAX_ABS_AMOUNT,
@@ -375,23 +374,12 @@ def _read_parquet(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, np.nd
     return raw, np.arange(1, len(raw) + 1, dtype=np.int64), []
 
 
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 (hex) of a file's bytes, read in ``chunk``-byte pieces: the identity of a data file
-    (training-data provenance in checkpoints, the case store's data-source key, dashboard caches).
-
-    Raises:
-        FileNotFoundError / OSError: the file cannot be read.
-    """
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk):
-            h.update(b)
-    return h.hexdigest()
-
-
-def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None) -> pd.DataFrame:
+def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None,
+             rejected: list[dict] | None = None) -> pd.DataFrame:
     """Read a raw file as it is, without a spec: CSV cells as text (``str``; empty cell = ``""``),
-    Parquet columns with their stored types. At most ``max_rows`` records.
+    Parquet columns with their stored types. At most ``max_rows`` records. Ill-formed CSV records
+    (wrong cell count, invalid UTF-8, an over-long record) are not in the frame: with a
+    ``rejected`` list, each is appended to it (``row_number``, ``column``, ``value``, ``reason``).
 
     Raises:
         FileNotFoundError: no such file.
@@ -401,11 +389,12 @@ def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None
     """
     p = Path(path)
     pr = probe(p, fmt)
-    raw, _, rejected = _read_csv(p, max_rows, pr) if pr.format == "csv" else _read_parquet(p, max_rows)
-    if len(raw) == 0 and rejected:
-        r = rejected[0]
-        raise ValueError(f"{p}: none of the {len(rejected):,} records read is well formed "
-                         f"(row {r['row_number']}: {r['reason']})")
+    raw, _, bad = _read_csv(p, max_rows, pr) if pr.format == "csv" else _read_parquet(p, max_rows)
+    if len(raw) == 0 and bad:
+        raise ValueError(f"{p}: none of the {len(bad):,} records read is well formed "
+                         f"(row {bad[0]['row_number']}: {bad[0]['reason']})")
+    if rejected is not None:
+        rejected.extend(bad)
     return raw
 
 

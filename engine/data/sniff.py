@@ -20,6 +20,8 @@ being parsed into mojibake column names:
 * the delimiter is ``","`` unless the header has one column with a comma but several with one
   of ``";"``, tab or ``"|"`` (a semicolon-delimited export from a spreadsheet): then that one is
   used and :attr:`Probe.note` says so.
+
+:func:`file_sha256` is a file's content identity (provenance, case-store keys, caches).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
+import hashlib
 import io
 import lzma
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Probe", "probe", "SAMPLE_BYTES", "binary_kind", "MAX_CONTROL_FRACTION"]
+__all__ = ["Probe", "probe", "SAMPLE_BYTES", "binary_kind", "MAX_CONTROL_FRACTION", "file_sha256"]
 
 #: bytes (after decompression) looked at to judge encoding and delimiter
 SAMPLE_BYTES = 1 << 16
@@ -208,3 +211,17 @@ def _open_quote_column(line: str | None, header: list[str], pr: Probe) -> str:
         return "?"
     i = len(next(csv.reader([line], delimiter=pr.delimiter), [""])) - 1
     return header[i] if 0 <= i < len(header) else f"#{i + 1}"
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 (hex) of a file's bytes, read in ``chunk``-byte pieces: the identity of a data file
+    (training-data provenance in checkpoints, the case store's data-source key, dashboard caches).
+
+    Raises:
+        FileNotFoundError / OSError: the file cannot be read.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()

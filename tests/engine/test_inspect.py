@@ -196,3 +196,21 @@ def test_a_stray_label_value_keeps_the_label_and_is_reported(tmp_path):
         rows[i][3] = "maybe"
     p = write(tmp_path / "mixed.csv", ["card", "time", "amount", "Is Fraud?"], rows)
     assert guess_spec(p).label is None
+
+
+def test_ill_formed_records_count_in_the_file_and_are_noted(tmp_path):
+    """A record with invalid UTF-8 and one with a missing cell are not in the sample, but the
+    record count is the file's (what reading reports as rows read) and a note names them."""
+    lines = [b"card,time,amount,label"] + [f"c{i % 4},2021-02-{1 + i % 28:02d} 10:00:00,{i}.5,0".encode()
+                                           for i in range(40)]
+    lines[6] = b"c1,2021-02-06 10:00:00,\xff\xfe5,0"  # data row 6
+    lines[20] = b"c2,2021-02-20 10:00:00,5"  # data row 20: 3 cells of 4
+    p = tmp_path / "bad.csv"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    notes: list[str] = []
+    spec = guess_spec(p, notes_out=notes)
+    assert "(38 of 40 rows, spread over the file)" in spec.description
+    note = next(n for n in notes if "ill-formed" in n)
+    assert note.startswith("2 of 40 records are ill-formed") and "first: row 6" in note, note
+    assert "not valid UTF-8 text" in note
+    assert read_transactions(p, spec).rows_read == 40
