@@ -8,6 +8,7 @@ serves until SIGTERM / Ctrl-C. Prints "ready" once listening.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -22,6 +23,10 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 def _fail(msg: str) -> None:
     console.print(f"[red]error:[/red] {escape(' '.join(str(msg).split()))}", soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 def default_history_path(bundle) -> Path:
@@ -152,6 +157,10 @@ def serve(
     server.startup = startup
     if split:
         service.on_broken = lambda: setattr(server, "should_exit", True)
+    # uvicorn handles SIGTERM (graceful shutdown), then restores this handler and raises the signal
+    # again (uvicorn.Server.capture_signals): with the default handler the process would die
+    # there, before the stores below are closed (their WAL files and the worker's semaphore left)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         server.run(sockets=[listen_sock])
     finally:

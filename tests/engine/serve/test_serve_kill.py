@@ -131,3 +131,23 @@ def test_kill_9_loses_no_acknowledged_transaction(tmp_path):
     frame = read_transactions(write_raw(records, tmp_path / "all.parquet"), id_spec()).frame
     want = dict(zip(frame["transaction_id"], score_frame(bundle, frame)["probability"]))
     assert max(abs(probs[t] - want[t]) for t in probs) < 1e-5
+
+
+@pytest.mark.parametrize("processes", ["one", "two"])
+def test_sigterm_stops_cleanly_and_closes_the_stores(tmp_path, processes):
+    """SIGTERM: uvicorn shuts down gracefully and raises the signal again once done; the server
+    must still close its stores (exit status 0, the SQLite WAL checkpointed and removed, the case
+    worker stopped), not die of the re-raised signal."""
+    ck = make_checkpoint(tmp_path)
+    port = _free_port()
+    server = _start(ck, tmp_path, port, "--processes", processes, "--explain", "occlusion")
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/score", json=raw_records()[0], timeout=10)
+        assert r.status_code == 200, r.text
+        assert (tmp_path / "history.sqlite3-wal").exists()  # open: the write-ahead log is in use
+    finally:
+        server.send_signal(signal.SIGTERM)
+        rc = server.wait(30)
+    assert rc == 0
+    assert not (tmp_path / "history.sqlite3-wal").exists()
+    assert _stored(tmp_path) == [raw_records()[0]["tid"]]
