@@ -132,7 +132,8 @@ def train(
     lr: float = typer.Option(2e-3),
     train_end: Optional[str] = typer.Option(None, help="first day of validation (ISO date)"),
     val_end: Optional[str] = typer.Option(None, help="first day of test (ISO date)"),
-    max_minutes: float = typer.Option(11.0, help="training time budget (best epoch kept)"),
+    max_minutes: float = typer.Option(11.0, help="time budget of the transformer's epochs, in minutes (best epoch "
+                                       "kept; reading the file, the baseline, calibration and test scoring come on top)"),
     max_rows: Optional[int] = typer.Option(None, help="read only the first N rows (for quick tries)"),
     seed: int = typer.Option(0),
     name: Optional[str] = typer.Option(None, help="model name (default: out directory name)"),
