@@ -24,6 +24,7 @@ user to check it. What the guess was unsure about is listed in ``spec.descriptio
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,15 +67,62 @@ LABEL_STRAY_SHARE = 0.01
 _BINARY_PAIRS = [
     ("1", "0"), ("1.0", "0.0"), ("Yes", "No"), ("yes", "no"), ("YES", "NO"), ("True", "False"),
     ("true", "false"), ("TRUE", "FALSE"), ("Y", "N"), ("y", "n"), ("T", "F"), ("fraud", "legit"),
+    ("ja", "nein"), ("Ja", "Nein"), ("JA", "NEIN"), ("oui", "non"), ("Oui", "Non"), ("sí", "no"), ("Sí", "No"),
+    ("si", "no"), ("Si", "No"), ("sim", "não"), ("Sim", "Não"),
 ]
 _DATE_FORMATS = ["%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M",
                  "%d.%m.%Y %H:%M:%S", "%d.%m.%Y %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y%m%d%H%M%S"]
 
 
+#: column-name words of German, French, Spanish, Portuguese, Italian and Dutch exports (accents
+#: folded: "Händler" -> "handler") -> the English role tokens above; a German compound names its
+#: parts ("Kundennummer" -> customer, number). Only names: the cells decide every role as in English.
+_FOREIGN_TOKENS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("betrag", "umsatz", "summe", "montant", "somme", "importe", "monto", "valor",
+                     "quantia", "importo", "bedrag", "waarde"), ("amount",)),
+    **dict.fromkeys(("datum", "zeit", "uhrzeit", "zeitpunkt", "zeitstempel", "heure", "horodatage", "fecha", "hora",
+                     "data", "ora", "tijd", "tijdstip"), ("date",)),
+    **dict.fromkeys(("buchungsdatum", "transaktionsdatum", "buchungszeit"), ("transaction", "date")),
+    **dict.fromkeys(("kunde", "kunden", "kundin", "cliente", "klant", "titulaire", "titular", "inhaber"),
+                    ("customer",)),
+    **dict.fromkeys(("kundennummer", "kundennr", "kundenid"), ("customer", "number")),
+    **dict.fromkeys(("karte", "carte", "tarjeta", "cartao", "carta", "kaart", "kreditkarte"), ("card",)),
+    **dict.fromkeys(("kartennummer", "kartennr"), ("card", "number")),
+    **dict.fromkeys(("konto", "compte", "cuenta", "conta", "rekening"), ("account",)),
+    **dict.fromkeys(("kontonummer", "kontonr"), ("account", "number")),
+    **dict.fromkeys(("transaktion", "buchung", "zahlung", "transaccion", "transacao", "transazione",
+                     "transactie", "betaling", "pago", "pagamento", "paiement"), ("transaction",)),
+    **dict.fromkeys(("transaktionsnummer", "buchungsnummer", "transaktionsid"), ("transaction", "number")),
+    **dict.fromkeys(("betrug", "fraude", "frode", "fraudulento", "frauduleux", "fraudulenta", "betrugsfall"),
+                    ("fraud",)),
+    **dict.fromkeys(("handler", "haendler", "commercant", "comercio", "comerciante", "esercente", "negozio",
+                     "winkelier", "handelaar"), ("merchant",)),
+    **dict.fromkeys(("nummer", "numero", "nr"), ("number",)),
+    **dict.fromkeys(("geschlecht", "sexe", "sexo", "sesso", "geslacht"), ("gender",)),
+    **dict.fromkeys(("geburtsdatum", "naissance", "nacimiento", "nascimento", "nascita", "geboortedatum"), ("dob",)),
+    **dict.fromkeys(("strasse", "rue", "calle", "rua", "straat", "adresse", "direccion", "endereco",
+                     "indirizzo", "adres"), ("street",)),
+    **dict.fromkeys(("stadt", "ort", "ville", "ciudad", "cidade", "citta", "stad"), ("city",)),
+    **dict.fromkeys(("vorname", "prenom", "nombre", "nome", "voornaam"), ("first",)),
+    **dict.fromkeys(("nachname", "apellido", "sobrenome", "cognome", "achternaam"), ("last",)),
+    **dict.fromkeys(("beruf", "metier", "profesion", "profissao", "professione", "beroep"), ("job",)),
+    **dict.fromkeys(("alter", "edad", "idade", "leeftijd"), ("age",)),
+}
+
+
 def _tokens(name: str) -> list[str]:
-    """``"TX_FRAUD_SCENARIO"`` -> [tx, fraud, scenario]; ``"isFraud"`` -> [is, fraud]."""
-    s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    """``"TX_FRAUD_SCENARIO"`` -> [tx, fraud, scenario]; ``"isFraud"`` -> [is, fraud]; accents
+    folded (``"Händler"`` -> [handler])."""
+    s = "".join(ch for ch in unicodedata.normalize("NFKD", name) if not unicodedata.combining(ch))
+    s = s.replace("ß", "ss")
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", s)
     return [t for t in re.split(r"[^A-Za-z0-9]+", s.lower()) if t]
+
+
+def _role_tokens(name: str) -> set[str]:
+    """The tokens of a column name (:func:`_tokens`) with their English role words (:data:`_FOREIGN_TOKENS`)."""
+    toks = _tokens(name)
+    return set(toks).union(*(_FOREIGN_TOKENS.get(t, ()) for t in toks))
 
 
 @dataclass
@@ -101,7 +149,7 @@ def _describe(name: str, s: pd.Series) -> _Col:
     num = np.isfinite(v) & ~empty
     return _Col(
         name=name,
-        tokens=set(_tokens(name)),
+        tokens=_role_tokens(name),
         text=text,
         nonempty=nonempty,
         distinct=len(set(nonempty.tolist())),

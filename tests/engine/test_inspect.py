@@ -214,3 +214,31 @@ def test_ill_formed_records_count_in_the_file_and_are_noted(tmp_path):
     assert note.startswith("2 of 40 records are ill-formed") and "first: row 6" in note, note
     assert "not valid UTF-8 text" in note
     assert read_transactions(p, spec).rows_read == 40
+
+
+def test_german_and_spanish_column_names_get_their_roles(tmp_path):
+    """A German bank export (';' delimiter, decimal comma, dd.mm.yyyy, ja/nein) and a Spanish one:
+    the roles come from the translated names plus the cells, as for English names."""
+    de = [[f"K{i % 20:04d}", f"{1 + i % 28:02d}.{1 + (i // 28) % 12:02d}.2024 {i % 24:02d}:{i % 60:02d}",
+           f"{1 + i % 9}.{i % 1000:03d},{i % 100:02d}" if i % 3 == 0 else f"{1 + i % 900},{i % 100:02d}",
+           f"H{i % 300}", "MW"[i % 2], "ja" if i % 97 == 0 else "nein"] for i in range(1500)]
+    p = tmp_path / "umsaetze.csv"
+    p.write_text("Kundennummer;Buchungsdatum;Betrag;Händler;Geschlecht;Betrug\n"
+                 + "\n".join(";".join(r) for r in de) + "\n", encoding="utf-8")
+    spec = guess_spec(p)
+    assert spec.entity.columns == ["Kundennummer"]
+    assert spec.timestamp.column == "Buchungsdatum" and spec.timestamp.format == "%d.%m.%Y %H:%M"
+    assert (spec.amount.column, spec.amount.decimal) == ("Betrag", ",")
+    assert (spec.label.column, spec.label.positive, spec.label.negative) == ("Betrug", ["ja"], ["nein"])
+    assert [f.column for f in spec.fields] == ["Händler"] and spec.passthrough == ["Geschlecht"]
+    res = read_transactions(p, spec)
+    assert res.summary() == "rows read 1,500 = accepted 1,500 + rejected 0"
+    assert res.frame["amount"].iloc[0] == 1000.0 and int(res.frame["label"].sum()) == 16
+
+    es = [[f"C{i % 15}", f"2024-03-{1 + i % 28:02d} 10:{i % 60:02d}:00", f"{(i * 7) % 500}.{i % 100:02d}",
+           f"tienda{i % 40}", ["tarjeta", "efectivo"][i % 2], "sí" if i % 50 == 0 else "no"] for i in range(800)]
+    p = write(tmp_path / "es.csv", ["id_cliente", "fecha", "importe", "comercio", "paid_via", "fraude"], es)
+    spec = guess_spec(p)
+    assert spec.entity.columns == ["id_cliente"] and spec.timestamp.column == "fecha"
+    assert spec.amount.column == "importe" and spec.label.positive == ["sí"]
+    assert {f.column for f in spec.fields} == {"comercio", "paid_via"}  # an English 'via' is not a street
