@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from engine.data.io import read_raw
+from engine.data.sniff import probe
 from engine.data.spec import DatasetSpec, spec_from_dict
 from engine.data.validate import _numbers, _text
 
@@ -70,6 +71,8 @@ _BINARY_PAIRS = [
     ("ja", "nein"), ("Ja", "Nein"), ("JA", "NEIN"), ("oui", "non"), ("Oui", "Non"), ("sí", "no"), ("Sí", "No"),
     ("si", "no"), ("Si", "No"), ("sim", "não"), ("Sim", "Não"),
 ]
+#: a cell whose commas can only be read as thousands grouping ("2,000", "-1,234,567")
+_GROUPING_ONLY = re.compile(r"[-+]?[$€£]?\d{1,3}(,\d{3})+")
 _DATE_FORMATS = ["%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M",
                  "%d.%m.%Y %H:%M:%S", "%d.%m.%Y %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y%m%d%H%M%S"]
 
@@ -162,12 +165,24 @@ def _describe(name: str, s: pd.Series) -> _Col:
     )
 
 
-def _decimal_comma_frac(c: _Col) -> float:
+def _decimal_comma_frac(c: _Col, strip: str = "$€£ ") -> float:
     """Share of the non-empty cells that are numbers with a decimal comma ("11,65", "1.234,50")
-    and not plain numbers; 0 when no cell holds a comma."""
-    if not len(c.nonempty) or not any("," in t for t in c.nonempty[:2000].tolist()):
+    and not plain numbers; 0 when no cell holds a comma, or when every comma could group
+    thousands ("2,000", "1,234,567": an English number as well; the decimal point wins)."""
+    cells = c.nonempty[:2000].tolist()
+    commas = [t for t in cells if "," in t]
+    if not len(c.nonempty) or not commas or all(_GROUPING_ONLY.fullmatch(t) for t in commas):
         return 0.0
-    v, empty, _ = _numbers(pd.Series(c.nonempty, dtype=object), strip="$€£ ", decimal=",")
+    v, empty, _ = _numbers(pd.Series(c.nonempty, dtype=object), strip=strip, decimal=",")
+    return float((np.isfinite(v) & ~empty).mean())
+
+
+def _grouped_point_frac(c: _Col) -> float:
+    """Share of the non-empty cells that are numbers with a decimal point once the amount's
+    default strip characters are removed (``"$1,234.50"``, ``"2,000"``: commas group thousands)."""
+    if not len(c.nonempty):
+        return 0.0
+    v, empty, _ = _numbers(pd.Series(c.nonempty, dtype=object), strip="$€£ ,")
     return float((np.isfinite(v) & ~empty).mean())
 
 
@@ -384,12 +399,14 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
     for pick in (lambda d: bool(d.tokens & _AMOUNT_TOKENS), lambda d: d.currency):
         for c in left:
             d = cols[c]
-            if pick(d) and (d.numeric_frac >= 0.99 or d.currency or _decimal_comma_frac(d) >= 0.99):
+            if pick(d) and (d.numeric_frac >= 0.99 or d.currency or _decimal_comma_frac(d) >= 0.99
+                            or _grouped_point_frac(d) >= 0.99):
                 amount = c
                 break
         if amount:
             break
-    if amount is not None and cols[amount].numeric_frac < 0.99 and _decimal_comma_frac(cols[amount]) >= 0.99:
+    if (amount is not None and cols[amount].numeric_frac < 0.99 and _decimal_comma_frac(cols[amount]) >= 0.99
+            and _grouped_point_frac(cols[amount]) < 0.99):
         amount_decimal = ","
         notes.append(f"amount {amount!r}: read with a decimal comma (e.g. {cols[amount].nonempty[0]!r}); "
                      "check [amount] decimal")
@@ -423,6 +440,10 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
     # fields -------------------------------------------------------------------------------------
     fields = []
     used_names = {"row_number", "transaction_id", "entity_id", "timestamp", "amount", "label"}
+    # a ';' / tab / '|' export, or a decimal-comma amount: "1,5" is a number there, in a ','-delimited
+    # file (where it must be quoted) more likely a list of two codes
+    comma_numbers = amount_decimal == "," or (p.suffix.lower() not in (".parquet", ".pq")
+                                              and probe(p).delimiter != ",")
     for c in left:
         d = cols[c]
         fname = "_".join(_tokens(c)) or "field"
@@ -435,6 +456,9 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             if d.distinct > _LOW_CARDINALITY:
                 f["hashed_buckets"] = _buckets(d.distinct)
                 f["embed"] = False
+        elif comma_numbers and d.is_text and _decimal_comma_frac(d, strip="") >= 0.99 and not d.tokens & _CODE_TOKENS:
+            f.update(kind="numeric", decimal=",")  # "1,5" in a ';'-delimited export: a number, not a list
+            notes.append(f"{c!r}: read as a number with a decimal comma (e.g. {d.nonempty[0]!r}); check its decimal")
         elif _is_multi_valued(d) or (full is not raw and d.is_text
                                      and _is_multi_valued(_describe(c, pd.Series(pd.unique(full[c]))))):
             # rare list cells (TabFormer "Errors?") may miss the sample: their distinct values decide

@@ -484,7 +484,7 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
         if f.kind is FieldKind.CATEGORICAL:
             field_cols[f.name] = _categorical(s, f)
         elif f.kind is FieldKind.NUMERIC:
-            v, empty, t = _numbers(s)
+            v, empty, t = _numbers(s, decimal=f.decimal)
             probs.flag(np.isnan(v) & ~empty, f.column, t, f"{f.name} is not a number")
             probs.flag(np.isinf(v), f.column, t, f"{f.name} is not finite")
             field_cols[f.name] = (v,)

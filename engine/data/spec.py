@@ -187,6 +187,8 @@ class FieldSpec(_Strict):
     * ``missing``: what an empty cell means for a categorical (a category name). An empty
       multi-valued cell is the empty set (``""`` in the canonical frame); ``missing`` is unused there.
     * ``normalize``: for categoricals, ``"zip5"`` turns ``"91750.0"`` into ``"91750"``.
+    * ``decimal``: for numerics, ``","`` reads a decimal comma (``"1,5"``, ``"1.234,50"``), as
+      :class:`AmountSpec` ``decimal``; a decimal point is then not a number.
     * ``model_input``: ``false`` keeps the field in the canonical frame (display, reasons,
       ``[[aggregates]]`` keys) without feeding its value to the model — e.g. a terminal id whose
       embedding would only memorise the few terminals seen with frauds in a short training period.
@@ -207,6 +209,7 @@ class FieldSpec(_Strict):
     separator: str = ","
     missing: str = "<empty>"
     normalize: Literal["zip5", "strip", "none"] = "strip"
+    decimal: Literal[".", ","] = "."
     model_input: bool = True
     embed: bool = True
     description: str = ""
@@ -216,6 +219,8 @@ class FieldSpec(_Strict):
         if not self.embed and self.kind is not FieldKind.CATEGORICAL:
             raise ValueError(f"field {self.name!r}: embed = false applies to categorical fields only, "
                              f"got kind {self.kind.value!r}")
+        if self.decimal != "." and self.kind is not FieldKind.NUMERIC:
+            raise ValueError(f"field {self.name!r}: decimal applies to numeric fields only, got kind {self.kind.value!r}")
         return self
 
 

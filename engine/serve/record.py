@@ -326,7 +326,7 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
                 t = _zip5(t)
             row[f.name] = t if t != "" else f.missing
         elif f.kind is FieldKind.NUMERIC:
-            x, empty, t = _number(v)
+            x, empty, t = _number(v, decimal=f.decimal)
             if math.isnan(x) and not empty:
                 raise RecordError(f.column, t, f"{f.name} is not a number")
             if math.isinf(x):

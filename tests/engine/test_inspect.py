@@ -221,19 +221,22 @@ def test_german_and_spanish_column_names_get_their_roles(tmp_path):
     the roles come from the translated names plus the cells, as for English names."""
     de = [[f"K{i % 20:04d}", f"{1 + i % 28:02d}.{1 + (i // 28) % 12:02d}.2024 {i % 24:02d}:{i % 60:02d}",
            f"{1 + i % 9}.{i % 1000:03d},{i % 100:02d}" if i % 3 == 0 else f"{1 + i % 900},{i % 100:02d}",
-           f"H{i % 300}", "MW"[i % 2], "ja" if i % 97 == 0 else "nein"] for i in range(1500)]
+           f"H{i % 300}", "MW"[i % 2], f"{i % 7},{i % 10}", "ja" if i % 97 == 0 else "nein"] for i in range(1500)]
     p = tmp_path / "umsaetze.csv"
-    p.write_text("Kundennummer;Buchungsdatum;Betrag;Händler;Geschlecht;Betrug\n"
+    p.write_text("Kundennummer;Buchungsdatum;Betrag;Händler;Geschlecht;Gebühr;Betrug\n"
                  + "\n".join(";".join(r) for r in de) + "\n", encoding="utf-8")
     spec = guess_spec(p)
     assert spec.entity.columns == ["Kundennummer"]
     assert spec.timestamp.column == "Buchungsdatum" and spec.timestamp.format == "%d.%m.%Y %H:%M"
     assert (spec.amount.column, spec.amount.decimal) == ("Betrag", ",")
     assert (spec.label.column, spec.label.positive, spec.label.negative) == ("Betrug", ["ja"], ["nein"])
-    assert [f.column for f in spec.fields] == ["Händler"] and spec.passthrough == ["Geschlecht"]
+    assert [f.column for f in spec.fields] == ["Händler", "Gebühr"] and spec.passthrough == ["Geschlecht"]
+    fee = spec.fields[1]
+    assert (fee.name, fee.kind, fee.decimal) == ("gebuhr", FieldKind.NUMERIC, ",")  # a numeric with a decimal comma
     res = read_transactions(p, spec)
     assert res.summary() == "rows read 1,500 = accepted 1,500 + rejected 0"
     assert res.frame["amount"].iloc[0] == 1000.0 and int(res.frame["label"].sum()) == 16
+    assert res.frame.sort_values("row_number")["gebuhr"].iloc[:3].tolist() == [0.0, 1.1, 2.2]
 
     es = [[f"C{i % 15}", f"2024-03-{1 + i % 28:02d} 10:{i % 60:02d}:00", f"{(i * 7) % 500}.{i % 100:02d}",
            f"tienda{i % 40}", ["tarjeta", "efectivo"][i % 2], "sí" if i % 50 == 0 else "no"] for i in range(800)]
@@ -242,3 +245,18 @@ def test_german_and_spanish_column_names_get_their_roles(tmp_path):
     assert spec.entity.columns == ["id_cliente"] and spec.timestamp.column == "fecha"
     assert spec.amount.column == "importe" and spec.label.positive == ["sí"]
     assert {f.column for f in spec.fields} == {"comercio", "paid_via"}  # an English 'via' is not a street
+
+
+def test_english_amounts_with_thousands_commas_are_amounts(tmp_path):
+    """'1,234.50' and '2,000' (commas grouping thousands) are an amount read with the default
+    strip, never a decimal comma and never a categorical field."""
+    rows = [[f"c{i % 5}", f"2021-02-{1 + i % 28:02d} 10:00:00", f"{1 + i % 9},{(i * 37) % 1000:03d}"
+             + (".50" if i % 2 else "")] for i in range(200)]
+    for name, rs in (("cents", rows), ("whole", [r[:2] + [r[2].removesuffix(".50")] for r in rows])):
+        p = write(tmp_path / f"{name}.csv", ["card", "time", "amount"], rs)
+        spec = guess_spec(p)
+        assert (spec.amount.column, spec.amount.decimal) == ("amount", "."), name
+        assert spec.fields == []
+        res = read_transactions(p, spec)
+        assert res.frame.sort_values("row_number")["amount"].iloc[:2].tolist() == (
+            [1000.0, 2037.5] if name == "cents" else [1000.0, 2037.0])

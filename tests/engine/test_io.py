@@ -557,6 +557,31 @@ def test_a_decimal_comma_amount_is_read_when_the_spec_says_so(tmp_path):
         AmountSpec(column="a", decimal=";")
 
 
+def test_a_numeric_field_with_a_decimal_comma_reads_the_same_in_files_and_the_service(tmp_path):
+    """``[[fields]] decimal = ","`` on a numeric field: "1,5" is 1.5 in the file reader and in
+    ``POST /v1/score`` (the same rule as the amount's); a decimal point is then a rejected row,
+    named by row and column; decimal on a categorical field is a spec error."""
+    from engine.data.spec import FieldSpec, spec_from_dict
+    from engine.serve.record import RecordError, canonical_row
+
+    spec = spec_from_dict({"name": "dc", "entity": {"columns": ["card"]}, "timestamp": {"column": "ts"},
+                           "amount": {"column": "amt", "decimal": ",", "strip": "€ "}, "id": "tid",
+                           "fields": [{"name": "fee", "column": "fee", "kind": "numeric", "decimal": ","}]})
+    p = tmp_path / "dc.csv"
+    p.write_text("tid;card;ts;amt;fee\nt1;c1;2024-01-01 10:00:00;11,65;1,5\nt2;c1;2024-01-02 10:00:00;3,00;2.5\n"
+                 "t3;c1;2024-01-03 10:00:00;4,00;1.234,25\n")
+    res = read_transactions(p, spec)
+    assert res.summary() == "rows read 3 = accepted 2 + rejected 1"
+    assert res.frame["fee"].tolist() == [1.5, 1234.25]
+    assert res.rejected[["row_number", "column", "value"]].values.tolist() == [[2, "fee", "2.5"]]
+    row = canonical_row({"tid": "t9", "card": "c1", "ts": "2024-01-04 10:00:00", "amt": "5,00", "fee": "1,5"}, spec)
+    assert row["fee"] == 1.5
+    with pytest.raises(RecordError, match="fee is not a number"):
+        canonical_row({"tid": "t9", "card": "c1", "ts": "2024-01-04 10:00:00", "amt": "5,00", "fee": "2.5"}, spec)
+    with pytest.raises(ValueError, match="decimal applies to numeric fields only"):
+        FieldSpec(name="m", column="m", kind="categorical", decimal=",")
+
+
 def test_inspect_finds_a_decimal_comma_amount_in_a_semicolon_file(tmp_path):
     from engine.data.inspect import guess_spec
 
