@@ -158,6 +158,9 @@ def train(
         None, min=0.0, max=1.0, help="review threshold: lowest with validation precision >= P (default 0.5)"),
     alerts_per_day: Optional[float] = typer.Option(
         None, min=0.0, help="review threshold: lowest with validation alerts per day <= X (instead of a precision)"),
+    pretrain_minutes: float = typer.Option(0.0, min=0.0, help="self-supervised next-transaction pretraining on the "
+                                           "training period first, for at most this many of the --max-minutes "
+                                           "(engine/model/pretrain.py; 0 = none)"),
     calibration: str = typer.Option("auto", help="calibration map fitted on validation: auto, isotonic, platt or none"),
     workers: int = typer.Option(1, min=1, help="data-parallel workers; >= 2: Ray Train (DDP, gloo, CPU; fraudlens[ray])"),
     address: Optional[str] = typer.Option(None, help="--workers >= 2: Ray address (auto, host:6379); default: a local Ray"),
@@ -191,7 +194,7 @@ def train(
         val_end=val_end, max_minutes=max_minutes, seed=seed, activity=activity, activity_ple=activity_ple,
         amount_by_value=amount_by_value, row_ff=row_ff, ema_epochs=ema_epochs, members=members,
         target_precision=target_precision,
-        alerts_per_day=alerts_per_day, calibration=calibration,
+        alerts_per_day=alerts_per_day, calibration=calibration, pretrain_minutes=pretrain_minutes,
     )
     try:
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,

@@ -80,6 +80,8 @@ def bench_quality(
                                                   "printed by an earlier run with the same recipe and seeds (its line "
                                                   "'validation AP by epoch [...] -> N epochs') instead of training the "
                                                   "validation folds again"),
+    pretrain_minutes: float = typer.Option(0.0, min=0.0, help="self-supervised next-transaction pretraining "
+                                           "before each fold's fraud training (TrainConfig.pretrain_minutes; 0 = none)"),
 ):
     """Transformer vs LightGBM vs the Handbook's published numbers on the Handbook protocol."""
     from dataclasses import replace
@@ -93,6 +95,7 @@ def bench_quality(
     grid = None if full_gbt_grid else SMALL_GBT_GRID
     cfg = quality.BENCH_CONFIG if recipe == "recorded" else quality.default_recipe_config(members)
     cfg = cfg if epochs is None else replace(cfg, epochs=epochs)
+    cfg = replace(cfg, pretrain_minutes=pretrain_minutes)
     quality.run(str(data), out=out, cfg=cfg, seeds=tuple(range(seeds)), gbt_grid=grid, log=plain_log,
                 with_gbt=gbt == "run",
                 same_recorded=ROOT / "bench" / "results" / "quality_same_inputs.md" if gbt == "recorded" else None,

@@ -322,7 +322,8 @@ def _report(tf, gbt, best_epochs, ap_by_epoch, cfg, seeds, wall, data, out, log,
               + (f"; this choice was made by an earlier run with the same recipe and seeds and read from `{choice_from}` "
                  "(the validation folds were not trained again)" if choice_from is not None else "") + ".",
               f"Recipe: activity codes {cfg.activity_ple}, amount by value {cfg.amount_by_value}, row feed-forward "
-              f"{cfg.row_ff}, weight-average half-life {cfg.ema_epochs} epochs, members {K}.",
+              f"{cfg.row_ff}, weight-average half-life {cfg.ema_epochs} epochs, members {K}, next-transaction "
+              f"pretraining {cfg.pretrain_minutes:g} min per fold (0 = none).",
               f"Configuration: context {cfg.context_length}, min_history {cfg.min_history}, d_model {cfg.d_model}, "
               f"{cfg.n_layers} layers, {cfg.n_heads} heads, lr {cfg.lr} ({cfg.lr_schedule}), batch {cfg.batch_size}, "
               f"dropout {cfg.dropout}, weight decay {cfg.weight_decay}; piecewise-linear codes of each delayed terminal "

@@ -79,7 +79,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from engine.data.sniff import Probe, _Lines, _open_quote_column, file_sha256, probe
+from engine.data.sniff import Probe, _Lines, _open_quote_column, file_sha256, probe  # noqa: F401 (file_sha256: re-exported)
 from engine.data.spec import DatasetSpec, FieldKind
 from engine.data.validate import (
     MAX_ABS_AMOUNT,

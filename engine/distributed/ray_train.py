@@ -106,7 +106,8 @@ def fit_on_ray(
         records the engine and the number of workers.
     Raises:
         ValueError: as :func:`fit` (checked on the driver before Ray starts); ``workers < 1``;
-            ``cfg.members > 1`` (ensembles train in one process).
+            ``cfg.members > 1`` (ensembles train in one process); ``cfg.pretrain_minutes > 0``
+            (pretraining runs in one process).
         RuntimeError: Ray missing or unreachable, or a worker failed (its error in the message).
     """
     cfg = cfg or TrainConfig()
@@ -115,6 +116,9 @@ def fit_on_ray(
     if cfg.members != 1:
         raise ValueError(f"--workers trains one transformer; a {cfg.members}-member ensemble (--members) trains on "
                          "one machine only (leave out --workers, or use --members 1)")
+    if cfg.pretrain_minutes > 0:
+        raise ValueError("--workers: next-transaction pretraining (--pretrain-minutes) runs on one machine only "
+                         "(leave out --workers, or --pretrain-minutes 0)")
     d = prepare_fit(frame, spec, split, cfg)  # errors (no label, no fraud) before any Ray work
     log(f"Ray Train: {workers} workers (DDP, gloo, CPU); windows: {d.win.n_windows:,} "
         f"({len(d.train_windows):,} with training rows); train frauds {d.n_pos:,}")

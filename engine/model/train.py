@@ -117,6 +117,10 @@ class TrainConfig:
             stay scores), fitted on validation after model choice.
         target_precision / alerts_per_day: the review threshold's target on validation (at most
             one; neither = precision 0.5, see :mod:`engine.model.operating_point`).
+        pretrain_minutes: self-supervised next-transaction pretraining on the training period
+            before the fraud objective (:mod:`engine.model.pretrain`), for at most this many
+            minutes of the ``max_minutes`` budget; 0 = none. A seed ensemble pretrains once and
+            every member starts from those weights (a fresh fraud head from its own seed).
     """
 
     context_length: int = 128
@@ -149,6 +153,7 @@ class TrainConfig:
     calibration: str = "auto"
     target_precision: float | None = None
     alerts_per_day: float | None = None
+    pretrain_minutes: float = 0.0
 
 
 def check_members(cfg: TrainConfig) -> None:
@@ -236,19 +241,44 @@ def fit(
     check_members(cfg)
     d = prepare_fit(frame, spec, split, cfg)
     K = cfg.members
+    pre = _pretrained(d, split, cfg, log) if cfg.pretrain_minutes > 0 else None
     if K == 1:
         model = new_model(d.encoder, cfg)
+        if pre is not None:
+            model.load_state_dict(pre[0])
         log(f"model: {model.n_parameters():,} parameters; windows: {d.win.n_windows:,} "
             f"({len(d.train_windows):,} with training rows); train frauds {d.n_pos:,}; pos_weight {d.pos_weight.item():.1f}")
         history, best = run_epochs(model, d, cfg, log=log, progress=progress, early_stopping=early_stopping,
                                    stop_after=stop_after, t_start=t_start)
-        return finish_fit(model, d, spec, cfg, history, best), history, d.enc
+        bundle = finish_fit(model, d, spec, cfg, history, best)
+        if pre is not None:
+            bundle.meta["pretrain_history"] = pre[1]
+        return bundle, history, d.enc
     return _fit_ensemble(d, spec, cfg, log=log, progress=progress, early_stopping=early_stopping,
-                         stop_after=stop_after, t_start=t_start)
+                         stop_after=stop_after, t_start=t_start, pre=pre)
+
+
+def _pretrained(d, split: np.ndarray, cfg: TrainConfig, log) -> tuple[dict, list[dict]]:
+    """Weights of a model of ``cfg`` after next-transaction pretraining (:mod:`engine.model.pretrain`),
+    with a fresh fraud head, and the pretraining history."""
+    from engine.model.pretrain import pretrain_next_transaction
+
+    if cfg.pretrain_minutes >= cfg.max_minutes:
+        raise ValueError(f"pretrain_minutes ({cfg.pretrain_minutes}) must leave part of max_minutes "
+                         f"({cfg.max_minutes}) for the fraud objective")
+    model = new_model(d.encoder, cfg)
+    head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("head.")}
+    log(f"pretraining: next-transaction prediction on the training period, at most {cfg.pretrain_minutes:g} min")
+    hist = pretrain_next_transaction(model, d.enc, d.win, d.ent_start, split, minutes=cfg.pretrain_minutes,
+                                     lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed,
+                                     weight_decay=cfg.weight_decay, log=log)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state.update(head)  # the fraud head was not trained: keep its initialisation
+    return state, hist
 
 
 def _fit_ensemble(d, spec: DatasetSpec, cfg: TrainConfig, *, log, progress, early_stopping, stop_after,
-                  t_start: float) -> tuple[ModelBundle, list[dict[str, Any]], EncodedFrame]:
+                  t_start: float, pre: tuple | None = None) -> tuple[ModelBundle, list[dict[str, Any]], EncodedFrame]:
     """:func:`fit` of a ``cfg.members``-member seed ensemble (:mod:`engine.model.ensemble`): the
     members are trained one after another on the same encoded data, member ``k`` from seed
     :func:`~engine.model.ensemble.member_seed`, each with its own early stopping on validation AP;
@@ -262,6 +292,8 @@ def _fit_ensemble(d, spec: DatasetSpec, cfg: TrainConfig, *, log, progress, earl
         left = cfg.max_minutes - (t_k - t_start) / 60
         cfg_k = replace(cfg, seed=member_seed(cfg.seed, k, K), members=1, max_minutes=max(left / (K - k), 0.05))
         model = new_model(d.encoder, cfg_k)
+        if pre is not None:  # the pretrained weights, this member's own fraud head
+            model.load_state_dict({n: v for n, v in pre[0].items() if not n.startswith("head.")}, strict=False)
         log(f"member {k + 1} of {K} (seed {cfg_k.seed}, at most {cfg_k.max_minutes:.1f} min): "
             f"{model.n_parameters():,} parameters; train frauds {d.n_pos:,}; pos_weight {d.pos_weight.item():.1f}")
         h, best = run_epochs(model, d, cfg_k, log=log, progress=progress, early_stopping=early_stopping,
@@ -275,7 +307,7 @@ def _fit_ensemble(d, spec: DatasetSpec, cfg: TrainConfig, *, log, progress, earl
         history += [{**e, "member": k} for e in h]
     ens = SeedEnsemble(replace(members[0].cfg, n_members=K), members).eval()
     meta = {"best_epoch": [m["best_epoch"] for m in info], "members": info, "train_config": asdict(cfg),
-            "history": history}
+            "history": history, **({"pretrain_history": pre[1]} if pre is not None else {})}
     return ModelBundle(model=ens, encoder=d.encoder, spec=spec, meta=meta), history, d.enc
 
 

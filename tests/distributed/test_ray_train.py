@@ -65,3 +65,15 @@ def test_without_ray_the_commands_say_what_to_install(monkeypatch, tmp_path):
     assert r.exit_code == 2 and "pip install 'fraudlens[ray]'" in r.output
     r = runner.invoke(app, ["score", "--data", str(data), "--engine", "spark"])
     assert r.exit_code == 2 and "expected local or ray" in r.output
+
+
+def test_pretraining_is_refused_on_workers_before_ray_starts():
+    """Pretraining runs in one process: --workers with --pretrain-minutes is an error, raised
+    before any Ray work (never silently skipped)."""
+    from engine.distributed.ray_train import fit_on_ray
+    from engine.model.train import TrainConfig
+
+    frame = tiny_frame(n_entities=4, n=40)
+    split = np.zeros(len(frame), dtype=np.int8)
+    with pytest.raises(ValueError, match="pretraining .* runs on one machine only"):
+        fit_on_ray(frame, tiny_spec(), split, TrainConfig(members=1, pretrain_minutes=1.0), workers=2)
