@@ -159,7 +159,8 @@ def train(
     alerts_per_day: Optional[float] = typer.Option(
         None, min=0.0, help="review threshold: lowest with validation alerts per day <= X (instead of a precision)"),
     pretrain_minutes: float = typer.Option(0.0, min=0.0, help="self-supervised next-transaction pretraining on the "
-                                           "training period first, for at most this many of the --max-minutes "
+                                           "training period (and any history before it) first, for at most this "
+                                           "many of the --max-minutes "
                                            "(engine/model/pretrain.py; 0 = none)"),
     calibration: str = typer.Option("auto", help="calibration map fitted on validation: auto, isotonic, platt or none"),
     workers: int = typer.Option(1, min=1, help="data-parallel workers; >= 2: Ray Train (DDP, gloo, CPU; fraudlens[ray])"),

@@ -12,9 +12,11 @@ TabBERT (Padhi et al., "Tabular Transformers for Modeling Multivariate Time Seri
 financial transactions", 2024) and Stripe's payments model predict the next transaction, which
 suits a causal model: every position is a training example and nothing is masked.
 
-Only the training period is read (split 0), so validation and test transactions stay unseen
-until they are scored, as without pretraining. Novelty-only columns (``embed = false``: hashed
-ids compared for equality) are not predicted.
+The prediction targets are the training period's transactions and every transaction before the
+training period (history without a training label, :func:`pretraining_targets`), never a
+validation or test transaction or anything after the training period: those stay unseen until
+they are scored, as without pretraining. Novelty-only columns (``embed = false``: hashed ids
+compared for equality) are not predicted.
 """
 
 from __future__ import annotations
@@ -31,10 +33,28 @@ from torch.nn import functional as Fnn
 from engine.model.config import ModelConfig
 from engine.model.sequences import TransactionBatch, make_batch
 
-__all__ = ["NextTransactionHeads", "pretrain_next_transaction", "hidden_states"]
+__all__ = ["NextTransactionHeads", "pretrain_next_transaction", "pretraining_targets", "hidden_states"]
 
 #: standardised numeric targets are clipped to +- this (a few extreme values must not dominate)
 NUM_TARGET_CLIP = 5.0
+
+
+def pretraining_targets(split: np.ndarray, time_s: np.ndarray) -> np.ndarray:
+    """``[N]`` bool: the rows pretraining may predict: training rows (split 0) and every row
+    earlier than the first training row (the history before the training period; in the
+    Handbook protocol the months before a fold's training week). Validation rows, test rows and
+    anything at or after the training period's start that is not a training row are excluded.
+
+    Args:
+        split: ``[N]`` int per row (0 = training; see :func:`engine.model.train.fit`).
+        time_s: ``[N]`` float64 seconds of each row.
+    Raises:
+        ValueError: no training row.
+    """
+    train = np.asarray(split) == 0
+    if not train.any():
+        raise ValueError("pretraining: no training row (split 0)")
+    return train | (np.asarray(time_s) < np.asarray(time_s)[train].min())
 
 
 def hidden_states(model, batch: TransactionBatch) -> torch.Tensor:
@@ -96,7 +116,7 @@ class NextTransactionHeads(nn.Module):
         return total + gl, parts
 
 
-def pretrain_next_transaction(model, enc, win, ent_start: np.ndarray, split: np.ndarray, *, minutes: float,
+def pretrain_next_transaction(model, enc, win, ent_start: np.ndarray, targets: np.ndarray, *, minutes: float,
                               lr: float, batch_size: int, seed: int, weight_decay: float = 1e-4,
                               max_epochs: int = 20, log: Callable[[str], None] = print,
                               heads: NextTransactionHeads | None = None) -> list[dict]:
@@ -106,7 +126,8 @@ def pretrain_next_transaction(model, enc, win, ent_start: np.ndarray, split: np.
         model: a :class:`~engine.model.transformer.FraudTransformer` (its fraud head is untouched).
         enc: the encoded frame (``N`` rows). win / ent_start: the windows of
             :func:`engine.model.sequences.build_windows` and their entity starts.
-        split: ``[N]`` int per row; only rows with split 0 (training period) are targets.
+        targets: ``[N]`` bool, the rows that may be predicted (:func:`pretraining_targets`); a
+            batch holds no row after its windows' last target.
         minutes: wall-time budget (checked after every step). lr / weight_decay: AdamW.
         batch_size: windows per step. seed: window order. max_epochs: passes over the windows.
         heads: the prediction heads to train (default: new ones, dropped afterwards).
@@ -120,12 +141,12 @@ def pretrain_next_transaction(model, enc, win, ent_start: np.ndarray, split: np.
     t0 = time.perf_counter()
     rows = win.rows  # [W, T], -1 = padding
     valid = rows >= 0
-    in_train = valid & (split[np.where(valid, rows, 0)] == 0)
+    in_train = valid & np.asarray(targets, dtype=bool)[np.where(valid, rows, 0)]
     target = np.zeros_like(in_train)
     target[:, 1:] = in_train[:, 1:] & valid[:, :-1]
     windows = np.flatnonzero(target.any(axis=1))
     if not len(windows):
-        raise ValueError("pretraining: no window has two consecutive training-period transactions")
+        raise ValueError("pretraining: no window has two consecutive transactions to predict")
     last = rows.shape[1] - 1 - np.argmax(target[:, ::-1], axis=1)  # [W] last target slot
     if heads is None:
         with torch.random.fork_rng(devices=[]):

@@ -117,8 +117,8 @@ class TrainConfig:
             stay scores), fitted on validation after model choice.
         target_precision / alerts_per_day: the review threshold's target on validation (at most
             one; neither = precision 0.5, see :mod:`engine.model.operating_point`).
-        pretrain_minutes: self-supervised next-transaction pretraining on the training period
-            before the fraud objective (:mod:`engine.model.pretrain`), for at most this many
+        pretrain_minutes: self-supervised next-transaction pretraining on the training period and
+            the history before it, before the fraud objective (:mod:`engine.model.pretrain`), for at most this many
             minutes of the ``max_minutes`` budget; 0 = none. A seed ensemble pretrains once and
             every member starts from those weights (a fresh fraud head from its own seed).
     """
@@ -261,7 +261,7 @@ def fit(
 def _pretrained(d, split: np.ndarray, cfg: TrainConfig, log) -> tuple[dict, list[dict]]:
     """Weights of a model of ``cfg`` after next-transaction pretraining (:mod:`engine.model.pretrain`),
     with a fresh fraud head, and the pretraining history."""
-    from engine.model.pretrain import pretrain_next_transaction
+    from engine.model.pretrain import pretrain_next_transaction, pretraining_targets
 
     if cfg.pretrain_minutes >= cfg.max_minutes:
         raise ValueError(f"pretrain_minutes ({cfg.pretrain_minutes}) must leave part of max_minutes "
@@ -269,7 +269,9 @@ def _pretrained(d, split: np.ndarray, cfg: TrainConfig, log) -> tuple[dict, list
     model = new_model(d.encoder, cfg)
     head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("head.")}
     log(f"pretraining: next-transaction prediction on the training period, at most {cfg.pretrain_minutes:g} min")
-    hist = pretrain_next_transaction(model, d.enc, d.win, d.ent_start, split, minutes=cfg.pretrain_minutes,
+    targets = pretraining_targets(split, d.enc.time_s)
+    log(f"pretraining targets: {int(targets.sum()):,} transactions (the training period and the history before it)")
+    hist = pretrain_next_transaction(model, d.enc, d.win, d.ent_start, targets, minutes=cfg.pretrain_minutes,
                                      lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed,
                                      weight_decay=cfg.weight_decay, log=log)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -12,7 +12,7 @@ import torch
 
 from engine.data.features import FeatureEncoder
 from engine.model.checkpoint import build_model
-from engine.model.pretrain import NextTransactionHeads, hidden_states, pretrain_next_transaction
+from engine.model.pretrain import NextTransactionHeads, hidden_states, pretrain_next_transaction, pretraining_targets
 from engine.model.sequences import build_windows, make_batch, window_entity_start
 from tiny_models import tiny_frame, tiny_spec
 
@@ -69,7 +69,7 @@ def test_pretraining_learns_a_predictable_next_transaction():
     model, enc, win, ent_start, split = _setup(_alternating(tiny_frame(n_entities=6, n=60)))
     heads = NextTransactionHeads(model.cfg)
     before = _mcc_cross_entropy(model, heads, enc, win, ent_start, split)
-    hist = pretrain_next_transaction(model, enc, win, ent_start, split, minutes=5.0, lr=5e-3, batch_size=16, seed=0,
+    hist = pretrain_next_transaction(model, enc, win, ent_start, split == 0, minutes=5.0, lr=5e-3, batch_size=16, seed=0,
                                      max_epochs=40, log=lambda m: None, heads=heads)
     after = _mcc_cross_entropy(model, heads, enc, win, ent_start, split)
     assert len(hist) == 40 and hist[-1]["loss"] < hist[0]["loss"]
@@ -88,7 +88,7 @@ def test_pretraining_reads_only_the_training_period():
             f.loc[late, "mcc"] = "5999"
             f.loc[late, "risk"] = 9.0
         model, enc, win, ent_start, split = _setup(f)
-        pretrain_next_transaction(model, enc, win, ent_start, split, minutes=5.0, lr=5e-3, batch_size=16, seed=0,
+        pretrain_next_transaction(model, enc, win, ent_start, split == 0, minutes=5.0, lr=5e-3, batch_size=16, seed=0,
                                   max_epochs=3, log=lambda m: None)
         runs.append(model.state_dict())
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
@@ -96,7 +96,7 @@ def test_pretraining_reads_only_the_training_period():
     f = frame.copy()
     f.loc[f.index[:5], "amount"] += 50
     model, enc, win, ent_start, split = _setup(f)
-    pretrain_next_transaction(model, enc, win, ent_start, split, minutes=5.0, lr=5e-3, batch_size=16, seed=0,
+    pretrain_next_transaction(model, enc, win, ent_start, split == 0, minutes=5.0, lr=5e-3, batch_size=16, seed=0,
                               max_epochs=3, log=lambda m: None)
     assert not all(torch.equal(runs[0][k], model.state_dict()[k]) for k in runs[0])
 
@@ -123,5 +123,15 @@ def test_fit_with_pretraining_keeps_a_fresh_fraud_head_and_records_the_history()
         fit(frame, tiny_spec(), split, TrainConfig(**KW, members=1, max_minutes=1.0, pretrain_minutes=1.0),
             log=lambda m: None, progress=False)
     with pytest.raises(ValueError, match="positive budget"):
-        pretrain_next_transaction(build_model(d.encoder, seed=0, **KW), d.enc, d.win, d.ent_start, split,
+        pretrain_next_transaction(build_model(d.encoder, seed=0, **KW), d.enc, d.win, d.ent_start, split == 0,
                                   minutes=0.0, lr=1e-3, batch_size=8, seed=0)
+
+
+def test_pretraining_targets_are_the_training_period_and_the_history_before_it():
+    """History before the training period (split -1, e.g. the Handbook protocol's months before a
+    fold's training week) is predicted; validation, test and history after the training start never."""
+    split = np.array([-1, -1, 0, 0, -1, 1, 2, -1, 0], dtype=np.int8)
+    t = np.array([1, 2, 3, 4, 5, 6, 7, 0, 8], dtype=np.float64)
+    assert pretraining_targets(split, t).tolist() == [True, True, True, True, False, False, False, True, True]
+    with pytest.raises(ValueError, match="no training row"):
+        pretraining_targets(np.array([1, 2], dtype=np.int8), np.array([0.0, 1.0]))
