@@ -71,7 +71,7 @@ def test_report_judges_the_default_recipe_against_the_equally_informed_gbt(tmp_p
     assert ("AUC ROC 0.0050, Average precision 0.0250, Card Precision@100 0.0000 (target for average precision: <= 0.02). "
             "Per seed AP: 0.700, 0.750.") in text
     assert "recorded: `bench/results/quality_same_inputs.md` (Run 2026-12-01T12:47:10+00:00 on x...)" in text
-    assert "members 3." in text and "(each member's curve counted once: 2 x 3 curves per fold)" in text
+    assert "members 3, next-transaction pretraining 0 min per fold (0 = none)." in text and "(each member's curve counted once: 2 x 3 curves per fold)" in text
 
 
 def test_member_histories_split_an_ensemble_fit_per_member():
