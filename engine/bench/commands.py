@@ -122,6 +122,8 @@ def bench_datasets(
     out: Path = typer.Option(ROOT / "bench" / "results" / "datasets.md"),
     members: int = typer.Option(None, min=1, max=16, help="transformer: a seed ensemble of this many members "
                                 "(default: `fraudlens train`'s, TrainConfig.members)"),
+    pretrain_minutes: float = typer.Option(0.0, min=0.0, help="transformer: self-supervised next-transaction "
+                                           "pretraining before fraud training (TrainConfig.pretrain_minutes; 0 = none)"),
 ):
     """Transformer vs the LightGBM baseline on every labelled dataset, same split and test rows:
     AUC ROC, AP, recall at 1 % alerts, detection and value detection at a 5:1 false-positive
@@ -132,7 +134,8 @@ def bench_datasets(
         from engine.model.train import TrainConfig
 
         ds.main([n.strip() for n in datasets.split(",") if n.strip()], list(range(seeds)), out, log=plain_log,
-                train_config=TrainConfig() if members is None else TrainConfig(members=members))
+                train_config=TrainConfig(pretrain_minutes=pretrain_minutes,
+                                         **({} if members is None else {"members": members})))
     except ValueError as e:
         _fail(str(e))
 

@@ -211,7 +211,9 @@ def report(results: list[dict[str, Any]], machine: dict[str, Any], wall_s: float
              f"machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores. Written by `engine.bench.datasets` "
              "(`fraudlens bench datasets`). Test rows only; probabilities uncalibrated; mean ± std over seeds "
              "(sample std)." + (f" Transformer: a {k}-member seed ensemble (`--members {k}`, members "
-                                 f"seeds seed x {k} + 0..{k - 1}), one checkpoint." if k > 1 else ""), "",
+                                 f"seeds seed x {k} + 0..{k - 1}), one checkpoint." if k > 1 else "")
+             + (f" Next-transaction pretraining: {pm:g} min per training run before fraud training "
+                "(`--pretrain-minutes`)." if (pm := (train_config or TrainConfig()).pretrain_minutes) else ""), "",
              "| dataset | model | " + " | ".join(c[1] for c in _COLS) + " |",
              "|---|---|" + "---|" * len(_COLS)]
     for r in results:

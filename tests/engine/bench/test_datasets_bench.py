@@ -14,6 +14,7 @@ from engine.bench.datasets import (
     recall_at_alert_rate,
     report,
 )
+from engine.model.train import TrainConfig
 
 
 def test_detection_at_5_to_1_false_positive_ratio_by_hand():
@@ -88,6 +89,8 @@ def test_report_states_each_dataset_and_model():
     assert "| demo | transformer | 0.900 | 0.500 | 0.300 | 0.400 | 0.450 | 0.100 |" in text
     assert "| demo | LightGBM baseline | 0.950 | 0.700 |" in text
     assert "one class in test" in text
+    assert "pretraining" not in text
+    assert "Next-transaction pretraining: 2 min per training run" in report(res, {}, 60.0, TrainConfig(pretrain_minutes=2))
     assert set(DATASETS) == {"demo", "tabformer", "banksim", "handbook"}
 
 
@@ -101,9 +104,10 @@ def test_bench_datasets_benches_the_default_recipe_unless_told(monkeypatch, tmp_
 
     seen = []
     monkeypatch.setattr(ds, "main", lambda names, seeds, out, log, train_config: seen.append(train_config))
-    for extra in ([], ["--members", "1"]):
+    for extra in ([], ["--members", "1"], ["--pretrain-minutes", "1.5"]):
         r = CliRunner().invoke(app, ["bench", "datasets", "--datasets", "demo", "--seeds", "1",
                                      "--out", str(tmp_path / "d.md"), *extra])
         assert r.exit_code == 0, r.output
     assert seen[0] == TrainConfig() and seen[0].members == TrainConfig().members
-    assert seen[1].members == 1
+    assert seen[1].members == 1 and seen[1].pretrain_minutes == 0.0
+    assert seen[2].pretrain_minutes == 1.5 and seen[2].members == TrainConfig().members
