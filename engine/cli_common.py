@@ -139,7 +139,9 @@ def _reject_report(res, rejected_out: Path | None) -> None:
     always (a header-only file when nothing was rejected, so a pipeline can rely on it)."""
     if len(res.rejected):
         console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
-        console.print(_safe(res.rejected.head(5).to_string(index=False)), highlight=False)
+        # the file is the one just named; one line per row (soft_wrap: never folded at the terminal width)
+        console.print(_safe(res.rejected.drop(columns="file").head(5).to_string(index=False)), highlight=False,
+                      soft_wrap=True)
     if rejected_out:
         _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
         console.print(f"{len(res.rejected):,} rejected rows written to {escape(str(rejected_out))}")

@@ -22,8 +22,10 @@ label              Int8 (nullable)  1 fraud, 0 legit, <NA> unknown (column absen
 <passthrough>      as read          spec.passthrough columns, original names, never model input; None if not in file
 =================  ===============  ==========================================================
 
-``LoadResult.rejected`` has columns file, row_number, column, value, reason (one row per
-rejected input row). ``rows_read == len(frame) + len(rejected)`` always holds.
+``LoadResult.rejected`` has columns file, row_number, transaction_id, entity_id, column, value,
+reason (one row per rejected input row; the ids as the row would have had them, so a rejected row
+can be found by them: ``"r{row_number}"`` without an id column, the joined entity key; the
+entity ``""`` where the record could not be split into cells). ``rows_read == len(frame) + len(rejected)`` always holds.
 
 Details of the parsing rules (beyond the contract):
 
@@ -109,7 +111,7 @@ from engine.data.validate import (
 __all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format",
            "MAX_CELL_CHARS", "MAX_ABS_AMOUNT", "table_format"]
 
-REJECTED_COLUMNS = ["file", "row_number", "column", "value", "reason"]
+REJECTED_COLUMNS = ["file", "row_number", "transaction_id", "entity_id", "column", "value", "reason"]
 #: csv module field limit while reading (its default, 131,072, raised an uncaught error); cells
 #: above MAX_CELL_CHARS are rejected afterwards, so this only bounds one record's size
 _CSV_FIELD_LIMIT = 1 << 30
@@ -126,7 +128,12 @@ class LoadResult:
     Attributes:
         frame: the canonical frame (see the module CONTRACT).
         rejected: one row per rejected input row, columns ``file`` (str), ``row_number``
-            (int64, 1-based record number), ``column`` (str, raw column name, ``""`` for a
+            (int64, 1-based record number), ``transaction_id`` and ``entity_id`` (str, the
+            row's ids as an accepted row would carry them, clipped to 200 characters:
+            ``"r{row_number}"`` without an id column; ``entity_id`` is ``""`` for a record rejected
+            before its cells are read (ragged, not UTF-8) and so is ``transaction_id`` where the
+            spec has an id column; an empty id cell gives ``""``),
+            ``column`` (str, raw column name, ``""`` for a
             whole-row problem), ``value`` (str, the raw cell text, clipped to 200 characters),
             ``reason`` (str), sorted by row_number.
         rows_read: number of data records read from the file (``len(frame) + len(rejected)``).
@@ -562,10 +569,16 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
         frame = add_aggregates(frame, spec)
 
     bad = np.flatnonzero(probs.bad)
+    if spec.id:
+        bad_tid = [_clip(str(v)) for v in _text(raw[spec.id].iloc[bad], strip=True)]
+    else:
+        bad_tid = [f"r{i}" for i in row_numbers[bad].tolist()]
     rej = pd.DataFrame(
         {
             "file": pd.Series([str(p)] * len(bad), dtype=object),
             "row_number": pd.Series(row_numbers[bad], dtype=np.int64),
+            "transaction_id": pd.Series(bad_tid, dtype=object),
+            "entity_id": pd.Series([_clip(str(v)) for v in ent_keys[ent_codes[bad]]], dtype=object),
             "column": pd.Series(probs.column[bad], dtype=object),
             "value": pd.Series([_clip(str(v)) for v in probs.value[bad]], dtype=object),
             "reason": pd.Series(probs.reason[bad], dtype=object),
@@ -574,9 +587,11 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     if pre_rejected:
         pre = pd.DataFrame(pre_rejected)
         pre.insert(0, "file", str(p))
+        pre["transaction_id"] = "" if spec.id else [f"r{i}" for i in pre["row_number"].tolist()]
+        pre["entity_id"] = ""
         rej = pd.concat([rej, pre.astype({c: object for c in REJECTED_COLUMNS if c != "row_number"})],
                         ignore_index=True)
-    rej = rej.sort_values("row_number", kind="stable").reset_index(drop=True)
+    rej = rej[REJECTED_COLUMNS].sort_values("row_number", kind="stable").reset_index(drop=True)
     rej = rej.astype({"row_number": np.int64, **{c: object for c in REJECTED_COLUMNS if c != "row_number"}})
 
     rows_read = n + len(pre_rejected)

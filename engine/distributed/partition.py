@@ -218,6 +218,9 @@ def _remap(res: LoadResult, rows: np.ndarray, path: Path, spec: DatasetSpec) -> 
     if not spec.id:
         fr["transaction_id"] = ["r" + str(r) for r in fr["row_number"].tolist()]
     rej["row_number"] = rows[rej["row_number"].to_numpy(dtype=np.int64) - 1].astype(np.int64)
+    if not spec.id:  # "r{row}" of the file's record number, as the accepted rows' ids
+        rej["transaction_id"] = pd.Series(["r" + str(r) for r in rej["row_number"].tolist()], index=rej.index,
+                                          dtype=object)
     rej["file"] = str(path)
     rej["reason"] = pd.Series([(lambda m: f"{m.group(1)}{rows[int(m.group(2)) - 1]}" if m else r)(_ROW_REASON.match(r))
                                for r in rej["reason"].tolist()], index=rej.index, dtype=object)
@@ -238,7 +241,8 @@ def _cross_partition_ids(con, valid: Path, rejected: pd.DataFrame, path: Path, s
                       UNION ALL SELECT p.row_number, a.transaction_id FROM prior_ids p JOIN {acc} a
                       ON a.row_number = p.first_local)
         SELECT transaction_id, min(row_number) AS first FROM cand GROUP BY transaction_id HAVING count(*) > 1""")
-    later = con.execute(f"""SELECT a.row_number, a.{PART} AS part, f.first FROM {acc} a JOIN id_first f
+    later = con.execute(f"""SELECT a.row_number, a.{PART} AS part, f.first, a.transaction_id, a.entity_id
+        FROM {acc} a JOIN id_first f
         USING (transaction_id) WHERE a.row_number > f.first ORDER BY a.row_number""").df()
     fixed = con.execute(f"""SELECT p.row_number, f.first FROM prior_ids p JOIN {acc} a ON a.row_number = p.first_local
         JOIN id_first f ON f.transaction_id = a.transaction_id""").df()
@@ -256,7 +260,9 @@ def _cross_partition_ids(con, valid: Path, rejected: pd.DataFrame, path: Path, s
         ids = pq.read_table(raw_dir / f"{part}.parquet", columns=[spec.id]).column(0).to_pandas()
         pos = np.searchsorted(raw_rows, g["row_number"].to_numpy())
         new.append(pd.DataFrame({
-            "file": str(path), "row_number": g["row_number"].to_numpy(np.int64), "column": spec.id,
+            "file": str(path), "row_number": g["row_number"].to_numpy(np.int64),
+            "transaction_id": [_clip(str(v)) for v in g["transaction_id"].tolist()],
+            "entity_id": [_clip(str(v)) for v in g["entity_id"].tolist()], "column": spec.id,
             "value": [_clip(str(v)) for v in _text(ids.iloc[pos])],
             "reason": [f"{_ID_REASON}{f}" for f in g["first"].tolist()], "part": part}))
     return (pd.concat(new, ignore_index=True) if new else pd.DataFrame(columns=[*REJECTED_COLUMNS, "part"])), rejected

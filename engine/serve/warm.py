@@ -140,10 +140,13 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
     id_col = spec.id or ""
     h, cache = service.history, service.cache
     rejected = [dict(r) for r in res.rejected.to_dict("records")]
+    if not spec.id:  # the reader's "r<row_number>" is not a warm row's id (content_id is, of a valid row)
+        for r in rejected:
+            r["transaction_id"] = ""
 
     def reject(k: int, column: str, value: str, reason: str) -> None:
-        rejected.append({"file": str(path), "row_number": numbers[k], "column": column, "value": value,
-                         "reason": reason})
+        rejected.append({"file": str(path), "row_number": numbers[k], "transaction_id": rows[k]["transaction_id"],
+                         "entity_id": rows[k]["entity_id"], "column": column, "value": value, "reason": reason})
 
     touched: set[str] = set()
     with service.lock:

@@ -224,7 +224,8 @@ def read_rows(tmp_path, spec, rows, header=TABFORMER_HEADER, name="t.csv"):
 def test_bad_amount(tmp_path, tab):
     p, res = read_rows(tmp_path, tab, [tab_row(), tab_row(Amount="$12.x4"), tab_row(Day="3")])
     assert only_rejected(res) == {
-        "file": str(p), "row_number": 2, "column": "Amount", "value": "$12.x4", "reason": "amount is not a number"
+        "file": str(p), "row_number": 2, "transaction_id": "r2", "entity_id": "0:0", "column": "Amount",
+        "value": "$12.x4", "reason": "amount is not a number"
     }
     assert res.frame["row_number"].tolist() == [1, 3]
     assert res.summary() == "rows read 3 = accepted 2 + rejected 1"
@@ -252,7 +253,10 @@ def test_bad_amount(tmp_path, tab):
 )
 def test_bad_cells(tmp_path, tab, over, column, value, reason):
     p, res = read_rows(tmp_path, tab, [tab_row(Day="1"), tab_row(**over), tab_row(Day="3")])
-    assert only_rejected(res) == {"file": str(p), "row_number": 2, "column": column, "value": value, "reason": reason}
+    # the ids the row would have had: "r<row_number>" without an id column, the joined entity key
+    entity = "0:" if over.get("Card") == "" else ":0" if "User" in over else "0:0"
+    assert only_rejected(res) == {"file": str(p), "row_number": 2, "transaction_id": "r2", "entity_id": entity,
+                                  "column": column, "value": value, "reason": reason}
     assert res.rows_read == 3 and len(res.frame) == 2
 
 
@@ -267,8 +271,10 @@ def test_duplicate_rows(tmp_path, tab):
     rows = [tab_row(Day="1"), tab_row(Day="2"), tab_row(Day="1"), tab_row(Day="1"), tab_row(Day="1", Amount="$10.01")]
     p, res = read_rows(tmp_path, tab, rows)
     assert res.rejected.to_dict("records") == [
-        {"file": str(p), "row_number": 3, "column": "", "value": "", "reason": "exact duplicate of row 1"},
-        {"file": str(p), "row_number": 4, "column": "", "value": "", "reason": "exact duplicate of row 1"},
+        {"file": str(p), "row_number": 3, "transaction_id": "r3", "entity_id": "0:0", "column": "", "value": "",
+         "reason": "exact duplicate of row 1"},
+        {"file": str(p), "row_number": 4, "transaction_id": "r4", "entity_id": "0:0", "column": "", "value": "",
+         "reason": "exact duplicate of row 1"},
     ]
     assert res.frame["row_number"].tolist() == [1, 5, 2]  # same minute: file order
 
@@ -335,7 +341,8 @@ def test_categorical_normalisation(tmp_path, tab):
 def test_multi_valued_pipe_rejected(tmp_path, tab):
     p, res = read_rows(tmp_path, tab, [tab_row(Errors="A|B")])
     assert only_rejected(res) == {
-        "file": str(p), "row_number": 1, "column": "Errors?", "value": "A|B",
+        "file": str(p), "row_number": 1, "transaction_id": "r1", "entity_id": "0:0", "column": "Errors?",
+        "value": "A|B",
         "reason": "errors has an item containing '|'",
     }
 
@@ -351,9 +358,11 @@ def test_ragged_and_non_utf8_records(tmp_path, tab):
     res = read_transactions(p, tab)
     check_contract(res)
     assert res.rejected.to_dict("records") == [
-        {"file": str(p), "row_number": 2, "column": "", "value": good + ",extra",
-         "reason": "record has 16 cells, expected 15"},
-        {"file": str(p), "row_number": 4, "column": "Merchant City", "value": "Z\ufffdrich",
+        # records rejected before their cells are read have no entity; the id is still "r<row_number>"
+        {"file": str(p), "row_number": 2, "transaction_id": "r2", "entity_id": "", "column": "",
+         "value": good + ",extra", "reason": "record has 16 cells, expected 15"},
+        {"file": str(p), "row_number": 4, "transaction_id": "r4", "entity_id": "", "column": "Merchant City",
+         "value": "Z\ufffdrich",
          "reason": "not valid UTF-8 text"},
     ]
     assert res.frame["row_number"].tolist() == [1, 3]
@@ -388,7 +397,8 @@ def test_write_rejected(tmp_path, tab):
     c = res.write_rejected(tmp_path / "out" / "rejected.csv")
     back = pd.read_csv(c, dtype=str, keep_default_na=False)
     assert back.to_dict("records") == [
-        {"file": str(tmp_path / "t.csv"), "row_number": "2", "column": "Amount", "value": "x",
+        {"file": str(tmp_path / "t.csv"), "row_number": "2", "transaction_id": "r2", "entity_id": "0:0",
+         "column": "Amount", "value": "x",
          "reason": "amount is not a number"}
     ]
     q = res.write_rejected(tmp_path / "rejected.parquet")
@@ -436,11 +446,16 @@ def test_iso_timestamps_ids_numeric(tmp_path):
     p, res = read_rows(tmp_path, generic_spec(), rows, GENERIC_HEADER)
     rej = res.rejected.drop(columns="file").to_dict("records")
     assert rej == [
-        {"row_number": 3, "column": "when", "value": "01/02/2020", "reason": "timestamp not parseable"},
-        {"row_number": 5, "column": "score", "value": "high", "reason": "score is not a number"},
-        {"row_number": 6, "column": "tx", "value": "a", "reason": "transaction id already used by row 1"},
-        {"row_number": 7, "column": "when", "value": "2999-01-01", "reason": "timestamp out of range (1677..2262)"},
-        {"row_number": 8, "column": "tx", "value": "", "reason": "transaction id is empty"},
+        {"row_number": 3, "transaction_id": "c", "entity_id": "c1", "column": "when", "value": "01/02/2020",
+         "reason": "timestamp not parseable"},
+        {"row_number": 5, "transaction_id": "e", "entity_id": "c1", "column": "score", "value": "high",
+         "reason": "score is not a number"},
+        {"row_number": 6, "transaction_id": "a", "entity_id": "c1", "column": "tx", "value": "a",
+         "reason": "transaction id already used by row 1"},
+        {"row_number": 7, "transaction_id": "f", "entity_id": "c1", "column": "when", "value": "2999-01-01",
+         "reason": "timestamp out of range (1677..2262)"},
+        {"row_number": 8, "transaction_id": "", "entity_id": "c1", "column": "tx", "value": "",
+         "reason": "transaction id is empty"},
     ]
     f = res.frame
     assert f["transaction_id"].tolist() == ["b", "a", "d"]
@@ -478,10 +493,14 @@ def test_parquet_typed_columns(tmp_path):
     res = read_transactions(p, generic_spec())
     check_contract(res)
     assert res.rejected.drop(columns="file").to_dict("records") == [
-        {"row_number": 2, "column": "cust", "value": "", "reason": "entity key is empty"},
-        {"row_number": 3, "column": "amt", "value": "inf", "reason": "amount is not finite"},
-        {"row_number": 4, "column": "when", "value": "", "reason": "timestamp is empty"},
-        {"row_number": 5, "column": "fraud", "value": "2", "reason": "label value '2' is not one of 1/0"},
+        {"row_number": 2, "transaction_id": "11", "entity_id": "", "column": "cust", "value": "",
+         "reason": "entity key is empty"},
+        {"row_number": 3, "transaction_id": "12", "entity_id": "7", "column": "amt", "value": "inf",
+         "reason": "amount is not finite"},
+        {"row_number": 4, "transaction_id": "13", "entity_id": "8", "column": "when", "value": "",
+         "reason": "timestamp is empty"},
+        {"row_number": 5, "transaction_id": "14", "entity_id": "8", "column": "fraud", "value": "2",
+         "reason": "label value '2' is not one of 1/0"},
     ]
     r = res.frame.iloc[0]
     assert (r["transaction_id"], r["entity_id"], r["term"], r["label"]) == ("10", "7", "-9223372036854775807", 1)

@@ -87,6 +87,11 @@ def test_partitioned_scores_and_rejections_equal_the_in_memory_path(hb, hb_plain
     assert (g.loc[sc, "timestamp"] == m.loc[sc, "timestamp"]).all()
     assert (g.loc[sc, "label"] == m.loc[sc, "label"]).all()
     pd.testing.assert_frame_equal(part.load.rejected.reset_index(drop=True), run.rejected.reset_index(drop=True))
+    # each rejected row names the transaction and the entity of its record (its raw id and customer cells)
+    raw = pd.read_csv(d / "bad.csv", dtype=str, keep_default_na=False)
+    ids = [raw.loc[r - 1, ["TRANSACTION_ID", "CUSTOMER_ID"]].str.strip().tolist() for r in run.rejected["row_number"]]
+    assert run.rejected[["transaction_id", "entity_id"]].values.tolist() == ids
+    assert [""] == run.rejected.loc[run.rejected["reason"] == "entity key is empty", "entity_id"].tolist()
     reasons = set(run.rejected["reason"])
     assert any(r.startswith("exact duplicate of row ") for r in reasons)
     assert any(r.startswith("transaction id already used by row ") for r in reasons)
@@ -199,3 +204,7 @@ def test_demo_model_on_a_slice_of_the_demo_csv_two_entity_columns_no_id(tmp_path
     assert set(got["reason"].dropna()) == {"exact duplicate of row 10"}  # lines[10] is record 10
     sc = mem["status"] == "scored"
     assert np.abs(got.loc[sc, "score"] - mem.loc[sc, "score"]).max() <= 1e-6
+    # the rejected row carries the ids it would have had: "r<record number>" and the joined User:Card key
+    rej = got[got["status"] == "rejected"]
+    assert rej["transaction_id"].tolist() == ["r3000"] and rej["entity_id"].tolist() == [mem.loc[9, "entity_id"]]
+    pd.testing.assert_frame_equal(part.load.rejected.reset_index(drop=True), run.rejected.reset_index(drop=True))
