@@ -72,6 +72,11 @@ def check_contract(res: LoadResult) -> None:
     assert set(f["row_number"]).isdisjoint(res.rejected["row_number"])
 
 
+def records(res: LoadResult) -> list[tuple]:
+    """The rejected rows as (row_number, transaction_id, entity_id, column, value, reason)."""
+    return [tuple(r) for r in res.rejected.drop(columns="file").itertuples(index=False)]
+
+
 def only_rejected(res: LoadResult) -> dict:
     assert len(res.rejected) == 1, res.rejected.to_dict("records")
     return res.rejected.iloc[0].to_dict()
@@ -444,18 +449,12 @@ def test_iso_timestamps_ids_numeric(tmp_path):
         g(" "),
     ]
     p, res = read_rows(tmp_path, generic_spec(), rows, GENERIC_HEADER)
-    rej = res.rejected.drop(columns="file").to_dict("records")
-    assert rej == [
-        {"row_number": 3, "transaction_id": "c", "entity_id": "c1", "column": "when", "value": "01/02/2020",
-         "reason": "timestamp not parseable"},
-        {"row_number": 5, "transaction_id": "e", "entity_id": "c1", "column": "score", "value": "high",
-         "reason": "score is not a number"},
-        {"row_number": 6, "transaction_id": "a", "entity_id": "c1", "column": "tx", "value": "a",
-         "reason": "transaction id already used by row 1"},
-        {"row_number": 7, "transaction_id": "f", "entity_id": "c1", "column": "when", "value": "2999-01-01",
-         "reason": "timestamp out of range (1677..2262)"},
-        {"row_number": 8, "transaction_id": "", "entity_id": "c1", "column": "tx", "value": "",
-         "reason": "transaction id is empty"},
+    assert records(res) == [
+        (3, "c", "c1", "when", "01/02/2020", "timestamp not parseable"),
+        (5, "e", "c1", "score", "high", "score is not a number"),
+        (6, "a", "c1", "tx", "a", "transaction id already used by row 1"),
+        (7, "f", "c1", "when", "2999-01-01", "timestamp out of range (1677..2262)"),
+        (8, "", "c1", "tx", "", "transaction id is empty"),
     ]
     f = res.frame
     assert f["transaction_id"].tolist() == ["b", "a", "d"]
@@ -492,15 +491,11 @@ def test_parquet_typed_columns(tmp_path):
     pq.write_table(table, p)
     res = read_transactions(p, generic_spec())
     check_contract(res)
-    assert res.rejected.drop(columns="file").to_dict("records") == [
-        {"row_number": 2, "transaction_id": "11", "entity_id": "", "column": "cust", "value": "",
-         "reason": "entity key is empty"},
-        {"row_number": 3, "transaction_id": "12", "entity_id": "7", "column": "amt", "value": "inf",
-         "reason": "amount is not finite"},
-        {"row_number": 4, "transaction_id": "13", "entity_id": "8", "column": "when", "value": "",
-         "reason": "timestamp is empty"},
-        {"row_number": 5, "transaction_id": "14", "entity_id": "8", "column": "fraud", "value": "2",
-         "reason": "label value '2' is not one of 1/0"},
+    assert records(res) == [
+        (2, "11", "", "cust", "", "entity key is empty"),
+        (3, "12", "7", "amt", "inf", "amount is not finite"),
+        (4, "13", "8", "when", "", "timestamp is empty"),
+        (5, "14", "8", "fraud", "2", "label value '2' is not one of 1/0"),
     ]
     r = res.frame.iloc[0]
     assert (r["transaction_id"], r["entity_id"], r["term"], r["label"]) == ("10", "7", "-9223372036854775807", 1)
