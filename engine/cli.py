@@ -58,7 +58,8 @@ def _main(version_: bool = typer.Option(False, "--version", callback=_version, i
 @app.command()
 def inspect(
     file: Path = typer.Argument(..., exists=True, help="CSV or Parquet file to look at"),
-    out: Optional[Path] = typer.Option(None, help="where to write the guessed spec (default: FILE.spec.toml)"),
+    out: Optional[Path] = typer.Option(None, help="where to write the guessed spec (default: the file's name "
+                                     "with .spec.toml, e.g. tx.csv -> tx.spec.toml)"),
     name: Optional[str] = typer.Option(None, help="name of the spec"),
     force: bool = typer.Option(False, "--force", help="overwrite an existing spec file"),
     allow_personal: bool = typer.Option(False, "--allow-personal",
@@ -235,6 +236,8 @@ def train(
 def _print_calibration(cal: dict, op: dict) -> None:
     """Calibration (test ECE, sum of probabilities vs frauds) and the operating point: the
     target, the validation figures and the test figures with their bootstrap intervals."""
+    from engine.cases.fmt import format_threshold
+
     def f(v, spec=".4f"):
         return "—" if v is None else format(v, spec)
 
@@ -251,8 +254,8 @@ def _print_calibration(cal: dict, op: dict) -> None:
               title=f"operating point ({escape(str(op.get('units', '')))}): target {tgt.get('kind', '—')} "
                     f"{tgt.get('value', '')}{'' if op.get('met', True) else ' (not met)'}")
     v = op.get("validation", {})
-    t.add_row(f"validation {f(op.get('review'))}", f(v.get("precision"), ".3f"), f(v.get("recall"), ".3f"),
-              f(v.get("alerts_per_day"), ".1f"))
+    t.add_row(f"validation {format_threshold(op.get('review'))}", f(v.get("precision"), ".3f"),
+              f(v.get("recall"), ".3f"), f(v.get("alerts_per_day"), ".1f"))
     te = op.get("test")
     if te:
         iv = te.get("interval") or {}
@@ -342,18 +345,20 @@ def score(
         prob = scores["probability"].to_numpy()
     _unseen_notes(bundle, res.frame)
     _reject_report(res, rejected)
+    from engine.cases.fmt import format_threshold
     from engine.cases.thresholds import thresholds_in_force
 
     thr = thresholds_in_force(bundle)  # the case store's for this model (if any), else the checkpoint's
     flagged = int((prob >= thr["review"]).sum())
     console.print(run.accounting())
-    from engine.model.split_checks import history_warning
+    from engine.model.split_checks import date_outliers, history_warning
 
-    hist = history_warning(res.frame, bundle.config.min_history)
-    if hist:
-        console.print(f"warning: {hist}", markup=False)
+    for w in (history_warning(res.frame, bundle.config.min_history), date_outliers(res.frame)):
+        if w:
+            console.print(f"warning: {w.removesuffix(', or pass --train-end / --val-end')}", markup=False)
     word = "calibrated fraud probability" if bundle.calibrated else "score (uncalibrated: not a probability)"
-    console.print(f"{flagged:,} transactions at or above the review threshold {thr['review']:.3f} on the {word} "
+    console.print(f"{flagged:,} transactions at or above the review threshold {format_threshold(thr['review'])} on "
+                  f"the {word} "
                   f"({escape(thr['source'])}); "
                   f"written to {escape(str(out))} ({run.seconds:.1f} s, model {bundle.short_sha})")
 
@@ -361,6 +366,7 @@ def score(
 def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_limit, tmp_dir, demo_model=False) -> None:
     """``score --partitions N``: engine.distributed.partition.score_partitioned, with the same
     accounting, rejected-row report, unseen-value notes and warnings as the in-memory path."""
+    from engine.cases.fmt import format_threshold
     from engine.cases.thresholds import thresholds_in_force
     from engine.data.spec import load_spec
     from engine.distributed.partition import score_partitioned
@@ -383,7 +389,7 @@ def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_lim
     hist = history_warning_from_sizes(run.entity_sizes, bundle.config.min_history)
     if hist:
         console.print(f"warning: {hist}", markup=False)
-    console.print(f"{run.flagged:,} transactions at or above the review threshold {thr['review']:.3f} "
+    console.print(f"{run.flagged:,} transactions at or above the review threshold {format_threshold(thr['review'])} "
                   f"({escape(thr['source'])}); written to {escape(str(out))} ({run.seconds:.1f} s, "
                   f"{run.partitions} partitions, at most {run.peak_partition_rows:,} rows in one; model {bundle.short_sha})")
 

@@ -117,3 +117,16 @@ def test_bench_explanations_reasons_only_writes_only_the_reason_accuracy_section
     both = CliRunner().invoke(app, ["bench", "explanations", "--model", str(tmp_path / "model"), "--out",
                                     str(tmp_path / "z.md"), "--planted-only", "--reasons-only"])
     assert both.exit_code == 2 and "choose one" in both.output, both.output
+
+
+def test_score_prints_a_small_review_threshold_with_its_digits(tmp_path, monkeypatch):
+    """A review threshold of 6.8e-06 printed with 3 decimals read "0.000": as if every transaction
+    were flagged. Printed with 4 significant digits."""
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "data"))
+    data = demo_slice(tmp_path / "tx.csv", 300)
+    src = cv.load_source(data, cv.demo_spec_name())
+    tiny_checkpoint(src.frame, src.spec, tmp_path / "model", {"thresholds": {"review": 6.8e-06, "decline": 1.8e-05}})
+    res = CliRunner().invoke(app, ["score", "--data", str(data), "--model", str(tmp_path / "model"),
+                                   "--out", str(tmp_path / "s.parquet")])
+    assert res.exit_code == 0, res.output
+    assert "at or above the review threshold 6.8e-06 " in res.output, res.output

@@ -18,6 +18,7 @@ from dashboard import components as comp
 from dashboard.components.safe import md
 import pandas as pd
 
+from engine.cases.fmt import format_threshold
 from engine.cases import fmt
 from engine.cases import view as cv
 from engine.serve import access as ac
@@ -129,8 +130,8 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     band = decision_band(prob, thr["review"], thr["decline"])
     m = st.columns(5)
     m[0].metric("Query fraud probability", f"{prob:.3f}")
-    m[1].metric("Review threshold", f"{thr['review']:.3f}", help=md(thr["source"]))
-    m[2].metric("Decline threshold", f"{thr['decline']:.3f}", help=md(thr["source"]))
+    m[1].metric("Review threshold", f"{format_threshold(thr['review'])}", help=md(thr["source"]))
+    m[2].metric("Decline threshold", f"{format_threshold(thr['decline'])}", help=md(thr["source"]))
     m[3].metric("Decision band", comp.BAND_LABELS[band],
                 help="below review: p < review · review: review ≤ p < decline · decline: p ≥ decline")
     m[4].metric("Case state", comp.STATE_LABELS.get(case["state"], case["state"]))

@@ -12,6 +12,7 @@ from dashboard import state, timing
 from dashboard.components import lead as lead_ui
 from dashboard.components import tx_table as tx_ui
 from dashboard.components.safe import csv_download, error_text, md
+from engine.cases.fmt import format_threshold
 from engine.cases import timeline_table as tt
 from engine.cases import view as cv
 from engine.cases import figures as fig
@@ -96,10 +97,10 @@ if expl_error is None and pause_s > 0:  # the reasons go out and are painted bef
 r = ranking.loc[ranking["entity_id"] == entity].iloc[0]
 m = st.columns(5)
 m[0].metric("Transactions", f"{len(tl):,}")
-m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud {WORD} ≥ review threshold {thr:.3f}")
+m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud {WORD} ≥ review threshold {format_threshold(thr)}")
 m[2].metric("Known frauds", "—" if "label" not in tl or tl["label"].isna().all() else f"{int(tl['label'].fillna(0).sum()):,}")
 m[3].metric(f"Max fraud {WORD}", f"{r['max_probability']:.3f}")
-m[4].metric("Review threshold", f"{thr:.3f}", help=f"{WORD} at or above which a transaction is flagged · "
+m[4].metric("Review threshold", f"{format_threshold(thr)}", help=f"{WORD} at or above which a transaction is flagged · "
             + md(thresholds["source"]))
 
 # ------------------------------------------------------------------------------ query selection
@@ -169,8 +170,9 @@ m[0].metric(f"Fraud {WORD}", f"{q_out:.3f}",
 m[1].metric("Logit", f"{qs.logit:+.3f}", help="log-odds of fraud; the model's raw output before "
             + ("calibration" if WORD == "probability" else "the sigmoid (score = 1 / (1 + e^−logit))"))
 m[2].metric("Decision", cv.BAND_LABELS[cv.decision_band(q_out, thr, thresholds["decline"])],
-            help=f"below review: {WORD} < {thr:.3f} · review: {thr:.3f} ≤ {WORD} < {thresholds['decline']:.3f} · "
-                 f"decline: {WORD} ≥ {thresholds['decline']:.3f}")
+            help=f"below review: {WORD} < {format_threshold(thr)} · review: {format_threshold(thr)} ≤ {WORD} < "
+                 f"{format_threshold(thresholds['decline'])} · "
+                 f"decline: {WORD} ≥ {format_threshold(thresholds['decline'])}")
 m[3].metric("Known label", {None: "unknown", 1: "fraud", 0: "legitimate"}[qs.known_label])
 ig_delta = qs.convergence.get("integrated_gradients")
 m[4].metric("IG gap", "—" if ig_delta is None else f"{ig_delta:+.4f}",

@@ -10,6 +10,7 @@ import streamlit as st
 from dashboard import state
 from dashboard.components.safe import csv_download, md
 from dashboard.components import access as comp_access
+from engine.cases.fmt import format_threshold
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.data.spec import builtin_specs
@@ -125,9 +126,9 @@ n_flag = int(scores["flagged"].sum())
 m = st.columns(4)
 m[0].metric("Transactions scored", f"{len(scores):,}")
 m[1].metric("Entities", f"{len(ranking):,}")
-m[2].metric("Flagged transactions", f"{n_flag:,}", help=f"fraud probability ≥ review threshold {thr:.3f}")
+m[2].metric("Flagged transactions", f"{n_flag:,}", help=f"fraud probability ≥ review threshold {format_threshold(thr)}")
 m[3].metric("Entities with a flag", f"{int((ranking['n_flagged'] > 0).sum()):,}")
-st.caption(f"{loaded.source.summary()} · review threshold {thr:.3f} (fraud probability) · "
+st.caption(f"{loaded.source.summary()} · review threshold {format_threshold(thr)} (fraud probability) · "
            f"model `{loaded.bundle.short_sha}`")
 
 # --------------------------------------------------------------------------------- the ranking
@@ -154,7 +155,7 @@ st.dataframe(
         "max_probability": st.column_config.ProgressColumn(
             "Max fraud probability", min_value=0.0, max_value=1.0, format="%.3f"),
         "n_transactions": st.column_config.NumberColumn("Transactions", format="%d"),
-        "n_flagged": st.column_config.NumberColumn("Flagged", format="%d", help=f"probability ≥ {thr:.3f}"),
+        "n_flagged": st.column_config.NumberColumn("Flagged", format="%d", help=f"probability ≥ {format_threshold(thr)}"),
         "known_frauds": st.column_config.NumberColumn("Known frauds", format="%d",
                                                       help="transactions labelled fraud in the file"),
         "last_seen": st.column_config.DatetimeColumn("Last seen", format="YYYY-MM-DD HH:mm"),

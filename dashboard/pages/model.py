@@ -15,6 +15,7 @@ import streamlit as st
 from dashboard import components as comp
 from dashboard import state
 from dashboard.components.safe import md
+from engine.cases.fmt import format_threshold
 from engine.cases import view as cv
 from engine.cases import figures as fig
 from engine.cases import model_figures as mfig
@@ -48,10 +49,10 @@ op = calib["operating_point"]
 tgt = op.get("target") or {}
 chosen = (f"target {tgt['kind'].replace('_', ' ')} {tgt['value']:g} on validation" if tgt else "max F1 on validation")
 m = st.columns(4)
-m[0].metric("Review threshold", f"{now['review']:.3f}",
+m[0].metric("Review threshold", f"{format_threshold(now['review'])}",
             help=f"fraud {WORD} at or above which a transaction is flagged for review · {md(now['source'])}; "
-                 f"checkpoint: {th.get('review', card['threshold']):.3f} ({md(chosen)})")
-m[1].metric("Decline threshold", f"{now['decline']:.3f}",
+                 f"checkpoint: {format_threshold(th.get('review', card['threshold']))} ({md(chosen)})")
+m[1].metric("Decline threshold", f"{format_threshold(now['decline'])}",
             help=f"{md(now['source'])}; checkpoint: "
                  + (f"{th['decline']:.3f} (lowest threshold with validation precision ≥ 0.8)" if "decline" in th else "—"))
 m[2].metric("Parameters", f"{card['n_parameters']:,}")

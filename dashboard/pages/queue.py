@@ -13,6 +13,7 @@ import streamlit as st
 from dashboard import components as comp
 from dashboard import state
 from dashboard.components.safe import csv_download, md
+from engine.cases.fmt import format_threshold
 from engine.cases import fmt
 from engine.cases import view as cv
 from engine.cases.store import OPEN_STATES, STATES, CaseStoreError, priority_level, sla_status
@@ -44,7 +45,7 @@ sha = loaded.bundle.sha256
 thr = loaded.thresholds  # in force (engine.cases.thresholds.thresholds_in_force): the same on every page
 
 # --------------------------------------------------------------------------------- thresholds
-with st.expander(f"Thresholds · review **{thr['review']:.3f}** · decline **{thr['decline']:.3f}** "
+with st.expander(f"Thresholds · review **{format_threshold(thr['review'])}** · decline **{format_threshold(thr['decline'])}** "
                  f"({md(thr['source'])})"):
     qual = threshold_metrics(loaded.scores, {"review": thr["review"], "decline": thr["decline"]},
                              loaded.bundle.meta)

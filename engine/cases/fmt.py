@@ -6,7 +6,9 @@
 * :func:`format_signed` - a signed attribution or logit, ``"+0.80"`` / ``"-0.20"`` (the sign
   always written, so a chart's tick or a table cell never reads ``8`` for ``0.8``);
 * :func:`format_duration` - an age or time left in hours as ``"3 d 4 h"`` / ``"5 h"`` /
-  ``"40 min"``.
+  ``"40 min"``;
+* :func:`format_threshold` - a probability threshold, ``"0.200"`` (3 decimals), or 3 significant
+  digits below 0.001 (``"6.8e-06"``, never a misleading ``"0.000"``).
 
 Stored values keep full precision (ISO 8601 with microseconds in the case store, floats in the
 JSON report); only what is shown goes through here.
@@ -89,6 +91,15 @@ def format_signed(value: Any, decimals: int = 2) -> str:
     if round(v, decimals) == 0:
         return f"{0:.{decimals}f}"
     return f"{v:+.{decimals}f}"
+
+
+def format_threshold(value: Any) -> str:
+    """A review / decline threshold (a probability in [0, 1]) as text: 3 decimals (``"0.200"``),
+    or 3 significant digits when it is above 0 and below 0.001 (``"6.8e-06"``); ``"-"`` if missing."""
+    if _missing(value):
+        return MISSING
+    v = float(value)
+    return f"{v:.3g}" if 0 < abs(v) < 0.001 else f"{v:.3f}"
 
 
 def format_duration(hours: Any) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,28 +72,40 @@ def neutralise_csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _visible_nul(frame: pd.DataFrame) -> pd.DataFrame:
-    """NUL (0x00) inside a text cell written as the four characters ``\\x00``: a raw NUL byte ends
-    the field in C-based CSV readers and spreadsheets, and Python's csv module before 3.11 refused
-    the line. Other control characters are valid inside a quoted field and kept."""
+#: control characters written as the text ``\\xNN``: C0 but tab, line feed and carriage return
+#: (kept: valid inside a quoted field), DEL, and C1 (0x9B is a terminal's CSI on its own)
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _show_control(v: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", v)
+
+
+def _visible_controls(frame: pd.DataFrame) -> pd.DataFrame:
+    """Control characters inside a text cell (and a column name) written as the text ``\\xNN``
+    (NUL as ``\\x00``, ESC as ``\\x1b``): a raw NUL byte ends the field in C-based CSV readers
+    and spreadsheets, and an ESC or CSI sequence from the data would drive the terminal of whoever
+    runs ``cat`` or ``less -r`` on the file (clear the screen, set the title, forge lines). Tab,
+    line feed and carriage return are valid inside a quoted field and kept."""
     for col in frame.columns:
         s = frame[col]
         if s.dtype == object or pd.api.types.is_string_dtype(s.dtype):
-            hit = s.map(lambda v: isinstance(v, str) and "\x00" in v)
+            hit = s.map(lambda v: isinstance(v, str) and _CONTROL.search(v) is not None)
             if hit.any():
-                frame[col] = s.map(lambda v: v.replace("\x00", "\\x00") if isinstance(v, str) else v)
-    frame.columns = [c.replace("\x00", "\\x00") if isinstance(c, str) else c for c in frame.columns]
+                frame[col] = s.map(lambda v: _show_control(v) if isinstance(v, str) else v)
+    frame.columns = [_show_control(c) if isinstance(c, str) else c for c in frame.columns]
     return frame
 
 
 def csv_bytes(frame: pd.DataFrame, *, index: bool = False) -> bytes:
-    """``frame`` as CSV bytes: neutralised (:func:`neutralise_csv_frame`), NUL shown as the text
-    ``\\x00``, UTF-8, ``\\n`` line ends, RFC 4180 quoting (every text field quoted when one holds
-    a carriage return), without the index unless ``index``. A frame with no formula-like or NUL
-    text cell gives exactly ``frame.to_csv(index=False, lineterminator="\\n")`` encoded."""
+    """``frame`` as CSV bytes: neutralised (:func:`neutralise_csv_frame`), control characters shown
+    as the text ``\\xNN`` (:func:`_visible_controls`), UTF-8, ``\\n`` line ends, RFC 4180 quoting
+    (every text field quoted when one holds a carriage return), without the index unless ``index``.
+    A frame with no formula-like or control-character text cell gives exactly
+    ``frame.to_csv(index=False, lineterminator="\\n")`` encoded."""
     if index:
         frame = frame.reset_index()
-    out = _visible_nul(neutralise_csv_frame(frame))
+    out = _visible_controls(neutralise_csv_frame(frame))
     # the csv module quotes a field holding "\n" but not one holding a bare "\r" when the line end
     # is "\n": a spreadsheet would then split the row there. Quote every text field in that case.
     has_cr = any(out[c].map(lambda v: isinstance(v, str) and "\r" in v).any() for c in out.columns

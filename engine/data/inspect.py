@@ -1,6 +1,6 @@
 """Guess a dataset spec from a raw file (``fraudlens inspect``).
 
-:func:`guess_spec` reads the first rows of a CSV or Parquet file and guesses each column's
+:func:`guess_spec` reads a sample of rows spread over a CSV or Parquet file and guesses each column's
 role (:class:`engine.data.spec.ColumnRole`) from its name and values:
 
 * label: a fraud/label/target-named column whose values are one binary pair (0/1, Yes/No,
@@ -235,6 +235,22 @@ def _is_multi_valued(c: _Col, sep: str = ",") -> bool:
     return len(items | singles) <= 32 and share >= 0.05
 
 
+#: ISO 4217 codes a column name may carry (amt_eur, amount_usd, Betrag EUR)
+_CURRENCY_CODES = {"usd", "eur", "gbp", "chf", "jpy", "cny", "inr", "brl", "mxn", "cad", "aud", "nzd", "sek", "nok",
+                   "dkk", "pln", "czk", "huf", "ron", "zar", "sgd", "hkd", "krw", "idr", "rub", "ars", "cop"}
+_CURRENCY_SYMBOLS = {"€": "EUR", "£": "GBP", "¥": "JPY", "$": "USD"}
+
+
+def _guess_currency(name: str, c: _Col) -> str | None:
+    """The amount's ISO 4217 code from its column name's tokens, else from the one currency symbol
+    its cells carry ("$" read as USD); None when neither says."""
+    codes = {t for t in _tokens(name) if t in _CURRENCY_CODES}
+    if len(codes) == 1:
+        return codes.pop().upper()
+    seen = {code for sym, code in _CURRENCY_SYMBOLS.items() if any(sym in t for t in c.nonempty[:2000].tolist())}
+    return seen.pop() if len(seen) == 1 else None
+
+
 def _buckets(distinct: int) -> int:
     b = 1024
     while b < 8 * distinct and b < 65536:
@@ -384,15 +400,30 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
 
     # id -----------------------------------------------------------------------------------------
     tx_id = None
-    for c in left:
+    passthrough_ids: list[str] = []
+    for c in list(left):
         d = cols[c]
         named = (d.tokens & _ID_TOKENS and d.tokens & {"id", "no", "num", "number", "key", "ref"}) or (
             c.strip().lower() in {"id", "trans_num", "transactionid", "txid"}
         )
-        if named and len(d.nonempty) == len(d.text) and d.distinct == len(d.nonempty) > 0:
+        if not named or not len(d.nonempty):
+            continue
+        empty = len(d.text) - len(d.nonempty)
+        repeated = len(d.nonempty) - d.distinct
+        take(c)
+        if tx_id is None and repeated == 0 and empty <= max(1, len(d.text) // 100):
             tx_id = c
-            take(c)
-            break
+            if empty:  # a stray empty cell (a line of separators, an export's blank) is one rejected row
+                notes.append(f"id {c!r}: {empty:,} empty cell{'s' if empty != 1 else ''} in the sample: "
+                             "such rows are rejected ('transaction id is empty')")
+            continue
+        # a transaction-id column is never a model input (one value per row: it only memorises)
+        passthrough_ids.append(c)
+        notes.append(f"{c!r} looks like a transaction id but "
+                     + (f"{tx_id!r} is the id" if tx_id is not None and tx_id != c
+                        else f"{empty:,} of the sample's cells are empty and {repeated:,} repeat a value")
+                     + f": passthrough, not a model input (set id = {c!r} to use it as the id: rows with an "
+                     "empty or repeated id are then rejected)")
 
     # amount -------------------------------------------------------------------------------------
     amount, amount_decimal = None, "."
@@ -410,14 +441,19 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
         amount_decimal = ","
         notes.append(f"amount {amount!r}: read with a decimal comma (e.g. {cols[amount].nonempty[0]!r}); "
                      "check [amount] decimal")
+    currency = None
     if amount is None:
         amount = "<edit: amount column>"
         notes.append("no amount column found: edit [amount]")
     else:
         take(amount)
+        currency = _guess_currency(amount, cols[amount])
+        if currency is None:
+            notes.append(f"amount {amount!r}: no currency in its name or cells; USD assumed (reports show it): "
+                         "check [amount] currency")
 
     # leftovers: leaks, redundant time columns, index columns -----------------------------------
-    passthrough, ignored = [], []
+    passthrough, ignored = list(passthrough_ids), []
     for c in list(left):
         d = cols[c]
         if d.tokens & _LEAK_TOKENS:
@@ -485,7 +521,8 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
         + ("check: " + "; ".join(notes) if notes else "check every role"),
         "entity": {"columns": ent},
         "timestamp": timestamp,
-        "amount": {"column": amount, **({"decimal": ",", "strip": "$€£ "} if amount_decimal == "," else {})},
+        "amount": {"column": amount, **({"currency": currency} if currency else {}),
+                   **({"decimal": ",", "strip": "$€£ "} if amount_decimal == "," else {})},
         "fields": fields,
         "passthrough": passthrough,
         "ignored": ignored,
@@ -511,7 +548,7 @@ def write_spec(spec: DatasetSpec, path: str | Path, *, overwrite: bool = False) 
     header = [
         f"# fraudlens dataset spec {spec.name!r}.",
         "# CHECK AND EDIT THIS FILE before training: the roles were guessed from column names and",
-        "# the first rows of the file, and may be wrong.",
+        "# a sample of rows spread over the file, and may be wrong.",
         "#   [entity]      columns whose values identify one history (card, customer)",
         "#   [timestamp]   one datetime column, or parts (year/month/day/time)",
         "#   [amount]      signed amount; negative = refund",

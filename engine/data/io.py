@@ -79,8 +79,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
+from engine.data.parquet import parquet_file, read_parquet
 from engine.data.sniff import Probe, _Lines, _open_quote_column, file_sha256, probe  # noqa: F401 (file_sha256: re-exported)
 from engine.data.spec import DatasetSpec, FieldKind
 from engine.data.validate import (
@@ -345,42 +345,6 @@ def _has_surrogate(v: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in v) if not v.isascii() else False
 
 
-def _read_parquet_table(pf: pq.ParquetFile, max_rows: int | None) -> pa.Table:
-    if max_rows is None:
-        return pf.read()
-    batches, n = [], 0
-    for b in pf.iter_batches(batch_size=max(1, min(max_rows, 1 << 16))):
-        batches.append(b)
-        n += b.num_rows
-        if n >= max_rows:
-            break
-    return pa.Table.from_batches(batches, schema=pf.schema_arrow).slice(0, max_rows)
-
-
-def _read_parquet(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, np.ndarray, list[dict]]:
-    pf = _parquet_file(path)
-    names = pf.schema_arrow.names
-    dup = sorted({c for c in names if names.count(c) > 1})
-    if dup:
-        raise ValueError(f"{path}: duplicate column names: {dup}")
-    try:
-        table = _read_parquet_table(pf, max_rows)
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
-    cols = {}
-    for name, col in zip(table.column_names, table.columns):
-        if pa.types.is_integer(col.type) and col.null_count:
-            # keep integers exact (default to_pandas would turn them into float64)
-            nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-                        pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
-                        pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
-            cols[name] = col.to_pandas(types_mapper=nullable.get)
-        else:
-            cols[name] = col.to_pandas()
-    raw = pd.DataFrame(cols, copy=False) if cols else pd.DataFrame(index=range(table.num_rows))
-    return raw, np.arange(1, len(raw) + 1, dtype=np.int64), []
-
-
 def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None,
              rejected: list[dict] | None = None) -> pd.DataFrame:
     """Read a raw file as it is, without a spec: CSV cells as text (``str``; empty cell = ``""``),
@@ -396,20 +360,13 @@ def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None
     """
     p = Path(path)
     pr = probe(p, fmt)
-    raw, _, bad = _read_csv(p, max_rows, pr) if pr.format == "csv" else _read_parquet(p, max_rows)
+    raw, _, bad = _read_csv(p, max_rows, pr) if pr.format == "csv" else read_parquet(p, max_rows)
     if len(raw) == 0 and bad:
         raise ValueError(f"{p}: none of the {len(bad):,} records read is well formed "
                          f"(row {bad[0]['row_number']}: {bad[0]['reason']})")
     if rejected is not None:
         rejected.extend(bad)
     return raw
-
-
-def _parquet_file(p: Path) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(p)
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"{p}: not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
 
 def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None) -> LoadResult:
@@ -438,10 +395,10 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
         no_pass = _check_columns(p, spec, _csv_header(p, pr))
         raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
     else:
-        schema = _parquet_file(p).schema_arrow
+        schema = parquet_file(p).schema_arrow
         no_pass = _check_columns(p, spec, schema.names)
         _check_parquet_types(p, spec, schema)
-        raw, row_numbers, pre_rejected = _read_parquet(p, max_rows)
+        raw, row_numbers, pre_rejected = read_parquet(p, max_rows)
     n = len(raw)
     probs = _Problems(n)
 

@@ -413,10 +413,12 @@ def _clip_names(names: list[str], n: int = 30) -> str:
 
 
 def _check_parquet_types(p: Path, spec: DatasetSpec, schema: pa.Schema) -> None:
-    """Refuse a Parquet column the spec reads that cannot hold one text or number per cell."""
+    """Refuse a Parquet column the spec reads that cannot hold one text or number per cell (a nested
+    pass-through column is kept as its JSON text, :func:`engine.data.parquet.read_parquet`)."""
+    passthrough = set(spec.passthrough)
     for c in [c for c in spec.required_columns() if c in schema.names]:  # a missing passthrough column: none
         t = schema.field(c).type
-        if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+        if (pa.types.is_nested(t) and c not in passthrough) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
                 or pa.types.is_fixed_size_binary(t):
             raise ValueError(f"{p}: column {c!r} has Parquet type {t}; the spec needs one text, number or "
                              "timestamp per cell (store it as a string column)")

@@ -9,7 +9,9 @@ model no history to read. These checks say so before anyone reads the metrics:
 * :func:`propose_split_dates`: the latest ``(train_end, val_end)`` midnights that give both
   periods at least that many frauds and fraud entities, if the file allows it;
 * :func:`history_warning`: the median number of transactions per entity is below the history
-  the model is built for (``min_history``).
+  the model is built for (``min_history``);
+* :func:`date_outliers`: a few transactions dated far outside the file's dates (a 2099 or 1970
+  typo), which stretch the default split and the model's time-gap inputs.
 """
 
 from __future__ import annotations
@@ -126,3 +128,29 @@ def history_warning_from_sizes(sizes: np.ndarray, min_history: int) -> str | Non
         f"({len(sizes):,} entities), fewer than the {min_history} earlier transactions the model is "
         "built for: most scores rest on little history (is this a random-row sample?)"
     )
+
+
+def date_outliers(frame: pd.DataFrame, *, show: int = 3) -> str | None:
+    """A sentence naming the transactions dated far outside the file's bulk of dates, else None.
+
+    The bulk is the 0.5 %-99.5 % quantile range of ``frame["timestamp"]`` (datetime64, naive UTC);
+    a transaction more than the bulk's span (at least 30 days) before or after it is an outlier:
+    a typo such as 2099 or an epoch 0 that stretches the default time split (cut at 70 % / 85 % of
+    the date range, so one 2099 row leaves validation empty) and the time since the previous
+    transaction. Names at most ``show`` of them by ``row_number`` (the file's record number).
+    """
+    if len(frame) < 2:
+        return None
+    ts = pd.to_datetime(frame["timestamp"])
+    lo, hi = ts.quantile(0.005), ts.quantile(0.995)
+    margin = max(hi - lo, pd.Timedelta(days=30))
+    far = ((ts < lo - margin) | (ts > hi + margin)).to_numpy()
+    if not far.any():
+        return None
+    rows = frame.loc[far, ["row_number", "timestamp"]].sort_values("row_number")
+    named = ", ".join(f"row {int(r)} at {t}" for r, t in zip(rows["row_number"].head(show), rows["timestamp"].head(show)))
+    n = int(far.sum())
+    return (f"{n:,} transaction{'s are' if n != 1 else ' is'} dated far outside the file's dates "
+            f"({lo.date()} to {hi.date()} hold 99 % of them): {named}{' and more' if n > show else ''}; "
+            "such dates stretch the default time split and the time since the previous transaction: "
+            "fix or remove them, or pass --train-end / --val-end")

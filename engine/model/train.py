@@ -59,6 +59,7 @@ from engine.model.train_loop import finish_fit, new_model, prepare_fit, run_epoc
 from engine.model.split_checks import (
     MIN_FRAUD_ENTITIES,
     MIN_FRAUDS,
+    date_outliers,
     history_warning,
     propose_split_dates,
     split_warnings,
@@ -359,7 +360,13 @@ def train(
     if cfg.calibration not in ("auto", "isotonic", "platt", "none"):
         raise ValueError(f"calibration: expected auto, isotonic, platt or none, got {cfg.calibration!r}")
     t_start = time.perf_counter()
-    split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
+    outliers = date_outliers(frame)
+    if outliers:
+        log(f"warning: {outliers}")
+    try:
+        split, train_end, val_end = time_split(frame["timestamp"], cfg.train_end, cfg.val_end)
+    except ValueError as e:
+        raise ValueError(f"{e}; {outliers}" if outliers else str(e)) from None
     log(f"split: train < {train_end.date()} <= validation < {val_end.date()} <= test; "
         f"rows {np.bincount(split, minlength=3).tolist()}")
     warnings = split_warnings(frame, split)
@@ -375,6 +382,8 @@ def train(
     if hist:
         log(f"warning: {hist}")
         warnings.append(hist)
+    if outliers:
+        warnings.append(outliers)
     bundle, history, enc = (fitter or fit)(frame, spec, split, cfg, log=log, progress=progress)
     label = frame["label"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(label)
@@ -469,8 +478,10 @@ def calibrate(
     t = report["test"]
     if cal is not None and t["score"]["ece"] is not None:
         log(f"calibration: {cal['method']} ({cal['choice']['rule']}); test ECE {t['score']['ece']:.4f} -> "
-            f"{t['probability']['ece']:.4f}, sum of probabilities / frauds {t['score']['sum_over_frauds'] or 0:.2f} "
-            f"-> {t['probability']['sum_over_frauds'] or 0:.2f}")
+            f"{t['probability']['ece']:.4f}, " + (
+                f"sum of probabilities / frauds {t['score']['sum_over_frauds']:.2f} -> "
+                f"{t['probability']['sum_over_frauds']:.2f}" if t["score"]["sum_over_frauds"] is not None
+                else "sum of probabilities / frauds: no test fraud"))
     return cal, report
 
 

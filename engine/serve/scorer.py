@@ -54,7 +54,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from engine.serve.service import ServiceError
+from engine.serve.service import DEFAULT_MAX_AHEAD_S, ServiceError
 
 log = logging.getLogger("fraudlens.serve")
 FRAME = struct.Struct("!I")
@@ -148,7 +148,7 @@ def _open_service(opts: dict[str, Any]):
         try:
             return ScoringService(bundle, opts["history"], cache_bytes=opts["cache_bytes"], shadow=opts["shadow"],
                                   case_db=opts["case_db"], explain=opts["explain"], sync=opts["sync"],
-                                  explain_cpu=opts["explain_cpu"])
+                                  explain_cpu=opts["explain_cpu"], max_ahead_s=opts.get("max_ahead_s", DEFAULT_MAX_AHEAD_S))
         except HistoryLocked as e:
             if time.monotonic() > deadline:
                 raise ScorerStartError(f"cannot open the history store {opts['history']}: {e}") from None
@@ -235,7 +235,7 @@ class RemoteService:
     Args:
         bundle: the checkpoint the front validated (its ``path`` is handed to the scorer, which
             loads and validates it again and checks the sha256).
-        history_path, cache_bytes, shadow, case_db, explain, sync, explain_cpu: as
+        history_path, cache_bytes, shadow, case_db, explain, sync, explain_cpu, max_ahead_s: as
             :class:`~engine.serve.service.ScoringService`.
         warm: a transactions file appended to the history store before serving (or None).
         start_timeout_s: most seconds to wait for the scorer to be ready.
@@ -247,7 +247,8 @@ class RemoteService:
     remote = True
 
     def __init__(self, bundle, history_path, *, cache_bytes: int, shadow: bool, case_db, explain: str, sync: str,
-                 explain_cpu: float, warm: str | Path | None = None, start_timeout_s: float = 600.0):
+                 explain_cpu: float, warm: str | Path | None = None, start_timeout_s: float = 600.0,
+                 max_ahead_s: float | None = DEFAULT_MAX_AHEAD_S):
         if bundle.path is None:
             raise ScorerStartError("the scoring process loads the checkpoint from disk: the bundle has no path")
         self.bundle, self.spec, self.sync, self.shadow = bundle, bundle.spec, sync, shadow
@@ -255,7 +256,8 @@ class RemoteService:
         opts = {"model": str(bundle.path), "sha256": bundle.sha256, "history": str(history_path),
                 "cache_bytes": int(cache_bytes), "shadow": bool(shadow),
                 "case_db": None if case_db is None else str(case_db), "explain": explain, "sync": sync,
-                "explain_cpu": float(explain_cpu), "warm": None if warm is None else str(warm)}
+                "explain_cpu": float(explain_cpu), "warm": None if warm is None else str(warm),
+                "max_ahead_s": max_ahead_s}
         front, child = socket.socketpair()
         try:
             self.process = subprocess.Popen(

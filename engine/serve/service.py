@@ -9,7 +9,9 @@ connection are single-threaded; scoring is CPU-bound, so a lock costs no through
    (``duplicate: true``), never scored or appended again; the same id with different content
    is a conflict (409);
 3. order: a timestamp earlier than the entity's last accepted one is refused (409), as the
-   incremental scorer requires (ties are accepted, in arrival order, as a file's row order);
+   incremental scorer requires (ties are accepted, in arrival order, as a file's row order); a
+   timestamp more than ``max_ahead_s`` after the server's clock is refused (422): accepted, it
+   would make every later real transaction of that entity "out of order" (a lock-out);
 4. the entity's caches (:class:`engine.serve.state.EntityCache`, rebuilt from history on a miss),
    one incremental step -> logit, probability = the checkpoint's calibration map of the logit
    (``ModelBundle.probability``; sigmoid for an uncalibrated checkpoint, and the response's
@@ -59,6 +61,9 @@ from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
 from engine.serve.state import EntityCache
 from engine.serve.supervisor import Supervisor
 
+#: default of ``ScoringService(max_ahead_s=...)`` and ``serve --max-ahead-hours`` (one day, in seconds)
+DEFAULT_MAX_AHEAD_S = 86400.0
+
 #: most transactions in one batch request
 MAX_BATCH = 1000
 
@@ -99,6 +104,9 @@ class ScoringService:
         sync: ``"full"`` (fsync per commit) or ``"normal"`` (:data:`engine.serve.history.SYNC_MODES`).
         explain_cpu: CPU budget of the background explanations, a fraction of one core
             (:class:`engine.serve.casework.CaseWorker`).
+        max_ahead_s: seconds a transaction's timestamp (naive UTC) may lie after this machine's
+            clock (clock skew, a client's local time); later ones are refused with 422. ``None``:
+            no limit (replaying a future-dated simulation).
     Raises:
         engine.serve.history.HistoryLocked: another server holds ``history_path``'s lock.
         sqlite3.DatabaseError: the file is not a SQLite database.
@@ -106,8 +114,10 @@ class ScoringService:
 
     def __init__(self, bundle: ModelBundle, history_path: str | Path, *, cache_bytes: int = 256 * 2**20,
                  shadow: bool = False, case_db: str | Path | None = None, explain: str = "occlusion",
-                 start_worker: bool = True, sync: str = "full", explain_cpu: float = DEFAULT_EXPLAIN_CPU):
+                 start_worker: bool = True, sync: str = "full", explain_cpu: float = DEFAULT_EXPLAIN_CPU,
+                 max_ahead_s: float | None = DEFAULT_MAX_AHEAD_S):
         self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
+        self.max_ahead_ns = None if max_ahead_s is None else int(max_ahead_s * 1e9)
         self.calibrated = bool(getattr(bundle, "calibrated", False))
         self.history_path = Path(history_path)
         private_dirs(self.history_path.parent)
@@ -176,6 +186,11 @@ class ScoringService:
             if stored["row_json"] != row_json(row):
                 raise RecordError(self.id_column, tid, "transaction id already used by a different transaction")
             return Outcome(self._stored_body(stored), duplicate=True)
+        if self.max_ahead_ns is not None and row["ts_ns"] > time.time_ns() + self.max_ahead_ns:
+            ahead_h = (row["ts_ns"] - time.time_ns()) / 3.6e12
+            raise AheadOfClock(self.ts_column, str(row["timestamp"]),
+                               f"timestamp {row['timestamp']} (UTC) is {ahead_h:,.1f} h after this server's clock; "
+                               f"at most {self.max_ahead_ns / 3.6e12:g} h ahead is accepted (serve --max-ahead-hours)")
         last = self.cache.last_time_ns(row["entity_id"])
         if last is not None and row["ts_ns"] < last:
             raise _OutOfOrder(self.ts_column, str(row["timestamp"]),
@@ -285,7 +300,7 @@ class ScoringService:
                 ticket = self._submit(pending)
             except RecordError as err:  # raised before any cache step: nothing to undo
                 self.counts["rejected"] += 1
-                raise ServiceError(409, [err.detail()]) from None
+                raise ServiceError(refusal_status(err), [err.detail()]) from None
             except BaseException:
                 self._forget([row["entity_id"]], pending)
                 raise
@@ -362,6 +377,17 @@ class ScoringService:
 
 class _OutOfOrder(RecordError):
     """A transaction older than its entity's last accepted one (HTTP 409)."""
+
+
+class AheadOfClock(RecordError):
+    """A transaction dated more than ``max_ahead_s`` after the server's clock (HTTP 422)."""
+
+
+
+def refusal_status(err: RecordError) -> int:
+    """HTTP status of a refusal raised by the idempotency, clock and order checks: 422 for a
+    timestamp ahead of the clock, else 409 (out of order, a reused transaction id)."""
+    return 422 if isinstance(err, AheadOfClock) else 409
 
 
 def _ts(ns: int) -> str:

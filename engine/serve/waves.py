@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from engine.serve.record import RecordError, canonical_row
-from engine.serve.service import MAX_BATCH, Outcome, ServiceError
+from engine.serve.service import MAX_BATCH, Outcome, ServiceError, refusal_status
 
 log = logging.getLogger("fraudlens.serve")
 
@@ -70,7 +70,7 @@ def score_rows(self, rows: list[dict[str, Any]]) -> list[tuple]:
                         try:
                             dup = self._prepare(row, pending)
                         except RecordError as err:  # before any cache step: this row alone is refused
-                            results[i] = ("err", 409, [err.detail()])
+                            results[i] = ("err", refusal_status(err), [err.detail()])
                             continue
                         if dup is not None:
                             outs.append((i, dup))
@@ -148,7 +148,8 @@ def score_batch(self, recs: list[dict[str, Any]]) -> dict[str, Any]:
                     try:
                         out = self._score_row(row, pending)
                     except RecordError as err:  # before the row's cache step: the item alone is refused
-                        rejected.append({"index": i, **err.detail(), "type": "conflict"})
+                        rejected.append({"index": i, **err.detail(),
+                                         "type": "conflict" if refusal_status(err) == 409 else "timestamp_ahead"})
                         continue
                     outs.append(out)
                     results.append({"index": i, **out.body})

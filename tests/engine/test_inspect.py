@@ -260,3 +260,39 @@ def test_english_amounts_with_thousands_commas_are_amounts(tmp_path):
         res = read_transactions(p, spec)
         assert res.frame.sort_values("row_number")["amount"].iloc[:2].tolist() == (
             [1000.0, 2037.5] if name == "cents" else [1000.0, 2037.0])
+
+
+def test_an_id_with_one_blank_line_stays_the_id_and_a_repeating_id_is_passthrough(tmp_path):
+    """A unique id column with one empty cell (a line of separators in an export) is still the
+    transaction id (that row is rejected); an id-named column whose values repeat is pass-through,
+    never the id and never a model input."""
+    rows = [[f"R{i % 50}", f"T{i:05d}", f"c{i % 9}", f"2021-01-{1 + i % 28:02d} 10:00:00", f"{i % 97}.25",
+             "1" if i % 40 == 0 else "0"] for i in range(600)]
+    rows[300] = ["", "", "", "", "", ""]
+    p = write(tmp_path / "x.csv", ["txn_ref", "txn_id", "card", "time", "amount", "fraud"], rows)
+    spec = guess_spec(p)
+    assert spec.id == "txn_id"
+    assert "txn_ref" in spec.passthrough
+    assert "txn_ref" not in [f.column for f in spec.fields]
+    assert "txn_id': 1 empty cell" in spec.description and "'txn_ref' looks like a transaction id" in spec.description
+    res = read_transactions(p, spec)
+    assert res.summary() == "rows read 600 = accepted 599 + rejected 1"
+    assert res.rejected["row_number"].tolist() == [301]
+
+
+@pytest.mark.parametrize("column, cells, expected", [
+    ("amt_eur", ["12.50", "3.00"], "EUR"),
+    ("Betrag GBP", ["12.50", "3.00"], "GBP"),
+    ("value", ["£12.50", "£3.00"], "GBP"),
+    ("value", ["$12.50", "$3.00"], "USD"),
+    ("value", ["12.50", "3.00"], None),
+    ("value", ["£12.50", "€3.00"], None),
+])
+def test_the_amount_currency_comes_from_the_column_name_or_its_symbol(tmp_path, column, cells, expected):
+    rows = [[f"c{i % 4}", f"2021-01-{1 + i % 28:02d} 10:00:00", cells[i % 2]] for i in range(100)]
+    spec = guess_spec(write(tmp_path / "x.csv", ["card", "time", column], rows))
+    assert spec.amount.column == column
+    if expected is None:
+        assert spec.amount.currency == "USD" and "USD assumed" in spec.description
+    else:
+        assert spec.amount.currency == expected and "USD assumed" not in spec.description

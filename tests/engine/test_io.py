@@ -501,6 +501,32 @@ def test_parquet_typed_columns(tmp_path):
     assert (r["transaction_id"], r["entity_id"], r["term"], r["label"]) == ("10", "7", "-9223372036854775807", 1)
 
 
+def test_parquet_decimal_amounts_read_exactly_and_nested_columns_as_json_text(tmp_path):
+    """A decimal128 amount (what many warehouses export) reads as the same floats as its text, and a
+    list / struct column is one JSON text per cell (pass-through), never a crash."""
+    import decimal
+
+    base = {
+        "tx": pa.array([1, 2, 3], pa.int64()), "cust": pa.array(["a", "a", "b"]),
+        "when": pa.array(pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-03"])),
+        "amt": pa.array([decimal.Decimal("1234.50"), decimal.Decimal("-0.01"), None], pa.decimal128(12, 2)),
+        "score": pa.array([0.1, 0.2, 0.3]), "term": pa.array(["x", "y", "z"]), "fraud": pa.array([0, 1, 0]),
+        "tags": pa.array([["web", "3ds"], [], None], pa.list_(pa.string())),
+        "geo": pa.array([{"lat": 1.5, "lon": 2.0}, None, {"lat": 0.0, "lon": -1.0}]),
+    }
+    p = tmp_path / "dec.parquet"
+    pq.write_table(pa.table(base), p)
+    res = read_transactions(p, generic_spec(passthrough=["tags", "geo"]))
+    check_contract(res)
+    assert res.frame.set_index("row_number")["amount"].to_dict() == {1: 1234.5, 2: -0.01}
+    assert records(res) == [(3, "3", "b", "amt", "", "amount is empty")]
+    by_row = res.frame.set_index("row_number")
+    assert by_row.loc[1, "tags"] == '["web", "3ds"]' and by_row.loc[2, "tags"] == "[]"
+    assert by_row.loc[1, "geo"] == '{"lat": 1.5, "lon": 2.0}'
+    raw = read_raw(p)
+    assert raw["amt"].tolist()[:2] == ["1234.50", "-0.01"] and raw["tags"].iloc[2] is None
+
+
 def test_read_raw_keeps_text(shared_data):
     raw = read_raw(shared_data / "tabformer" / "User0_credit_card_transactions.csv", max_rows=3)
     assert raw.shape == (3, 15)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from engine.data.io import read_transactions
 from engine.data.spec import load_spec
-from engine.model.split_checks import history_warning, propose_split_dates, split_warnings
+from engine.model.split_checks import date_outliers, history_warning, propose_split_dates, split_warnings
 from engine.model.train import time_split
 
 TABFORMER = Path("/work/shared/data/tabformer/User0_credit_card_transactions.csv")
@@ -103,3 +103,36 @@ def test_score_cli_warns_on_short_histories(tmp_path):
     r = CliRunner().invoke(app, ["score", "--data", str(path), "--spec", "demo", "--out", str(tmp_path / "s.parquet")])
     assert r.exit_code == 0, r.output
     assert "warning: the median entity has 3 transactions" in r.output
+
+
+def test_a_2099_typo_is_named_by_its_row_and_explains_an_empty_default_period():
+    fr = _frame(n_ent=20, per=30)
+    fr["row_number"] = np.arange(1, len(fr) + 1)
+    assert date_outliers(fr) is None  # ten months of ordinary dates
+    fr.loc[17, "timestamp"] = pd.Timestamp("2099-01-01 12:00")
+    fr.loc[400, "timestamp"] = pd.Timestamp("1970-01-01")
+    w = date_outliers(fr)
+    assert w.startswith("2 transactions are dated far outside the file's dates (2024-01")
+    assert "row 18 at 2099-01-01 12:00:00, row 401 at 1970-01-01 00:00:00;" in w
+    with pytest.raises(ValueError, match="the validation period is empty"):
+        time_split(fr.timestamp)  # 70 % / 85 % of 1970-2099: both cuts after every ordinary row
+
+    from engine.model.train import TrainConfig, train
+
+    spec = load_spec("demo")
+    with pytest.raises(ValueError, match="validation period is empty; 2 transactions are dated far outside.*row 18"):
+        train(fr, spec, TrainConfig(), fitter=lambda *a, **k: pytest.fail("fitted"), log=lambda m: None)
+
+
+def test_score_cli_names_a_transaction_dated_2099(tmp_path):
+    from engine.cli import app
+
+    fr = pd.read_csv(DEMO, dtype=str, keep_default_na=False).head(3000)
+    fr.loc[1234, "Year"] = "2099"
+    path = tmp_path / "typo.csv"
+    fr.to_csv(path, index=False)
+    r = CliRunner().invoke(app, ["score", "--data", str(path), "--spec", "demo", "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "warning: 1 transaction is dated far outside the file's dates" in out and "row 1235 at 2099-" in out
+    assert "--train-end" not in out

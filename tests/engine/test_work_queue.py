@@ -252,3 +252,5 @@ def test_formatters():
     assert fmt.format_amount(None, "USD") == "-" and fmt.format_amount(3) == "3.00"
     assert [fmt.format_signed(x) for x in (0.8, -0.2, 0.0, -0.001)] == ["+0.80", "-0.20", "0.00", "0.00"]
     assert [fmt.format_duration(h) for h in (0.5, 5.2, 50, 72)] == ["30 min", "5 h", "2 d 2 h", "3 d"]
+    assert [fmt.format_threshold(p) for p in (0.2, 0.0, 1.0, 6.8e-06, 0.00099, None)] == [
+        "0.200", "0.000", "1.000", "6.8e-06", "0.00099", "-"]

@@ -421,3 +421,15 @@ def test_a_nul_inside_a_cell_is_written_as_visible_text():
     assert rows[0] == ["value", "n", "col\\x00"]
     assert rows[1][0] == "ab\\x00cd" and rows[2][0] == "'\\x00=1+1" and rows[3][0] == ""
     assert df["value"][0] == "ab\x00cd"  # the caller's frame is not changed
+
+
+def test_terminal_control_sequences_in_cells_are_written_as_visible_text():
+    """An ESC / CSI / BEL from the data would drive the terminal of whoever runs ``cat`` on the
+    file (clear the screen, set the title): written as ``\\xNN``; tab, newline and CR kept."""
+    df = pd.DataFrame({"merchant": ["\x1b[2J\x1b]0;pwned\x07", "a\x9bb\x7f", "tab\there", "two\nlines", "Zürich 中"],
+                       "n": [1, 2, 3, 4, 5]})
+    data = csv_bytes(df)
+    assert not re.search(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", data) and "\x9b" not in data.decode("utf-8")
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    assert [r[0] for r in rows[1:]] == ["\\x1b[2J\\x1b]0;pwned\\x07", "a\\x9bb\\x7f", "tab\there", "two\nlines",
+                                        "Zürich 中"]

@@ -370,3 +370,39 @@ def test_token_rules(tmp_path):
         resolve_token(f, "127.0.0.1", env={})
     with pytest.raises(TokenError, match="cannot be read"):
         resolve_token(tmp_path / "missing", "127.0.0.1", env={})
+
+
+# ---------------------------------------------------------------- a timestamp ahead of the clock
+def test_a_transaction_dated_ahead_of_the_clock_is_refused_and_does_not_lock_its_entity_out(bundle, records,
+                                                                                             tmp_path):
+    """Accepted, a transaction dated 2099 would make every later real transaction of its entity
+    'out of order' (409): the service refuses it (422, naming the timestamp column) on every path."""
+    import time
+
+    import pandas as pd
+
+    e = records[0]["card"]
+    mine = [r for r in records if r["card"] == e]
+    future = dict(mine[1], tid="t-future",
+                  ts=(pd.Timestamp(time.time(), unit="s") + pd.Timedelta(days=3)).isoformat())
+    svc, c = make(bundle, tmp_path)
+    assert c.post("/v1/score", json=mine[0]).status_code == 200
+    r = c.post("/v1/score", json=future)
+    assert r.status_code == 422, r.text
+    d = r.json()["detail"][0]
+    assert d["loc"][-1] == "ts" and "h after this server's clock" in d["msg"] and "at most 24 h" in d["msg"]
+    assert c.post("/v1/score", json=mine[1]).status_code == 200  # the entity goes on
+    b = c.post("/v1/score/batch", json={"transactions": [dict(future, tid="t-future-2"), mine[2]]}).json()
+    assert [x["index"] for x in b["results"]] == [1]
+    assert [(x["index"], x["type"]) for x in b["rejected"]] == [(0, "timestamp_ahead")]
+    row = canonical_row(dict(future, tid="t-future-3"), bundle.spec)
+    assert svc.score_rows([row])[0][:2] == ("err", 422)  # the scorer process's path
+    assert svc.history.get("t-future") is None
+    svc.close()
+
+    # the check can fail: without a limit the row is accepted and the entity is locked out
+    svc, c = make(bundle, tmp_path / "nolimit", max_ahead_s=None)
+    assert c.post("/v1/score", json=mine[0]).status_code == 200
+    assert c.post("/v1/score", json=future).status_code == 200
+    assert c.post("/v1/score", json=mine[1]).status_code == 409
+    svc.close()
