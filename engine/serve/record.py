@@ -278,9 +278,12 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
             raise RecordError(k, v, f"expected a text or a number, got {'a list' if isinstance(v, list) else 'an object'}")
         elif isinstance(v, bool) and k in keys:
             raise RecordError(k, str(v).lower(), "expected a text or a number, got a boolean (true/false)")
-    for c in required:
-        if c not in rec:
-            raise RecordError(c, "", "field required")
+    missing = [c for c in required if c not in rec]
+    if missing:  # named at once, not one per retry
+        more = missing[1:]
+        raise RecordError(missing[0], "", "field required" + (
+            f" (also missing: {', '.join(repr(c) for c in more[:8])}{f' and {len(more) - 8} more' if len(more) > 8 else ''})"
+            if more else ""))
     for c in columns:
         v = rec.get(c)
         if isinstance(v, str):

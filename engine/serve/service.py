@@ -365,7 +365,8 @@ class ScoringService:
                 "case_worker": None if w is None else {"alive": w.is_alive(), "pid": w.pid, "restarts": w.restarts,
                                                        "cases_written": w.cases_written,
                                                        "explained": w.explained, "errors": w.errors,
-                                                       "backlog": w.backlog, "explain_cpu": w.explain_cpu,
+                                                       "backlog": w.backlog, "explain": w.explain_method,
+                                                       "explain_cpu": w.explain_cpu if w.explain_method != "none" else None,
                                                        "paused_s": round(w.paused_s, 1),
                                                        "last_error": w.last_error},
                 "uptime_s": round(time.time() - self.started, 1)}

@@ -262,6 +262,7 @@ def test_healthz_metrics_and_openapi(bundle, records, batch_probs, tmp_path):
     c.post("/v1/score", json=dict(records[11], amt=""))
     h = c.get("/healthz").json()
     assert h["status"] == "ok" and h["history_transactions"] == 10 and h["model_sha256"] == bundle.sha256
+    assert (h["case_worker"]["explain"], h["case_worker"]["explain_cpu"]) == ("occlusion", 0.25)
     text = c.get("/metrics").text
     lines = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
     assert float(lines['fraudlens_serve_requests_total{route="/v1/score",status="200"}']) == 11
@@ -504,3 +505,10 @@ def test_thresholds_in_force_closes_the_case_store_it_opens(bundle, tmp_path, mo
     assert len(closed) == 3
     assert thresholds_in_force(bundle, db_path=tmp_path / "missing.sqlite3")["source"] == "checkpoint default"
     assert not (tmp_path / "missing.sqlite3").exists() and len(closed) == 3  # a missing store is not created
+
+
+def test_healthz_shows_no_explanation_budget_without_explanations(bundle, tmp_path):
+    svc, c = make(bundle, tmp_path, explain="none")
+    w = c.get("/healthz").json()["case_worker"]
+    assert (w["explain"], w["explain_cpu"]) == ("none", None)
+    svc.close()
