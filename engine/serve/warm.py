@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,10 +150,17 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
                          "entity_id": rows[k]["entity_id"], "column": column, "value": value, "reason": reason})
 
     touched: set[str] = set()
+    max_ahead = getattr(service, "max_ahead_ns", None)
+    latest = None if max_ahead is None else time.time_ns() + max_ahead
     with service.lock:
         service.committer.flush()  # rows in flight first: the history store is read below
         keep, skipped, conflicts = [], 0, 0
         for k, row in enumerate(rows):
+            if latest is not None and row["ts_ns"] > latest:  # as a posted row: it would lock its entity out
+                reject(k, service.ts_column, str(row["timestamp"]), f"timestamp (UTC) is "
+                       f"{(row['ts_ns'] - time.time_ns()) / 3.6e12:,.1f} h after this server's clock; at most "
+                       f"{max_ahead / 3.6e12:g} h ahead is accepted (serve --max-ahead-hours)")
+                continue
             if k in same_as:
                 reject(k, "", "", f"the same transaction as row {numbers[same_as[k]]} (entity, time, amount and "
                        "fields equal; without an id column a transaction is known by them)")

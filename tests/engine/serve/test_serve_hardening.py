@@ -400,6 +400,18 @@ def test_a_transaction_dated_ahead_of_the_clock_is_refused_and_does_not_lock_its
     assert svc.history.get("t-future") is None
     svc.close()
 
+    # a --warm file: the row dated ahead is rejected with its reason, the others appended
+    from engine.serve.warm import warm_start
+    from serve_helpers import write_raw
+
+    svc, c = make(bundle, tmp_path / "warm")
+    out = warm_start(svc, write_raw(records[:10] + [future], tmp_path / "warm.parquet"), log=lambda m: None)
+    assert (out["appended"], out["rejected"]) == (10, 1)
+    rej = out["rejected_rows"].iloc[0]
+    assert (rej["row_number"], rej["transaction_id"], rej["column"]) == (11, "t-future", "ts")
+    assert "h after this server's clock" in rej["reason"]
+    svc.close()
+
     # the check can fail: without a limit the row is accepted and the entity is locked out
     svc, c = make(bundle, tmp_path / "nolimit", max_ahead_s=None)
     assert c.post("/v1/score", json=mine[0]).status_code == 200
