@@ -353,9 +353,9 @@ def score(
     console.print(run.accounting())
     from engine.model.split_checks import date_outliers, history_warning
 
-    for w in (history_warning(res.frame, bundle.config.min_history), date_outliers(res.frame)):
+    for w in (history_warning(res.frame, bundle.config.min_history), date_outliers(res.frame, hint="fix or remove them")):
         if w:
-            console.print(f"warning: {w.removesuffix(', or pass --train-end / --val-end')}", markup=False)
+            console.print(f"warning: {w}", markup=False)
     word = "calibrated fraud probability" if bundle.calibrated else "score (uncalibrated: not a probability)"
     console.print(f"{flagged:,} transactions at or above the review threshold {format_threshold(thr['review'])} on "
                   f"the {word} "
@@ -386,9 +386,9 @@ def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_lim
     _print_unseen(run.unseen)
     _reject_report(run.load, rejected)
     console.print(run.accounting())
-    hist = history_warning_from_sizes(run.entity_sizes, bundle.config.min_history)
-    if hist:
-        console.print(f"warning: {hist}", markup=False)
+    for w in (history_warning_from_sizes(run.entity_sizes, bundle.config.min_history), run.date_warning):
+        if w:
+            console.print(f"warning: {w}", markup=False)
     console.print(f"{run.flagged:,} transactions at or above the review threshold {format_threshold(thr['review'])} "
                   f"({escape(thr['source'])}); written to {escape(str(out))} ({run.seconds:.1f} s, "
                   f"{run.partitions} partitions, at most {run.peak_partition_rows:,} rows in one; model {bundle.short_sha})")

@@ -56,6 +56,7 @@ from engine.data.spec import DatasetSpec
 from engine.data.validate import _check_columns, _check_parquet_types, _clip, _text
 from engine.model.checkpoint import ModelBundle
 from engine.model.scoring import score_frame
+from engine.model.split_checks import DateOutliers
 
 ROW = "__fl_row"
 PART = "__fl_part"
@@ -84,6 +85,8 @@ class PartitionedRun:
         peak_partition_rows: most input records in one partition.
         passes: 1 when each partition was validated and scored at once; 2 when ids repeat across
             partitions or the spec has aggregates (validated first, scored after the whole-file step).
+        date_warning: :class:`engine.model.split_checks.DateOutliers` over the partitions (the
+            transactions dated far outside the file's dates), or None.
     """
 
     load: LoadResult
@@ -95,6 +98,7 @@ class PartitionedRun:
     unseen: list[dict] = field(default_factory=list)
     peak_partition_rows: int = 0
     passes: int = 1
+    date_warning: str | None = None
 
     @property
     def rows_read(self) -> int:
@@ -387,6 +391,7 @@ class _Scorer:
         self.scored = self.flagged = 0
         self.sizes: list[np.ndarray] = []
         self.unseen: dict = {}
+        self.dates = DateOutliers()
 
     def score(self, fr: pd.DataFrame) -> None:
         if fr.empty:
@@ -397,6 +402,7 @@ class _Scorer:
         self.scored += len(s)
         self.flagged += int((s["probability"] >= self.thr).sum())
         self.sizes.append(fr.groupby("entity_id", sort=False).size().to_numpy())
+        self.dates.add(fr["timestamp"], fr["row_number"])
         _merge_unseen(self.unseen, self.bundle.encoder.unseen_values(fr))
 
     def close(self, rejected: pd.DataFrame) -> None:
@@ -522,7 +528,7 @@ def score_partitioned(
                           seconds=time.perf_counter() - t0,
                           entity_sizes=np.concatenate(sc.sizes) if sc.sizes else np.zeros(0, np.int64),
                           unseen=list(sc.unseen.values()), peak_partition_rows=peak,
-                          passes=2 if two_pass else 1)
+                          passes=2 if two_pass else 1, date_warning=sc.dates.warning(hint="fix or remove them"))
 
 
 def _with_rss(log: Callable[[str], None] | None) -> Callable[[str], None]:

@@ -130,27 +130,95 @@ def history_warning_from_sizes(sizes: np.ndarray, min_history: int) -> str | Non
     )
 
 
-def date_outliers(frame: pd.DataFrame, *, show: int = 3) -> str | None:
-    """A sentence naming the transactions dated far outside the file's bulk of dates, else None.
 
-    The bulk is the 0.5 %-99.5 % quantile range of ``frame["timestamp"]`` (datetime64, naive UTC);
-    a transaction more than the bulk's span (at least 30 days) before or after it is an outlier:
-    a typo such as 2099 or an epoch 0 that stretches the default time split (cut at 70 % / 85 % of
-    the date range, so one 2099 row leaves validation empty) and the time since the previous
-    transaction. Names at most ``show`` of them by ``row_number`` (the file's record number).
+class DateOutliers:
+    """Transactions dated far outside a file's bulk of dates, gathered part by part.
+
+    The bulk is the 0.5 %-99.5 % quantile range of the timestamps; a transaction more than the
+    bulk's span (at least 30 days) before or after it is an outlier: a typo such as 2099 or an
+    epoch 0 that stretches the default time split (cut at 70 % / 85 % of the date range, so one
+    2099 row leaves validation empty) and the time since the previous transaction.
+
+    :meth:`add` takes one frame or one partition at a time (the partitioned scorer never holds the
+    file at once): it keeps at most ``sample`` timestamps per part (a uniform sample, weighted by
+    the part's size, for the quantiles; exact while a part is no larger) and the ``extremes``
+    earliest and latest transactions of each part (the candidates, with their row numbers).
+    Memory: O(parts x (sample + extremes)).
     """
-    if len(frame) < 2:
-        return None
-    ts = pd.to_datetime(frame["timestamp"])
-    lo, hi = ts.quantile(0.005), ts.quantile(0.995)
-    margin = max(hi - lo, pd.Timedelta(days=30))
-    far = ((ts < lo - margin) | (ts > hi + margin)).to_numpy()
-    if not far.any():
-        return None
-    rows = frame.loc[far, ["row_number", "timestamp"]].sort_values("row_number")
-    named = ", ".join(f"row {int(r)} at {t}" for r, t in zip(rows["row_number"].head(show), rows["timestamp"].head(show)))
-    n = int(far.sum())
-    return (f"{n:,} transaction{'s are' if n != 1 else ' is'} dated far outside the file's dates "
-            f"({lo.date()} to {hi.date()} hold 99 % of them): {named}{' and more' if n > show else ''}; "
-            "such dates stretch the default time split and the time since the previous transaction: "
-            "fix or remove them, or pass --train-end / --val-end")
+
+    def __init__(self, sample: int = 100_000, extremes: int = 50, seed: int = 0):
+        self.sample, self.extremes = sample, extremes
+        self.rng = np.random.default_rng(seed)
+        self.values: list[np.ndarray] = []   # int64 ns, per part
+        self.weights: list[np.ndarray] = []  # float64, per part
+        # per part: (candidate ns, their row numbers, the latest of the kept earliest, the earliest of the
+        # kept latest, whether the part holds rows between them that were not kept)
+        self.edges: list[tuple[np.ndarray, np.ndarray, int, int, bool]] = []
+
+    def add(self, timestamp: np.ndarray | pd.Series, row_number: np.ndarray | pd.Series) -> None:
+        """One part: ``timestamp`` ``[N]`` datetime64[ns] (naive UTC; NaT is ignored) and
+        ``row_number`` ``[N]`` int64 (the file's record numbers)."""
+        ns = np.asarray(pd.to_datetime(timestamp), dtype="datetime64[ns]").view(np.int64)
+        rows = np.asarray(row_number, dtype=np.int64)
+        ok = ns != np.iinfo(np.int64).min
+        ns, rows = ns[ok], rows[ok]
+        n = len(ns)
+        if n == 0:
+            return
+        kept = ns if n <= self.sample else self.rng.choice(ns, self.sample, replace=False)
+        self.values.append(kept)
+        self.weights.append(np.full(len(kept), n / len(kept)))
+        k = self.extremes
+        if n <= 2 * k:  # every row is a candidate
+            self.edges.append((ns, rows, 0, 0, False))
+            return
+        low = np.argpartition(ns, k - 1)[:k]
+        high = np.argpartition(ns, n - k)[n - k:]
+        pick = np.concatenate([low, high])
+        self.edges.append((ns[pick], rows[pick], int(ns[low].max()), int(ns[high].min()), True))
+
+    def _bulk(self) -> tuple[int, int]:
+        v = np.concatenate(self.values)
+        w = np.concatenate(self.weights)
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], w[order]
+        if np.all(w == 1.0):  # every value kept: the usual linear-interpolation quantiles
+            lo, hi = np.quantile(v, [0.005, 0.995])
+            return int(lo), int(hi)
+        cw = (np.cumsum(w) - 0.5 * w) / w.sum()
+        return int(np.interp(0.005, cw, v)), int(np.interp(0.995, cw, v))
+
+    def warning(self, show: int = 3, hint: str = "fix or remove them, or pass --train-end / --val-end") -> str | None:
+        """A sentence naming the outliers (at most ``show`` by row number) and ending with
+        ``hint``, else None (fewer than 2 transactions, or none outside)."""
+        if sum(len(v) for v in self.values) < 2:
+            return None
+        lo, hi = self._bulk()
+        margin = max(hi - lo, int(pd.Timedelta(days=30).value))
+        far_rows, far_ns, partial = [], [], False
+        for ns, rows, low_last, high_first, more in self.edges:
+            far = (ns < lo - margin) | (ns > hi + margin)
+            far_rows.append(rows[far])
+            far_ns.append(ns[far])
+            # every kept extreme of one side is an outlier: the part may hold more of them
+            partial |= more and (low_last < lo - margin or high_first > hi + margin)
+        rows, ns = np.concatenate(far_rows), np.concatenate(far_ns)
+        if len(rows) == 0:
+            return None
+        order = np.argsort(rows, kind="stable")
+        rows, ns = rows[order], ns[order]
+        n = len(rows)
+        named = ", ".join(f"row {int(r)} at {pd.Timestamp(int(t))}" for r, t in zip(rows[:show], ns[:show]))
+        count = f"{'at least ' if partial else ''}{n:,} transaction{'s are' if n != 1 else ' is'}"
+        return (f"{count} dated far outside the file's dates ({pd.Timestamp(lo).date()} to "
+                f"{pd.Timestamp(hi).date()} hold 99 % of them): {named}{' and more' if n > show else ''}; "
+                f"such dates stretch the default time split and the time since the previous transaction: {hint}")
+
+
+def date_outliers(frame: pd.DataFrame, *, show: int = 3,
+                  hint: str = "fix or remove them, or pass --train-end / --val-end") -> str | None:
+    """:class:`DateOutliers` of one frame (``timestamp``, ``row_number`` columns), exact: a
+    sentence naming the transactions dated far outside the file's bulk of dates, else None."""
+    d = DateOutliers(sample=max(len(frame), 1), extremes=max(len(frame), 1))
+    d.add(frame["timestamp"], frame["row_number"])
+    return d.warning(show=show, hint=hint)

@@ -208,3 +208,19 @@ def test_demo_model_on_a_slice_of_the_demo_csv_two_entity_columns_no_id(tmp_path
     rej = got[got["status"] == "rejected"]
     assert rej["transaction_id"].tolist() == ["r3000"] and rej["entity_id"].tolist() == [mem.loc[9, "entity_id"]]
     pd.testing.assert_frame_equal(part.load.rejected.reset_index(drop=True), run.rejected.reset_index(drop=True))
+
+
+def test_partitioned_run_names_a_2099_typo_as_the_in_memory_check_does(hb_plain, tmp_path):
+    from engine.model.split_checks import date_outliers
+
+    d, spec, bundle = hb_plain
+    raw = pd.read_parquet(d / "clean.parquet")
+    assert score_partitioned(bundle, d / "clean.parquet", spec, tmp_path / "p0.parquet", partitions=3,
+                             tmp_dir=tmp_path).date_warning is None
+    raw.loc[[123, 2500], "TX_DATETIME"] = pd.Timestamp("2099-06-01 08:00")
+    raw.to_parquet(tmp_path / "typo.parquet", index=False)
+    part = score_partitioned(bundle, tmp_path / "typo.parquet", spec, tmp_path / "p.parquet", partitions=3,
+                             tmp_dir=tmp_path)
+    mem = date_outliers(read_transactions(tmp_path / "typo.parquet", spec).frame, hint="fix or remove them")
+    assert part.date_warning == mem
+    assert mem.startswith("2 transactions are dated far outside") and "row 124 at 2099-06-01 08:00:00, row 2501" in mem

@@ -136,3 +136,29 @@ def test_score_cli_names_a_transaction_dated_2099(tmp_path):
     out = " ".join(r.output.split())
     assert "warning: 1 transaction is dated far outside the file's dates" in out and "row 1235 at 2099-" in out
     assert "--train-end" not in out
+
+
+def test_date_outliers_gathered_from_sampled_parts_name_the_same_rows():
+    """The partitioned scorer's sketch (a sample per part, the extremes of each part) names the
+    outliers the exact check names, and says 'at least' when a part holds more than it kept."""
+    from engine.model.split_checks import DateOutliers
+
+    rng = np.random.default_rng(1)
+    n = 30_000
+    ts = pd.Timestamp("2023-01-01") + pd.to_timedelta(rng.integers(0, 365 * 86400, n), unit="s")
+    fr = pd.DataFrame({"timestamp": ts, "row_number": np.arange(1, n + 1)})
+    fr.loc[[5, 17_000], "timestamp"] = pd.Timestamp("2099-01-01")
+    exact = date_outliers(fr)
+    sketch = DateOutliers(sample=2_000, extremes=20)
+    for part in np.array_split(np.arange(n), 4):
+        sketch.add(fr["timestamp"].iloc[part], fr["row_number"].iloc[part])
+    got = sketch.warning()
+    assert "row 6 at 2099-01-01 00:00:00, row 17001 at 2099-01-01 00:00:00;" in got and got.startswith("2 transactions")
+    first = [pd.Timestamp(w.split("(")[1][:10]) for w in (got, exact)]  # the bulk's first date, sampled or not
+    assert first[1] == pd.Timestamp("2023-01-02") and abs(first[0] - first[1]) <= pd.Timedelta(days=3)
+    fr.loc[:99, "timestamp"] = pd.Timestamp("1970-01-01")  # 100 outliers in the first part (20 kept per side) + row 17001
+    sketch = DateOutliers(sample=2_000, extremes=20)
+    for part in np.array_split(np.arange(n), 4):
+        sketch.add(fr["timestamp"].iloc[part], fr["row_number"].iloc[part])
+    assert sketch.warning().startswith("at least 21 transactions are dated far outside")
+    assert date_outliers(fr).startswith("101 transactions are dated far outside")
