@@ -52,11 +52,12 @@ def render_sidebar() -> None:
 
 
 def render_chain_alarm() -> None:
-    """A red line on every page when the case store's audit chain was broken at open."""
+    """A red line on every page when the case store's audit chain is broken (verified at open
+    and again when the last check is older than 30 s: a log changed while the server runs)."""
     from dashboard import components as comp
 
     try:
-        verdict = comp.get_store().audit_verdict
+        verdict = comp.get_store().recent_audit_verdict(30.0)
     except Exception:  # noqa: BLE001 - the pages that use the store report their own errors
         return
     if not verdict.ok:

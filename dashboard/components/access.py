@@ -50,7 +50,15 @@ def current() -> ac.Identity | None:
         if ident.method == "demo" and not _demo_allowed():
             ss.pop(SESSION_KEY, None)
             return None
-        return ident
+        now = ac.still_signed_in(ac.users_path(), ident)  # the file's word now: removed or re-roled users
+        if now is None:
+            log.warning("signed out %s: no longer listed in the credentials file", ascii(ident.name)[:80])
+            ss.pop(SESSION_KEY, None)
+            ss["signin_msg"] = "Your account is no longer listed in the credentials file: signed out."
+            return None
+        if now != ident:
+            ss[SESSION_KEY] = now
+        return now
     if _oidc_configured() and _oidc_logged_in():
         try:
             ident = ac.oidc_identity(ac.users_path(), st.user.get("email"))

@@ -104,11 +104,11 @@ def _approve(store, case: dict) -> None:
     if not note:
         return _flash("error", "A note is required to approve.")
     try:
-        store.approve(case["id"], note, analyst=who, expected_version=case["version"])
+        state = store.approve(case["id"], note, analyst=who, expected_version=case["version"])
     except CaseStoreError as e:
         return _flash("error", md(e))
     ss["approve_note"] = ""
-    _flash("success", f"Approved by {md(who)}: confirmed fraud.")
+    _flash("success", f"Approved by {md(who)}: {comp.STATE_LABELS.get(state, state).lower()}.")
 
 
 def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dict | None = None,
@@ -144,8 +144,9 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
         getattr(st, msg[0])(msg[1])
 
     if case["state"] == "pending_approval":
-        st.warning(f"Confirmed fraud proposed by **{md(cv.mask(case['pending_by']))}**, waiting for a second analyst "
-                   "(four-eyes).")
+        proposed = store.pending_disposition(case["id"]) or "confirmed_fraud"
+        st.warning(f"{DISPOSITION_LABELS.get(proposed, proposed)} proposed by **{md(cv.mask(case['pending_by']))}**, "
+                   "waiting for a second analyst (four-eyes).")
         if who is not None and who == case["pending_by"]:
             st.caption("You proposed this disposition: a different signed-in supervisor must approve it.")
         elif ac.can(ident, ac.APPROVE):

@@ -15,6 +15,7 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard import state
+from dashboard.components.safe import md
 from engine.cases import fmt
 from engine.cases import view as cv
 from engine.cases.store import FRAUD_TYPES, audit_csv
@@ -22,7 +23,7 @@ from engine.serve import access as ac
 
 state.ensure_entrypoint()
 st.title("Audit log")
-if comp.access.deny(ac.VIEW_AUDIT):  # supervisors, auditors and admins
+if comp.access.deny(ac.VIEW_AUDIT):  # supervisors and auditors (an admin sees no case data)
     st.stop()
 store = comp.get_store()
 
@@ -50,7 +51,7 @@ if case_text.strip():
     try:
         kw["case_id"] = int(case_text.strip())
     except ValueError:
-        st.error(f"Case id: expected a whole number, got {case_text.strip()[:40]!r}.")
+        st.error(f"Case id: expected a whole number, got {md(repr(case_text.strip()[:40]))}.")
         st.stop()
 if analyst.strip():
     kw["actor"] = analyst.strip()

@@ -77,9 +77,13 @@ with st.expander(f"Data: **{md(src['label'])}** (spec {md(src['spec'])}) · Mode
             up = st.file_uploader("Transactions file", type=["csv", "parquet", "pq", "gz"], key="src_upload")
             spec = _spec_picker("src_upload_spec", src["spec"] if src["spec"] in builtin_specs() else cv.demo_spec_name())
             if up is not None:
-                p = state.save_upload(up.name, up.getvalue())
-                new_src = {"kind": "upload", "path": str(p), "spec": spec, "label": up.name,
-                           "max_rows": src.get("max_rows")}
+                try:
+                    p = state.save_upload(up.name, up.getvalue())
+                except ValueError as e:  # too large once decompressed, an unreadable Parquet footer
+                    st.error(md(str(e)))
+                else:
+                    new_src = {"kind": "upload", "path": str(p), "spec": spec, "label": up.name,
+                               "max_rows": src.get("max_rows")}
         same = new_src is not None and all(new_src.get(k) == src.get(k) for k in ("path", "spec"))
         if st.button("Use this data", disabled=new_src is None or same, key="src_apply") \
                 and not comp_access.deny(ac.CHOOSE_DATA):

@@ -41,7 +41,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "analyst": frozenset(_WORK),
     "supervisor": frozenset(_WORK | {APPROVE, SET_THRESHOLDS, VIEW_AUDIT}),
     "auditor": frozenset({VIEW_CASES, CHOOSE_DATA, VIEW_AUDIT}),
-    "admin": frozenset({MANAGE_USERS, VIEW_AUDIT}),
+    "admin": frozenset({MANAGE_USERS}),  # no case data: the audit log holds entities, notes, amounts
 }
 #: what each action is called in a refusal
 ACTION_LABELS = {VIEW_CASES: "view cases", CHOOSE_DATA: "choose data", ASSIGN: "assign cases",
@@ -240,16 +240,19 @@ class _Throttle:
         self._lock = threading.Lock()
 
     def check(self, name: str) -> None:
+        """Reserve one attempt for ``name`` (counted as a failure until :meth:`clear`), or raise
+        :class:`SignInError` when :data:`MAX_FAILURES` are counted within the window. Reserving
+        before the hash is checked bounds attempts made in parallel too (40 at once: 5 checked)."""
         now = time.monotonic()
         with self._lock:
             recent = [t for t in self._fails.get(name, []) if now - t < FAILURE_WINDOW_S]
-            self._fails[name] = recent
             if len(recent) >= MAX_FAILURES:
+                self._fails[name] = recent
                 raise SignInError("too many wrong passwords for this user: try again later")
+            self._fails[name] = recent + [now]
 
     def fail(self, name: str) -> None:
-        with self._lock:
-            self._fails.setdefault(name, []).append(time.monotonic())
+        """A wrong password: its attempt, reserved by :meth:`check`, stays counted."""
 
     def clear(self, name: str) -> None:
         with self._lock:
@@ -287,6 +290,26 @@ def authenticate(path: str | Path, name: str, password: str) -> Identity:
         raise SignInError("unknown user or wrong password")
     THROTTLE.clear(key)
     return Identity(name=rec.name, role=rec.role, method="password")
+
+
+def still_signed_in(path: str | Path | None, ident: Identity) -> Identity | None:
+    """``ident`` as the credentials file says now (read on every call: a removed user or a
+    changed role takes effect at the next page run or action, not at the next sign-in).
+
+    Returns the identity with the file's current role, or ``None`` when the user is no longer
+    listed, the file cannot be read (fail closed), or (password users) has no password any more.
+    A demo identity, and any identity while no credentials file is configured (``path`` None: the
+    server's environment, fixed for its life), is returned as it is.
+    """
+    if ident.method == "demo" or path is None:
+        return ident
+    try:
+        rec = load_users(path).get(ident.name)
+    except UsersFileError:
+        return None
+    if rec is None or (ident.method == "password" and rec.password_hash is None):
+        return None
+    return ident if rec.role == ident.role else Identity(name=ident.name, role=rec.role, method=ident.method)
 
 
 def oidc_identity(path: str | Path | None, email: object) -> Identity:

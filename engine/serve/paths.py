@@ -106,6 +106,81 @@ def display_name(path: Path, roots: list[Path]) -> str:
     return path.name
 
 
+ENV_MAX_UPLOAD_MB = "FRAUDLENS_MAX_UPLOAD_MB"
+#: default most megabytes (10**6 bytes) an upload may hold once decompressed
+DEFAULT_MAX_UPLOAD_MB = 100.0
+
+
+class UploadTooLarge(ValueError):
+    """An upload larger than the limit once decompressed (a compression bomb, or a file that
+    belongs in a data root)."""
+
+
+def max_upload_bytes(env: dict[str, str] | None = None) -> int:
+    """``$FRAUDLENS_MAX_UPLOAD_MB`` (default :data:`DEFAULT_MAX_UPLOAD_MB`) in bytes. Raises
+    ``ValueError`` for a value that is not a positive number."""
+    raw = (os.environ if env is None else env).get(ENV_MAX_UPLOAD_MB, "").strip()
+    try:
+        mb = float(raw) if raw else DEFAULT_MAX_UPLOAD_MB
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise ValueError(f"{ENV_MAX_UPLOAD_MB}: expected a positive number of megabytes, got {raw!r}")
+    return int(mb * 1e6)
+
+
+def check_upload_size(data: bytes, limit: int) -> int:
+    """The size of ``data`` once decompressed, in bytes, read in 1 MiB steps and never past
+    ``limit`` + 1: gzip / bzip2 / xz as the file reader opens them (magic bytes); for a Parquet
+    file the larger of its uncompressed row-group bytes and 16 bytes per cell (rows x columns,
+    from the footer: a dictionary-encoded column of one long value is tiny on disk and not in
+    memory); else ``len(data)``. A corrupt stream or footer is measured as far as it reads (the
+    file reader then names the problem).
+
+    Raises :class:`UploadTooLarge` when that exceeds ``limit`` (a 1 MB gzip of 300 MB of text
+    cost the dashboard 3.4 GB of memory before this check).
+    """
+    import io
+
+    from engine.data.sniff import _OPENERS, _compression
+
+    def too_large(what: str) -> UploadTooLarge:
+        return UploadTooLarge(f"the upload {what} more than the {limit / 1e6:,.0f} MB an upload may hold "
+                              f"({ENV_MAX_UPLOAD_MB}); put a file this large in a data root (FRAUDLENS_DATA_ROOTS) "
+                              "and open it from there")
+
+    comp = _compression(data[:8])
+    if comp is not None:
+        import lzma
+
+        n = 0
+        try:
+            with _OPENERS[comp](io.BytesIO(data), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    n += len(chunk)
+                    if n > limit:
+                        raise too_large("decompresses to")
+        except (OSError, EOFError, lzma.LZMAError):  # corrupt: the reader says so when it opens the file
+            pass
+        return n
+    if data[:4] == b"PAR1":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            md = pq.ParquetFile(io.BytesIO(data)).metadata
+        except (pa.ArrowException, OSError):  # the reader names the problem
+            return len(data)
+        n = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)),
+                16 * md.num_rows * md.num_columns)
+        if n > limit:
+            raise too_large("holds")
+        return n
+    if len(data) > limit:
+        raise too_large("holds")
+    return len(data)
+
+
 class UploadArea:
     """A private upload folder for this process (created on first use with ``tempfile.mkdtemp``,
     mode 0700, removed at exit). :meth:`save` writes bytes to a random-token file name."""
@@ -127,7 +202,11 @@ class UploadArea:
     def save(self, name: str, data: bytes) -> Path:
         """Write ``data`` (an upload called ``name``) and return its path: a random 32-hex name
         plus the recognised suffix of ``name`` (:data:`UPLOAD_SUFFIXES`; otherwise ``.csv``), created 0600 and never overwritten. The same bytes in this process
-        return the same path (so caches keyed by path hit)."""
+        return the same path (so caches keyed by path hit).
+
+        Raises :class:`UploadTooLarge` (nothing written) when ``data`` holds more than
+        :func:`max_upload_bytes` once decompressed (:func:`check_upload_size`)."""
+        check_upload_size(data, max_upload_bytes())
         digest = hashlib.sha256(data).hexdigest()
         low = (name or "").lower()
         suffix = next((s for s in sorted(UPLOAD_SUFFIXES, key=len, reverse=True) if low.endswith(s)), ".csv")

@@ -222,6 +222,23 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     _ok(at)
     assert [b.label for b in at.get("download_button") if b.label in exports] == exports
 
+    # undoing the approved fraud takes two people as well
+    _as(at, "alice").run()
+    at.radio(key="disp_choice").set_value("false_positive")
+    at.selectbox(key="disp_fraud_type").set_value("")
+    at.number_input(key="disp_loss").set_value(None)
+    at.text_area(key="disp_note").set_value("customer confirmed the purchases")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    _ok(at)
+    assert {m.label: m.value for m in at.metric}["Case state"] == "pending approval"
+    assert any(w.value.startswith("False positive proposed by **alice**") for w in at.warning)
+    _as(at, "bob").run()
+    at.text_area(key="approve_note").set_value("call recording checked")
+    at.button(key="FormSubmitter:approve_form-Approve").click().run()
+    _ok(at)
+    assert {m.label: m.value for m in at.metric}["Case state"] == "false positive"
+    assert any("Approved by bob: false positive." in s.value for s in at.success)
+
 
 def test_queue_lists_the_scoring_services_cases_without_their_file(qenv):
     """Cases the scoring service opened (source "<model sha>/service:<spec>") are listed when the

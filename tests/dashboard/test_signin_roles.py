@@ -14,7 +14,7 @@ from engine.serve import access as ac
 from test_app import APP, PASSWORD, TIMEOUT, _ok, env, signed_in, users_file, world  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-PAGES = ("pages/cases.py", "pages/queue.py", "pages/case.py", "pages/model.py")
+PAGES = ("pages/cases.py", "pages/queue.py", "pages/case.py", "pages/model.py", "pages/audit.py")
 
 
 @pytest.fixture
@@ -81,7 +81,8 @@ def test_an_admin_sees_no_case_data(env, page):  # noqa: F811
     at.run()
     assert not at.exception
     assert not at.dataframe and not at.metric
-    assert "your role (admin) may not view cases" in at.error[0].value.lower()
+    what = "view the audit log" if page == "pages/audit.py" else "view cases"
+    assert f"your role (admin) may not {what}" in at.error[0].value.lower()
 
 
 def test_an_auditor_reads_the_case_and_writes_nothing(env, tmp_path, world):  # noqa: F811
@@ -134,6 +135,7 @@ def _callback_script(user: str, role: str, action: str) -> None:
 
         def approve(self, *a, **k):
             self.calls.append(("approve", a, k))
+            return "confirmed_fraud"
 
     st.session_state[SESSION_KEY] = Identity(user, role, "password")
     st.session_state["disp_choice"], st.session_state["disp_note"] = "false_positive", "forged call"
@@ -183,3 +185,30 @@ def test_identity_provider_users_get_their_listed_role(env, monkeypatch, tmp_pat
         assert SESSION_KEY not in at.session_state
         assert any("has no role in this fraudlens" in e.value for e in at.error)
         assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
+
+
+def test_a_re_roled_or_removed_user_is_changed_at_the_next_page_run(env, monkeypatch, tmp_path):  # noqa: F811
+    """The credentials file is read at every page run and action: a role change takes effect at
+    once, a removed user is signed out (not at the next sign-in)."""
+    users = tmp_path / "own" / "users.toml"
+    ac.add_user(users, "alice", "analyst", PASSWORD)
+    ac.add_user(users, "bob", "supervisor", PASSWORD)
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users))
+    at = signed_in("alice")
+    at.run()
+    _ok(at)
+    assert any(t.value == "alice · analyst" for t in at.sidebar.text)
+    recs = ac.load_users(users)
+    ac.write_users(users, {**recs, "alice": ac.UserRecord("alice", "auditor", recs["alice"].password_hash)})
+    at.run()
+    assert at.session_state[SESSION_KEY] == ac.Identity("alice", "auditor", "password")
+    assert any(t.value == "alice · auditor" for t in at.sidebar.text)
+    ac.write_users(users, {"bob": recs["bob"]})
+    at.run()
+    assert SESSION_KEY not in at.session_state
+    assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
+    assert any("no longer listed in the credentials file" in e.value for e in at.error)
+    users.write_text("not toml [", encoding="utf-8")  # an unreadable file: fail closed
+    at = signed_in("bob")
+    at.run()
+    assert SESSION_KEY not in at.session_state and at.title[0].value == "Sign in to fraudlens"

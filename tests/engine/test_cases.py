@@ -873,10 +873,11 @@ def test_migrate_v2_cases_to_the_legacy_source(db):
         "VALUES (1, 't1', 'disposition', 'false_positive', 'false_positive', 'carol', 'legit')"
     )
     conn.execute("INSERT INTO notes(case_id, ts, analyst, text) VALUES (1, 't1', 'carol', 'hi')")
-    for i in range(3):
+    # the audit rows the store wrote with them (same case, time and actor; unaudited_record)
+    for i, action in enumerate(("case_created", "disposition", "note_added")):
         conn.execute(
             "INSERT INTO audit_log(ts, actor, action, case_id, model_sha256, after_json) "
-            f"VALUES ('t{i}', 'carol', 'disposition', 1, ?, '{{\"n\": {i}}}')", (SHA,)
+            f"VALUES ('t{min(i, 1)}', 'carol', '{action}', 1, ?, '{{\"n\": {i}}}')", (SHA,)
         )
     conn.close()
     with CaseStore(db, four_eyes=False) as s:
@@ -1021,3 +1022,32 @@ def test_audit_rows_are_chained_and_verified_on_open(store, db):
     with pytest.raises(AuditChainError, match="row 2") as ei:
         CaseStore(db, strict_audit=True)
     assert ei.value.verdict.first_broken_id == 2
+
+
+def test_four_eyes_undoing_an_approved_fraud_takes_a_second_person_too(db):
+    """With four-eyes on, one analyst cannot turn an approved confirmed fraud into a false
+    positive alone, nor re-record a pending reversal to apply it: each waits for another
+    person, whose approval applies the proposed disposition."""
+    with CaseStore(db, four_eyes=True) as s:
+        s.upsert_cases(SHA, summary({"e1": 0.95}))
+        cid = case_id(s, "e1")
+        s.record_disposition(cid, "confirmed_fraud", "burst", analyst="sam")
+        assert s.approve(cid, "agreed", analyst="sue") == "confirmed_fraud"
+        assert s.pending_disposition(cid) is None
+        assert s.record_disposition(cid, "false_positive", "customer confirmed", analyst="bob") == "pending_approval"
+        assert (s.get_case(cid)["pending_by"], s.pending_disposition(cid)) == ("bob", "false_positive")
+        assert s.record_disposition(cid, "false_positive", "again", analyst="bob") == "pending_approval"
+        with pytest.raises(FourEyesError):
+            s.approve(cid, "mine", analyst="bob")
+        assert s.approve(cid, "call recording checked", analyst="sam") == "false_positive"
+        case = s.get_case(cid)
+        assert (case["state"], case["pending_by"]) == ("false_positive", None)
+        h = s.history(cid)
+        assert h[["kind", "disposition", "state_after"]].values.tolist()[-3:] == [
+            ["disposition", "false_positive", "pending_approval"],
+            ["disposition", "false_positive", "pending_approval"],
+            ["approval", "false_positive", "false_positive"],
+        ]
+        assert s.audit_log(cid).iloc[-1].after["disposition"] == "false_positive"
+    with CaseStore(db, four_eyes=False) as s:  # without the rule one person revises it
+        assert s.record_disposition(cid, "escalate", "new evidence", analyst="bob") == "escalated"

@@ -29,7 +29,7 @@ def test_roles_allow_exactly_their_actions():
     assert allowed["analyst"] == {"view_cases", "choose_data", "assign", "disposition", "note"}
     assert allowed["supervisor"] == allowed["analyst"] | {"approve", "set_thresholds", "view_audit"}
     assert allowed["auditor"] == {"view_cases", "choose_data", "view_audit"}
-    assert allowed["admin"] == {"manage_users", "view_audit"}
+    assert allowed["admin"] == {"manage_users"}
     with pytest.raises(ac.AccessDenied, match=r"your role \(analyst\) may not change thresholds"):
         ac.require(ac.Identity("alice", "analyst", "password"), ac.SET_THRESHOLDS)
     with pytest.raises(ac.AccessDenied, match="sign in to record a disposition"):
@@ -60,6 +60,25 @@ def test_wrong_passwords_lock_the_name(users):
             ac.authenticate(users, "alice", "guess")
     with pytest.raises(ac.SignInError, match="too many wrong passwords"):
         ac.authenticate(users, "alice", PW)  # even the right one, until the window has passed
+    ac.THROTTLE.clear("alice")
+    assert ac.authenticate(users, "alice", PW).role == "analyst"
+
+
+def test_parallel_wrong_passwords_are_bounded_by_the_lock_too(users):
+    """Attempts made at once (one thread per browser session) each reserve a count before the
+    hash is checked: of 40 parallel guesses at most MAX_FAILURES reach the hash."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def guess(i):
+        try:
+            ac.authenticate(users, "alice", f"guess{i}")
+        except ac.SignInError as e:
+            return str(e)
+
+    with ThreadPoolExecutor(40) as pool:
+        answers = list(pool.map(guess, range(40)))
+    assert answers.count("unknown user or wrong password") == ac.MAX_FAILURES
+    assert answers.count("too many wrong passwords for this user: try again later") == 40 - ac.MAX_FAILURES
     ac.THROTTLE.clear("alice")
     assert ac.authenticate(users, "alice", PW).role == "analyst"
 
@@ -152,3 +171,63 @@ def test_safe_error_never_quotes_the_file():
     e = ValueError("Error tokenizing data. C error: Expected 3 fields in line 7, saw 4: 'root:x:0:0'")
     msg = sp.safe_error(e, "f.csv")
     assert msg == "ValueError reading f.csv: line 7 (details in the server log)"
+
+
+def test_still_signed_in_reads_the_file_now(users):
+    alice = ac.Identity("alice", "analyst", "password")
+    assert ac.still_signed_in(users, alice) is alice
+    ac.add_user(users, "alice", "supervisor", PW)
+    assert ac.still_signed_in(users, alice) == ac.Identity("alice", "supervisor", "password")
+    assert ac.still_signed_in(users, ac.Identity("mallory", "analyst", "password")) is None
+    # a password identity of a user who now signs in through the identity provider only
+    assert ac.still_signed_in(users, ac.Identity("carol@bank.example", "auditor", "password")) is None
+    assert ac.still_signed_in(users, ac.Identity("carol@bank.example", "auditor", "oidc")).role == "auditor"
+    demo = ac.Identity("demo", "supervisor", "demo")
+    assert ac.still_signed_in(users, demo) is demo and ac.still_signed_in(None, alice) is alice
+    users.write_text("[users\n", encoding="utf-8")
+    assert ac.still_signed_in(users, alice) is None  # unreadable: fail closed
+
+
+def test_uploads_are_measured_decompressed_before_they_are_written(tmp_path, monkeypatch):
+    """A 1 MB gzip of 300 MB of rows cost the dashboard 3.4 GB: an upload's size counts once
+    decompressed (gzip / bzip2 / xz, a Parquet file's uncompressed row groups), read no further
+    than the limit."""
+    import bz2
+    import gzip
+    import io
+
+    import pandas as pd
+
+    from engine.serve import paths as sp
+
+    rows = ("User,Card,Amount\n" + "0,0,$1.00\n" * 200_000).encode()  # 2.0 MB of text
+    bomb = gzip.compress(rows)
+    assert len(bomb) < 30_000
+    assert sp.check_upload_size(bomb, 3_000_000) == len(rows)
+    with pytest.raises(sp.UploadTooLarge, match="decompresses to more than the 1 MB an upload may hold"):
+        sp.check_upload_size(bomb, 1_000_000)
+    with pytest.raises(sp.UploadTooLarge):
+        sp.check_upload_size(bz2.compress(rows), 1_000_000)
+    with pytest.raises(sp.UploadTooLarge, match="holds more than"):
+        sp.check_upload_size(rows, 1_000_000)
+    buf = io.BytesIO()
+    pd.DataFrame({"a": ["x" * 50] * 200_000}).to_parquet(buf, index=False, compression="zstd")
+    pq_bytes = buf.getvalue()
+    assert len(pq_bytes) < 100_000
+    with pytest.raises(sp.UploadTooLarge):
+        sp.check_upload_size(pq_bytes, 1_000_000)
+    assert sp.check_upload_size(pq_bytes, 10_000_000) == 3_200_000  # 16 bytes x 200,000 cells
+    assert sp.check_upload_size(b"\x1f\x8bnot gzip", 10) == 0  # corrupt: left to the file reader
+
+    monkeypatch.setenv("FRAUDLENS_MAX_UPLOAD_MB", "1")
+    area = sp.UploadArea()
+    monkeypatch.setattr(sp.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "up"))
+    (tmp_path / "up").mkdir()
+    with pytest.raises(sp.UploadTooLarge):
+        area.save("bomb.csv.gz", bomb)
+    assert list((tmp_path / "up").iterdir()) == []  # nothing written
+    assert area.save("small.csv.gz", gzip.compress(rows[:10_000])).is_file()
+    for bad in ("0", "-3", "lots"):
+        monkeypatch.setenv("FRAUDLENS_MAX_UPLOAD_MB", bad)
+        with pytest.raises(ValueError, match="FRAUDLENS_MAX_UPLOAD_MB"):
+            sp.max_upload_bytes()

@@ -215,6 +215,8 @@ def test_v3_store_migrates_to_v4(tmp_path):
                           model_sha256=SHA, after={"state": state, "assignee": who, "pending_by": None, "version": 0})
     conn.execute("INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, note) "
                  "VALUES (1, 't', 'disposition', 'escalate', 'escalated', 'carol', 'old note')")
+    AuditMixin._audit(conn, "t", "carol", "disposition", case_id=1, model_sha256=SHA,
+                      after={"state": "escalated", "disposition": "escalate", "note": "old note"})
     conn.execute("COMMIT")
     with pytest.raises(sqlite3.IntegrityError):  # v3 does not know the new state
         conn.execute("UPDATE cases SET state = 'closed_no_action' WHERE id = 2")

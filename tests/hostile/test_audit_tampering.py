@@ -200,6 +200,22 @@ def _drop_head(conn: sqlite3.Connection) -> int:
     return 9
 
 
+def _cut_tail_and_rewrite_head(keep: int) -> Callable[[sqlite3.Connection], int]:
+    """Cut the log back to row ``keep`` and make the head and the id sequence agree: the chain
+    itself is intact; the dispositions and notes written after row ``keep`` have no audit row."""
+    def attack(conn: sqlite3.Connection) -> int:
+        conn.execute("DELETE FROM audit_log WHERE id > ?", (keep,))
+        if keep:
+            conn.execute("UPDATE audit_head SET last_id = ?, last_hash = (SELECT row_hash FROM audit_log "
+                         "WHERE id = ?)", (keep, keep))
+            conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'audit_log'", (keep,))
+        else:
+            conn.execute("DELETE FROM audit_head")
+            conn.execute("DELETE FROM sqlite_sequence WHERE name = 'audit_log'")
+        return keep + 1
+    return attack
+
+
 ALL = "ts, actor, action, case_id, model_sha256, before_json, after_json, prev_hash, row_hash"
 EVIDENT = {
     "edit_actor": _edit("actor", "mallory"),
@@ -219,12 +235,15 @@ EVIDENT = {
     "replace_without_triggers": _replace_without_triggers,
     "forged_row_appended": _forged_append,
     "head_removed": _drop_head,
+    "tail_cut_with_head_and_sequence_rewritten": _cut_tail_and_rewrite_head(4),
+    "every_row_head_and_sequence_removed": _cut_tail_and_rewrite_head(0),
 }
 
 
 #: where the first break is once the store has written on, if not where it was: with the head
 #: gone, the next row starts a new chain that does not follow the last row
-AFTER_WRITE = {"head_removed": 10}
+AFTER_WRITE = {"head_removed": 10, "tail_cut_with_head_and_sequence_rewritten": 6,
+               "every_row_head_and_sequence_removed": 2}
 
 
 @pytest.mark.parametrize("attack", list(EVIDENT))
@@ -251,3 +270,29 @@ def test_untouched_store_opens_without_warning(db):
         with CaseStore(db) as s:
             assert s.audit_verdict.ok and s.audit_verdict.rows_checked == 9
             assert "intact" in s.audit_verdict.message
+
+
+def test_tail_cut_names_the_record_left_without_its_audit_row(db):
+    conn = _raw(db)
+    _drop_triggers(conn)
+    _cut_tail_and_rewrite_head(4)(conn)
+    # the chain alone is intact: ids 1-4, links, head and sequence agree
+    rows = conn.execute("SELECT id FROM audit_log ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == [1, 2, 3, 4]
+    v = verify_chain(conn)
+    conn.close()
+    assert not v.ok and v.reason.startswith("dispositions row 1 (case 1, ")
+    assert "has no audit row" in v.reason
+
+
+def test_the_page_alarm_follows_a_log_changed_while_the_store_is_open(db):
+    with CaseStore(db, four_eyes=False) as s:
+        assert s.recent_audit_verdict(30.0).ok
+        conn = _raw(db)
+        _drop_triggers(conn)
+        conn.execute("UPDATE audit_log SET actor = 'bob' WHERE id = 5")
+        conn.close()
+        assert s.recent_audit_verdict(3600.0).ok  # checked less than an hour ago: the open's verdict
+        v = s.recent_audit_verdict(0.0)
+        assert (v.ok, v.first_broken_id) == (False, 5)
+        assert s.audit_verdict == v

@@ -51,7 +51,9 @@ Work list (schema v4)
 
     A disposition can be recorded in any state (a later disposition revises an earlier one;
     both stay in :meth:`CaseStore.history`). A new disposition on a ``pending_approval`` case
-    replaces the pending proposal. Every disposition and approval requires a non-empty note.
+    replaces the pending proposal; with four-eyes on it waits for approval too, as does any
+    disposition on a ``confirmed_fraud`` case (undoing an approved fraud takes two people), and
+    the approval applies the proposed disposition (:meth:`CaseStore.pending_disposition`). Every disposition and approval requires a non-empty note.
     A pending case always needs a different analyst to approve it, even if four-eyes has since
     been switched off, because it was proposed under the rule.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,8 +72,16 @@ class AuditMixin:
         """
         with self._lock:
             verdict = verify_chain(self._conn)
-        self.audit_verdict = verdict
+            self.audit_verdict, self._verified_at = verdict, time.monotonic()
         return verdict
+
+    def recent_audit_verdict(self, max_age_s: float = 30.0) -> ChainVerdict:
+        """:attr:`audit_verdict`, verified again (:meth:`verify_audit_chain`) when the last
+        check is older than ``max_age_s`` seconds: the alarm every page shows follows a log
+        changed while the server runs, at the cost of one verification per ``max_age_s``."""
+        if time.monotonic() - getattr(self, "_verified_at", float("-inf")) > max_age_s:
+            return self.verify_audit_chain()
+        return self.audit_verdict
 
     def audit_log(
         self,

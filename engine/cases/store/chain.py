@@ -10,7 +10,9 @@ the highest id ever used. Ids are consecutive from 1.
 :func:`verify_chain` recomputes all of it. A row changed afterwards (even with its triggers
 dropped) no longer matches its hash; a row removed leaves a gap (or, at the end, a head and a
 sequence that point past the last row); rows swapped or renumbered break the hash (the id is
-hashed) or the link. The first such row is named. The chain makes tampering *evident*; it
+hashed) or the link. The first such row is named. A log cut back to an earlier row with ``audit_head`` and the
+sequence rewritten to match is still seen: every disposition, note and narrative must have its
+audit row (:func:`unaudited_record`). The chain makes tampering *evident*; it
 cannot stop someone who can write the file from rewriting every hash after an edit: keep
 off-host copies of the head (``audit_head``) for that.
 """
@@ -108,4 +110,30 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
     if seq is not None and int(seq[0]) > last:
         return _broken(n, last + 1, f"the log ends at row {last} but ids up to {seq[0]} were "
                                     "used (rows removed from the end)")
+    orphan = unaudited_record(conn)
+    if orphan is not None:
+        table, rid, case_id, ts = orphan
+        return _broken(n, last + 1, f"{table} row {rid} (case {case_id}, {ts}) has no audit row: the log was "
+                                    "cut back and its head rewritten, or the row was added outside the store")
     return ChainVerdict(ok=True, rows_checked=n)
+
+
+#: the tables whose every row the store writes with an audit row (same case, time and actor)
+AUDITED_RECORDS = (("dispositions", "('disposition', 'approved')"), ("notes", "('note_added')"),
+                   ("narratives", "('narrative_saved')"))
+
+
+def unaudited_record(conn: sqlite3.Connection) -> tuple[str, int, int, str] | None:
+    """The earliest disposition, note or narrative without its audit row, as ``(table, id,
+    case_id, ts)``, else None. The store writes each in the same transaction as an audit row
+    with the same ``case_id``, ``ts`` and actor, so a log cut back to an earlier row (with
+    ``audit_head`` and ``sqlite_sequence`` rewritten to match, which the chain alone cannot see)
+    leaves the later records without theirs."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    parts = [f"SELECT '{t}', r.id, r.case_id, r.ts FROM {t} r WHERE NOT EXISTS (SELECT 1 FROM audit_log a "
+             f"WHERE a.case_id = r.case_id AND a.ts = r.ts AND a.actor = r.analyst AND a.action IN {acts})"
+             for t, acts in AUDITED_RECORDS if t in have]
+    if not parts:
+        return None
+    row = conn.execute(" UNION ALL ".join(parts) + " ORDER BY 4 LIMIT 1").fetchone()
+    return None if row is None else (row[0], int(row[1]), int(row[2]), str(row[3]))

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -91,6 +92,7 @@ class StoreConnection:
                                        deterministic=True)
             migrate(self._conn)
             self.audit_verdict = verify_chain(self._conn)
+            self._verified_at = time.monotonic()
         except BaseException:
             self._conn.close()
             raise

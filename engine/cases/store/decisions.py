@@ -80,7 +80,10 @@ class DecisionsMixin:
 
         ``disposition`` is one of :data:`DISPOSITIONS` (``closed_no_action``: reviewed, nothing
         to do). With four-eyes on, ``confirmed_fraud`` leaves the case ``pending_approval``
-        until another analyst calls :meth:`approve`. ``fraud_type`` is one of
+        until another analyst calls :meth:`approve`, and so does any other disposition on a
+        case that is ``confirmed_fraud`` (undoing an approved fraud takes two people too) or
+        ``pending_approval`` (the new proposal replaces the pending one); the approval then
+        applies the proposed disposition. ``fraud_type`` is one of
         :data:`FRAUD_TYPES` (or ``None``); ``loss_amount`` (money lost) and
         ``exposure_amount`` (money at risk) are numbers in ``[0, 1e12]`` in ``currency``
         (ISO 4217 code, the data file's currency), or ``None``; all are kept in the history
@@ -106,12 +109,15 @@ class DecisionsMixin:
         analyst = resolve_analyst(analyst)
         state = DISPOSITIONS[disposition]
         pending_by = None
-        if state == "confirmed_fraud" and self.four_eyes:
-            state, pending_by = "pending_approval", analyst
         with self._write() as conn:
             ts = _utcnow()
             row = self._case_row(conn, case_id)
             self._check_version(conn, row, expected_version)
+            # a pending case's new disposition replaces the proposal and still waits: else a
+            # reversal proposal re-recorded by its proposer would apply alone
+            if self.four_eyes and (state == "confirmed_fraud"
+                                   or row["state"] in ("confirmed_fraud", "pending_approval")):
+                state, pending_by = "pending_approval", analyst
             after = self._set_state(
                 conn, row, ts, state=state, assignee=row["assignee"], pending_by=pending_by
             )
@@ -137,7 +143,10 @@ class DecisionsMixin:
         analyst: str | None = None,
         expected_version: int | None = None,
     ) -> str:
-        """Approve a pending confirmed-fraud disposition (four-eyes); return ``"confirmed_fraud"``.
+        """Approve a pending four-eyes disposition; return the state it leads to.
+
+        What is pending is the case's latest disposition: ``confirmed_fraud`` (-> ``"confirmed_fraud"``),
+        or a revision of an approved fraud (e.g. ``false_positive`` -> ``"false_positive"``).
 
         The approver must differ (case-insensitively) from the analyst who proposed it; a
         self-approval raises :class:`FourEyesError` and is logged as ``approval_refused``
@@ -169,24 +178,33 @@ class DecisionsMixin:
                     after={**snap, "reason": "same analyst as proposer", "note": note},
                 )
             else:
+                proposed = _pending_disposition(conn, row["id"])
+                new_state = DISPOSITIONS[proposed]
                 after = self._set_state(
-                    conn, row, ts, state="confirmed_fraud", assignee=row["assignee"],
-                    pending_by=None,
+                    conn, row, ts, state=new_state, assignee=row["assignee"], pending_by=None,
                 )
                 conn.execute(
                     "INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, "
-                    "analyst, note) VALUES (?, ?, 'approval', 'confirmed_fraud', "
-                    "'confirmed_fraud', ?, ?)",
-                    (row["id"], ts, analyst, note),
+                    "analyst, note) VALUES (?, ?, 'approval', ?, ?, ?, ?)",
+                    (row["id"], ts, proposed, new_state, analyst, note),
                 )
                 self._audit(
                     conn, ts, analyst, "approved", case_id=row["id"],
                     model_sha256=row["model_sha256"], before=snap,
-                    after={**after, "proposed_by": row["pending_by"], "note": note},
+                    after={**after, "proposed_by": row["pending_by"], "disposition": proposed, "note": note},
                 )
         if refused is not None:
             raise refused
-        return "confirmed_fraud"
+        return new_state
+
+    def pending_disposition(self, case_id: int) -> str | None:
+        """The disposition a ``pending_approval`` case waits to have approved (one of
+        :data:`DISPOSITIONS`), else ``None``. Raises :class:`CaseNotFoundError`."""
+        case = self.get_case(case_id)
+        if case["state"] != "pending_approval":
+            return None
+        with self._lock:
+            return _pending_disposition(self._conn, int(case_id))
 
     def history(self, case_id: int) -> pd.DataFrame:
         """The case's dispositions and approvals, oldest first (:data:`HISTORY_COLUMNS`).
@@ -213,3 +231,10 @@ def _amount(value: Any, what: str) -> float | None:
     if not math.isfinite(v) or v < 0 or v > MAX_AMOUNT:
         raise ValueError(f"{what}: expected a number from 0 to {MAX_AMOUNT:,.0f}, got {v!r}")
     return v
+
+
+def _pending_disposition(conn, case_id: int) -> str:
+    """The latest disposition recorded on ``case_id`` (what a pending approval applies)."""
+    r = conn.execute("SELECT disposition FROM dispositions WHERE case_id = ? AND kind = 'disposition' "
+                     "ORDER BY id DESC LIMIT 1", (case_id,)).fetchone()
+    return r[0] if r is not None and r[0] in DISPOSITIONS else "confirmed_fraud"
