@@ -77,10 +77,10 @@ def serve(
     token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $FRAUDLENS_SERVE_TOKEN)"),
     sync: str = typer.Option("full", help="history commits: full (fsync each commit group: survives power loss) or "
                              "normal (survives kill -9 and process crashes, not power loss)"),
-    max_ahead_hours: float = typer.Option(24.0, min=0.0, help="refuse (422) a transaction dated more than this many "
-                                          "hours after this machine's clock (UTC); such a row would make every later "
-                                          "transaction of its entity out of order. Raise it to replay a future-dated "
-                                          "file"),
+    max_ahead_minutes: float = typer.Option(10.0, min=0.0, help="refuse (422) a transaction dated more than this "
+                                            "many minutes after this machine's clock (timestamps are UTC); such a row "
+                                            "would make every later transaction of its entity out of order. Raise it "
+                                            "to replay a future-dated file"),
     processes: str = typer.Option("auto", help="two: HTTP front and scorer in separate processes, with dynamic "
                                   "batching (engine/serve/scorer.py); one: everything in this process; auto: two "
                                   "when the machine has 2 or more cores"),
@@ -124,7 +124,7 @@ def serve(
         try:
             service = RemoteService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
                                     explain=explain, sync=sync, explain_cpu=explain_cpu, warm=warm,
-                                    max_ahead_s=max_ahead_hours * 3600.0)
+                                    max_ahead_s=max_ahead_minutes * 60.0)
         except ScorerStartError as e:
             _fail(str(e))
         warm = None  # applied by the scorer
@@ -132,7 +132,7 @@ def serve(
         try:
             service = ScoringService(bundle, hist, cache_bytes=int(cache_mb * 2**20), shadow=shadow, case_db=cases,
                                      explain=explain, sync=sync, explain_cpu=explain_cpu,
-                                     max_ahead_s=max_ahead_hours * 3600.0)
+                                     max_ahead_s=max_ahead_minutes * 60.0)
         except Exception as e:  # noqa: BLE001 - one line naming the store
             _fail(f"cannot open the history store {hist}: {e}")
     if warm is not None:

@@ -10,7 +10,7 @@ connection are single-threaded; scoring is CPU-bound, so a lock costs no through
    is a conflict (409);
 3. order: a timestamp earlier than the entity's last accepted one is refused (409), as the
    incremental scorer requires (ties are accepted, in arrival order, as a file's row order); a
-   timestamp more than ``max_ahead_s`` after the server's clock is refused (422): accepted, it
+   timestamp more than ``max_ahead_s`` (default 10 min) after the server's clock is refused (422): accepted, it
    would make every later real transaction of that entity "out of order" (a lock-out);
 4. the entity's caches (:class:`engine.serve.state.EntityCache`, rebuilt from history on a miss),
    one incremental step -> logit, probability = the checkpoint's calibration map of the logit
@@ -61,8 +61,9 @@ from engine.serve.record import TRANSACTION_ID_KEY, RecordError, canonical_row
 from engine.serve.state import EntityCache
 from engine.serve.supervisor import Supervisor
 
-#: default of ``ScoringService(max_ahead_s=...)`` and ``serve --max-ahead-hours`` (one day, in seconds)
-DEFAULT_MAX_AHEAD_S = 86400.0
+#: default of ``ScoringService(max_ahead_s=...)`` and ``serve --max-ahead-minutes`` (10 minutes, in
+#: seconds): an authorisation is scored as it happens; a day of tolerance let one post lock a card out for a day
+DEFAULT_MAX_AHEAD_S = 600.0
 
 #: most transactions in one batch request
 MAX_BATCH = 1000
@@ -187,10 +188,7 @@ class ScoringService:
                 raise RecordError(self.id_column, tid, "transaction id already used by a different transaction")
             return Outcome(self._stored_body(stored), duplicate=True)
         if self.max_ahead_ns is not None and row["ts_ns"] > time.time_ns() + self.max_ahead_ns:
-            ahead_h = (row["ts_ns"] - time.time_ns()) / 3.6e12
-            raise AheadOfClock(self.ts_column, str(row["timestamp"]),
-                               f"timestamp {row['timestamp']} (UTC) is {ahead_h:,.1f} h after this server's clock; "
-                               f"at most {self.max_ahead_ns / 3.6e12:g} h ahead is accepted (serve --max-ahead-hours)")
+            raise AheadOfClock(self.ts_column, str(row["timestamp"]), ahead_message(row["ts_ns"], self.max_ahead_ns))
         last = self.cache.last_time_ns(row["entity_id"])
         if last is not None and row["ts_ns"] < last:
             raise _OutOfOrder(self.ts_column, str(row["timestamp"]),
@@ -383,6 +381,14 @@ class _OutOfOrder(RecordError):
 class AheadOfClock(RecordError):
     """A transaction dated more than ``max_ahead_s`` after the server's clock (HTTP 422)."""
 
+
+
+def ahead_message(ts_ns: int, max_ahead_ns: int) -> str:
+    """Why a timestamp ``ts_ns`` (ns since the epoch, UTC) more than ``max_ahead_ns`` after this
+    machine's clock is refused, with both in minutes."""
+    ahead_min = (ts_ns - time.time_ns()) / 6e10
+    return (f"timestamp (UTC) is {ahead_min:,.1f} min after this server's clock; at most {max_ahead_ns / 6e10:g} min "
+            "ahead is accepted (serve --max-ahead-minutes; timestamps are UTC)")
 
 
 def refusal_status(err: RecordError) -> int:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from engine.cases.thresholds import decision_band
 from engine.serve.history import row_json, utcnow
+from engine.serve.service import ahead_message
 
 #: environment variable holding the service token
 ENV_TOKEN = "FRAUDLENS_SERVE_TOKEN"
@@ -157,9 +158,7 @@ def warm_start(service, path: str | Path, log=print) -> dict[str, Any]:
         keep, skipped, conflicts = [], 0, 0
         for k, row in enumerate(rows):
             if latest is not None and row["ts_ns"] > latest:  # as a posted row: it would lock its entity out
-                reject(k, service.ts_column, str(row["timestamp"]), f"timestamp (UTC) is "
-                       f"{(row['ts_ns'] - time.time_ns()) / 3.6e12:,.1f} h after this server's clock; at most "
-                       f"{max_ahead / 3.6e12:g} h ahead is accepted (serve --max-ahead-hours)")
+                reject(k, service.ts_column, str(row["timestamp"]), ahead_message(row["ts_ns"], max_ahead))
                 continue
             if k in same_as:
                 reject(k, "", "", f"the same transaction as row {numbers[same_as[k]]} (entity, time, amount and "
