@@ -8,7 +8,8 @@
 * :func:`format_duration` - an age or time left in hours as ``"3 d 4 h"`` / ``"5 h"`` /
   ``"40 min"``;
 * :func:`format_threshold` - a probability threshold, ``"0.200"`` (3 decimals), or 3 significant
-  digits below 0.001 (``"6.8e-06"``, never a misleading ``"0.000"``).
+  digits below 0.001 (``"6.8e-06"``, never a misleading ``"0.000"``) and up to 6 decimals just
+  below 1 (``"0.9996"``, never ``"1.000"``).
 
 Stored values keep full precision (ISO 8601 with microseconds in the case store, floats in the
 JSON report); only what is shown goes through here.
@@ -99,7 +100,11 @@ def format_threshold(value: Any) -> str:
     if _missing(value):
         return MISSING
     v = float(value)
-    return f"{v:.3g}" if 0 < abs(v) < 0.001 else f"{v:.3f}"
+    if 0 < abs(v) < 0.001:
+        return f"{v:.3g}"
+    if 0.9995 <= v < 1:  # "1.000" would read as "never reached"
+        return f"{v:.6f}".rstrip("0")
+    return f"{v:.3f}"
 
 
 def format_duration(hours: Any) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from engine.data.currency_guess import guess_currency
 from engine.data.io import read_raw
 from engine.data.sniff import probe
 from engine.data.spec import DatasetSpec, spec_from_dict
@@ -235,20 +236,17 @@ def _is_multi_valued(c: _Col, sep: str = ",") -> bool:
     return len(items | singles) <= 32 and share >= 0.05
 
 
-#: ISO 4217 codes a column name may carry (amt_eur, amount_usd, Betrag EUR)
-_CURRENCY_CODES = {"usd", "eur", "gbp", "chf", "jpy", "cny", "inr", "brl", "mxn", "cad", "aud", "nzd", "sek", "nok",
-                   "dkk", "pln", "czk", "huf", "ron", "zar", "sgd", "hkd", "krw", "idr", "rub", "ars", "cop"}
-_CURRENCY_SYMBOLS = {"€": "EUR", "£": "GBP", "¥": "JPY", "$": "USD"}
+def _nested_parquet_columns(p: Path) -> list[str]:
+    """The list / struct / map columns of a Parquet file (file order), else []."""
+    from engine.data.sniff import probe
 
+    if probe(p).format != "parquet":
+        return []
+    import pyarrow as pa
 
-def _guess_currency(name: str, c: _Col) -> str | None:
-    """The amount's ISO 4217 code from its column name's tokens, else from the one currency symbol
-    its cells carry ("$" read as USD); None when neither says."""
-    codes = {t for t in _tokens(name) if t in _CURRENCY_CODES}
-    if len(codes) == 1:
-        return codes.pop().upper()
-    seen = {code for sym, code in _CURRENCY_SYMBOLS.items() if any(sym in t for t in c.nonempty[:2000].tolist())}
-    return seen.pop() if len(seen) == 1 else None
+    from engine.data.parquet import parquet_file
+
+    return [f.name for f in parquet_file(p).schema_arrow if pa.types.is_nested(f.type)]
 
 
 def _buckets(distinct: int) -> int:
@@ -308,6 +306,11 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
 
     def take(c: str) -> None:
         left.remove(c)
+
+    nested = _nested_parquet_columns(p)  # JSON text per cell (engine.data.parquet): never a field
+    for c in nested:
+        take(c)
+        notes.append(f"{c!r} holds a list / struct per cell: passthrough (store one value per cell to use it)")
 
     # label --------------------------------------------------------------------------------------
     label = None
@@ -410,6 +413,8 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             continue
         empty = len(d.text) - len(d.nonempty)
         repeated = len(d.nonempty) - d.distinct
+        if d.distinct < 0.5 * len(d.nonempty):  # a code (txn_type_id: 4 values), not an id: left to the fields
+            continue
         take(c)
         if tx_id is None and repeated == 0 and empty <= max(1, len(d.text) // 100):
             tx_id = c
@@ -447,13 +452,12 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
         notes.append("no amount column found: edit [amount]")
     else:
         take(amount)
-        currency = _guess_currency(amount, cols[amount])
-        if currency is None:
-            notes.append(f"amount {amount!r}: no currency in its name or cells; USD assumed (reports show it): "
-                         "check [amount] currency")
+        currency, cnote = guess_currency(amount, _tokens(amount), cols[amount].nonempty[:2000].tolist())
+        if cnote:
+            notes.append(cnote)
 
     # leftovers: leaks, redundant time columns, index columns -----------------------------------
-    passthrough, ignored = list(passthrough_ids), []
+    passthrough, ignored = [*nested, *passthrough_ids], []
     for c in list(left):
         d = cols[c]
         if d.tokens & _LEAK_TOKENS:

@@ -134,8 +134,9 @@ def history_warning_from_sizes(sizes: np.ndarray, min_history: int) -> str | Non
 class DateOutliers:
     """Transactions dated far outside a file's bulk of dates, gathered part by part.
 
-    The bulk is the 0.5 %-99.5 % quantile range of the timestamps; a transaction more than the
-    bulk's span (at least 30 days) before or after it is an outlier: a typo such as 2099 or an
+    The bulk is the range left when the earliest and the latest 1 % of the timestamps (at least
+    one each) are set aside; a transaction more than the bulk's span (at least 30 days) before
+    or after it is an outlier: a typo such as 2099 or an
     epoch 0 that stretches the default time split (cut at 70 % / 85 % of the date range, so one
     2099 row leaves validation empty) and the time since the previous transaction.
 
@@ -182,11 +183,11 @@ class DateOutliers:
         w = np.concatenate(self.weights)
         order = np.argsort(v, kind="stable")
         v, w = v[order], w[order]
-        if np.all(w == 1.0):  # every value kept: the usual linear-interpolation quantiles
-            lo, hi = np.quantile(v, [0.005, 0.995])
-            return int(lo), int(hi)
+        if np.all(w == 1.0):  # every value kept: order statistics, one row at least set aside each end
+            k = max(1, int(0.01 * len(v))) if len(v) > 2 else 0
+            return int(v[k]), int(v[len(v) - 1 - k])
         cw = (np.cumsum(w) - 0.5 * w) / w.sum()
-        return int(np.interp(0.005, cw, v)), int(np.interp(0.995, cw, v))
+        return int(np.interp(0.01, cw, v)), int(np.interp(0.99, cw, v))
 
     def warning(self, show: int = 3, hint: str = "fix or remove them, or pass --train-end / --val-end") -> str | None:
         """A sentence naming the outliers (at most ``show`` by row number) and ending with
@@ -211,7 +212,7 @@ class DateOutliers:
         named = ", ".join(f"row {int(r)} at {pd.Timestamp(int(t))}" for r, t in zip(rows[:show], ns[:show]))
         count = f"{'at least ' if partial else ''}{n:,} transaction{'s are' if n != 1 else ' is'}"
         return (f"{count} dated far outside the file's dates ({pd.Timestamp(lo).date()} to "
-                f"{pd.Timestamp(hi).date()} hold 99 % of them): {named}{' and more' if n > show else ''}; "
+                f"{pd.Timestamp(hi).date()} hold 98 % of them): {named}{' and more' if n > show else ''}; "
                 f"such dates stretch the default time split and the time since the previous transaction: {hint}")
 
 

@@ -360,7 +360,8 @@ def train(
     if cfg.calibration not in ("auto", "isotonic", "platt", "none"):
         raise ValueError(f"calibration: expected auto, isotonic, platt or none, got {cfg.calibration!r}")
     t_start = time.perf_counter()
-    outliers = date_outliers(frame)
+    outliers = date_outliers(frame, hint="fix or remove them" if cfg.train_end and cfg.val_end
+                             else "fix or remove them, or pass --train-end / --val-end")
     if outliers:
         log(f"warning: {outliers}")
     try:

@@ -10,7 +10,8 @@ Routes:
   request's arrival to the response, milliseconds), ``duplicate``, ``shadow``, ``calibrated``
   (a duplicate is answered from the stored row, its reasons not recomputed: ``[]``).
   Errors: 422 (malformed: ``detail[0].loc = ["body", column]``, ``msg`` = the reason, the file
-  reader's wording; ``json_invalid`` for a body that does not parse), 409 (out of order, or a
+  reader's wording; ``json_invalid`` for a body that does not parse; ``timestamp_ahead`` for a
+  timestamp more than ``--max-ahead-minutes`` after the server's clock), 409 (out of order, or a
   transaction id reused with other content), 401 (token), 413 (body over the cap), 415 (not
   ``application/json``), 421 (Host not loopback on a loopback service), 500 (non-finite score,
   or an unexpected error, as JSON), 503 (history store unavailable).

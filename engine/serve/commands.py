@@ -79,8 +79,9 @@ def serve(
                              "normal (survives kill -9 and process crashes, not power loss)"),
     max_ahead_minutes: float = typer.Option(10.0, min=0.0, help="refuse (422) a transaction dated more than this "
                                             "many minutes after this machine's clock (timestamps are UTC); such a row "
-                                            "would make every later transaction of its entity out of order. Raise it "
-                                            "to replay a future-dated file"),
+                                            "would make every later transaction of its entity out of order. inf: no "
+                                            "limit (to replay a future-dated file); 0 refuses a client clock even "
+                                            "milliseconds ahead"),
     processes: str = typer.Option("auto", help="two: HTTP front and scorer in separate processes, with dynamic "
                                   "batching (engine/serve/scorer.py); one: everything in this process; auto: two "
                                   "when the machine has 2 or more cores"),

@@ -107,7 +107,7 @@ class ScoringService:
             (:class:`engine.serve.casework.CaseWorker`).
         max_ahead_s: seconds a transaction's timestamp (naive UTC) may lie after this machine's
             clock (clock skew, a client's local time); later ones are refused with 422. ``None``:
-            no limit (replaying a future-dated simulation).
+            no limit (replaying a future-dated simulation), as is ``inf``.
     Raises:
         engine.serve.history.HistoryLocked: another server holds ``history_path``'s lock.
         sqlite3.DatabaseError: the file is not a SQLite database.
@@ -118,7 +118,9 @@ class ScoringService:
                  start_worker: bool = True, sync: str = "full", explain_cpu: float = DEFAULT_EXPLAIN_CPU,
                  max_ahead_s: float | None = DEFAULT_MAX_AHEAD_S):
         self.bundle, self.spec, self.shadow, self.sync = bundle, bundle.spec, shadow, sync
-        self.max_ahead_ns = None if max_ahead_s is None else int(max_ahead_s * 1e9)
+        if max_ahead_s is not None and not max_ahead_s >= 0:
+            raise ValueError(f"max_ahead_s: expected seconds >= 0 or None, got {max_ahead_s!r}")
+        self.max_ahead_ns = None if max_ahead_s is None or math.isinf(max_ahead_s) else int(max_ahead_s * 1e9)
         self.calibrated = bool(getattr(bundle, "calibrated", False))
         self.history_path = Path(history_path)
         private_dirs(self.history_path.parent)
@@ -379,7 +381,11 @@ class _OutOfOrder(RecordError):
 
 
 class AheadOfClock(RecordError):
-    """A transaction dated more than ``max_ahead_s`` after the server's clock (HTTP 422)."""
+    """A transaction dated more than ``max_ahead_s`` after the server's clock (HTTP 422, error
+    ``type`` ``timestamp_ahead`` on every path)."""
+
+    def detail(self) -> dict[str, Any]:
+        return {**super().detail(), "type": "timestamp_ahead"}
 
 
 

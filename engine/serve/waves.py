@@ -149,7 +149,7 @@ def score_batch(self, recs: list[dict[str, Any]]) -> dict[str, Any]:
                         out = self._score_row(row, pending)
                     except RecordError as err:  # before the row's cache step: the item alone is refused
                         rejected.append({"index": i, **err.detail(),
-                                         "type": "conflict" if refusal_status(err) == 409 else "timestamp_ahead"})
+                                         **({"type": "conflict"} if refusal_status(err) == 409 else {})})
                         continue
                     outs.append(out)
                     results.append({"index": i, **out.body})

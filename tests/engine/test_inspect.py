@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 
+import pandas as pd
 import pytest
 
 from engine.data.inspect import _tokens, guess_spec, write_spec
@@ -266,14 +267,15 @@ def test_an_id_with_one_blank_line_stays_the_id_and_a_repeating_id_is_passthroug
     """A unique id column with one empty cell (a line of separators in an export) is still the
     transaction id (that row is rejected); an id-named column whose values repeat is pass-through,
     never the id and never a model input."""
-    rows = [[f"R{i % 50}", f"T{i:05d}", f"c{i % 9}", f"2021-01-{1 + i % 28:02d} 10:00:00", f"{i % 97}.25",
-             "1" if i % 40 == 0 else "0"] for i in range(600)]
-    rows[300] = ["", "", "", "", "", ""]
-    p = write(tmp_path / "x.csv", ["txn_ref", "txn_id", "card", "time", "amount", "fraud"], rows)
+    rows = [[f"R{i % 400}", f"T{i:05d}", f"c{i % 9}", f"2021-01-{1 + i % 28:02d} 10:00:00", f"{i % 97}.25",
+             "1" if i % 40 == 0 else "0", f"k{i % 4}"] for i in range(600)]
+    rows[300] = ["", "", "", "", "", "", ""]
+    p = write(tmp_path / "x.csv", ["txn_ref", "txn_id", "card", "time", "amount", "fraud", "txn_type_id"], rows)
     spec = guess_spec(p)
     assert spec.id == "txn_id"
     assert "txn_ref" in spec.passthrough
     assert "txn_ref" not in [f.column for f in spec.fields]
+    assert "txn_type_id" in [f.column for f in spec.fields]  # 4 values: a code, a field, never an id
     assert "txn_id': 1 empty cell" in spec.description and "'txn_ref' looks like a transaction id" in spec.description
     res = read_transactions(p, spec)
     assert res.summary() == "rows read 600 = accepted 599 + rejected 1"
@@ -285,6 +287,8 @@ def test_an_id_with_one_blank_line_stays_the_id_and_a_repeating_id_is_passthroug
     ("Betrag GBP", ["12.50", "3.00"], "GBP"),
     ("value", ["£12.50", "£3.00"], "GBP"),
     ("value", ["$12.50", "$3.00"], "USD"),
+    ("valor", ["R$12,50", "R$3,00"], "BRL"),
+    ("value", ["C$12.50", "C$3.00"], "CAD"),
     ("value", ["12.50", "3.00"], None),
     ("value", ["£12.50", "€3.00"], None),
 ])
@@ -296,3 +300,22 @@ def test_the_amount_currency_comes_from_the_column_name_or_its_symbol(tmp_path, 
         assert spec.amount.currency == "USD" and "USD assumed" in spec.description
     else:
         assert spec.amount.currency == expected and "USD assumed" not in spec.description
+        # a bare "$" is written by other currencies too: guessed, with a note
+        assert ("'$' read as USD" in spec.description) == (cells[0].startswith("$") and column == "value")
+
+
+def test_a_nested_parquet_column_is_passthrough_and_the_spec_reads_its_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 300
+    pq.write_table(pa.table({
+        "card": [f"c{i % 7}" for i in range(n)],
+        "time": pa.array(pd.date_range("2024-01-01", periods=n, freq="h")),
+        "amount": [float(i % 50) for i in range(n)],
+        "tags": pa.array([["web", "3ds"] if i % 3 else [] for i in range(n)], pa.list_(pa.string())),
+    }), tmp_path / "n.parquet")
+    spec = guess_spec(tmp_path / "n.parquet")
+    assert spec.passthrough == ["tags"] and spec.fields == []
+    assert "'tags' holds a list / struct per cell" in spec.description
+    assert read_transactions(tmp_path / "n.parquet", spec).summary() == "rows read 300 = accepted 300 + rejected 0"

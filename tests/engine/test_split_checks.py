@@ -155,10 +155,23 @@ def test_date_outliers_gathered_from_sampled_parts_name_the_same_rows():
     got = sketch.warning()
     assert "row 6 at 2099-01-01 00:00:00, row 17001 at 2099-01-01 00:00:00;" in got and got.startswith("2 transactions")
     first = [pd.Timestamp(w.split("(")[1][:10]) for w in (got, exact)]  # the bulk's first date, sampled or not
-    assert first[1] == pd.Timestamp("2023-01-02") and abs(first[0] - first[1]) <= pd.Timedelta(days=3)
+    kth = fr["timestamp"].sort_values().iloc[n // 100].normalize()  # the earliest 1 % set aside
+    assert first[1] == kth and abs(first[0] - first[1]) <= pd.Timedelta(days=3)
     fr.loc[:99, "timestamp"] = pd.Timestamp("1970-01-01")  # 100 outliers in the first part (20 kept per side) + row 17001
     sketch = DateOutliers(sample=2_000, extremes=20)
     for part in np.array_split(np.arange(n), 4):
         sketch.add(fr["timestamp"].iloc[part], fr["row_number"].iloc[part])
     assert sketch.warning().startswith("at least 21 transactions are dated far outside")
     assert date_outliers(fr).startswith("101 transactions are dated far outside")
+
+
+@pytest.mark.parametrize("n, typos", [(10, 1), (120, 1), (1000, 6)])
+def test_small_files_and_several_typos_are_named(n, typos):
+    """The bulk sets aside at least one row at each end: one 2099 row among 10 is named, and the
+    range printed is the ordinary rows' (a linear quantile let the outlier drag it to 2054)."""
+    ts = pd.Timestamp("2024-01-01") + pd.to_timedelta(np.arange(n) * 3600, unit="s")
+    fr = pd.DataFrame({"timestamp": ts, "row_number": np.arange(1, n + 1)})
+    fr.loc[n - typos:, "timestamp"] = pd.Timestamp("2099-01-01")
+    w = date_outliers(fr)
+    assert w is not None and w.startswith(f"{typos} transaction")
+    assert "to 2099" not in w and "to 205" not in w

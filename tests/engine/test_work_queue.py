@@ -256,3 +256,4 @@ def test_formatters():
     assert [fmt.format_duration(h) for h in (0.5, 5.2, 50, 72)] == ["30 min", "5 h", "2 d 2 h", "3 d"]
     assert [fmt.format_threshold(p) for p in (0.2, 0.0, 1.0, 6.8e-06, 0.00099, None)] == [
         "0.200", "0.000", "1.000", "6.8e-06", "0.00099", "-"]
+    assert [fmt.format_threshold(p) for p in (0.9996, 0.99951, 0.9994)] == ["0.9996", "0.99951", "0.999"]

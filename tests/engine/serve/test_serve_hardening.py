@@ -391,12 +391,14 @@ def test_a_transaction_dated_ahead_of_the_clock_is_refused_and_does_not_lock_its
     assert r.status_code == 422, r.text
     d = r.json()["detail"][0]
     assert d["loc"][-1] == "ts" and "min after this server's clock" in d["msg"] and "at most 10 min" in d["msg"]
+    assert d["type"] == "timestamp_ahead"  # the same type on every path
     assert c.post("/v1/score", json=mine[1]).status_code == 200  # the entity goes on
     b = c.post("/v1/score/batch", json={"transactions": [dict(future, tid="t-future-2"), mine[2]]}).json()
     assert [x["index"] for x in b["results"]] == [1]
     assert [(x["index"], x["type"]) for x in b["rejected"]] == [(0, "timestamp_ahead")]
     row = canonical_row(dict(future, tid="t-future-3"), bundle.spec)
-    assert svc.score_rows([row])[0][:2] == ("err", 422)  # the scorer process's path
+    res = svc.score_rows([row])[0]  # the scorer process's path
+    assert res[:2] == ("err", 422) and res[2][0]["type"] == "timestamp_ahead"
     assert svc.history.get("t-future") is None
     svc.close()
 
@@ -413,7 +415,9 @@ def test_a_transaction_dated_ahead_of_the_clock_is_refused_and_does_not_lock_its
     svc.close()
 
     # the check can fail: without a limit the row is accepted and the entity is locked out
-    svc, c = make(bundle, tmp_path / "nolimit", max_ahead_s=None)
+    with pytest.raises(ValueError, match="max_ahead_s"):
+        make(bundle, tmp_path / "bad", max_ahead_s=-1.0)
+    svc, c = make(bundle, tmp_path / "nolimit", max_ahead_s=float("inf"))  # serve --max-ahead-minutes inf
     assert c.post("/v1/score", json=mine[0]).status_code == 200
     assert c.post("/v1/score", json=future).status_code == 200
     assert c.post("/v1/score", json=mine[1]).status_code == 409
