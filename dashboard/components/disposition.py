@@ -130,8 +130,8 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     band = decision_band(prob, thr["review"], thr["decline"])
     m = st.columns(5)
     m[0].metric("Query fraud probability", f"{prob:.3f}")
-    m[1].metric("Review threshold", f"{format_threshold(thr['review'])}", help=md(thr["source"]))
-    m[2].metric("Decline threshold", f"{format_threshold(thr['decline'])}", help=md(thr["source"]))
+    m[1].metric("Review threshold", format_threshold(thr['review']), help=md(thr["source"]))
+    m[2].metric("Decline threshold", format_threshold(thr['decline']), help=md(thr["source"]))
     m[3].metric("Decision band", comp.BAND_LABELS[band],
                 help="below review: p < review · review: review ≤ p < decline · decline: p ≥ decline")
     m[4].metric("Case state", comp.STATE_LABELS.get(case["state"], case["state"]))

@@ -100,7 +100,7 @@ m[0].metric("Transactions", f"{len(tl):,}")
 m[1].metric("Flagged", f"{int(tl['flagged'].sum()):,}", help=f"fraud {WORD} ≥ review threshold {format_threshold(thr)}")
 m[2].metric("Known frauds", "—" if "label" not in tl or tl["label"].isna().all() else f"{int(tl['label'].fillna(0).sum()):,}")
 m[3].metric(f"Max fraud {WORD}", f"{r['max_probability']:.3f}")
-m[4].metric("Review threshold", f"{format_threshold(thr)}", help=f"{WORD} at or above which a transaction is flagged · "
+m[4].metric("Review threshold", format_threshold(thr), help=f"{WORD} at or above which a transaction is flagged · "
             + md(thresholds["source"]))
 
 # ------------------------------------------------------------------------------ query selection

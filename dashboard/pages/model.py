@@ -49,10 +49,10 @@ op = calib["operating_point"]
 tgt = op.get("target") or {}
 chosen = (f"target {tgt['kind'].replace('_', ' ')} {tgt['value']:g} on validation" if tgt else "max F1 on validation")
 m = st.columns(4)
-m[0].metric("Review threshold", f"{format_threshold(now['review'])}",
+m[0].metric("Review threshold", format_threshold(now['review']),
             help=f"fraud {WORD} at or above which a transaction is flagged for review · {md(now['source'])}; "
                  f"checkpoint: {format_threshold(th.get('review', card['threshold']))} ({md(chosen)})")
-m[1].metric("Decline threshold", f"{format_threshold(now['decline'])}",
+m[1].metric("Decline threshold", format_threshold(now['decline']),
             help=f"{md(now['source'])}; checkpoint: "
                  + (f"{th['decline']:.3f} (lowest threshold with validation precision ≥ 0.8)" if "decline" in th else "—"))
 m[2].metric("Parameters", f"{card['n_parameters']:,}")

@@ -251,9 +251,6 @@ class _Throttle:
                 raise SignInError("too many wrong passwords for this user: try again later")
             self._fails[name] = recent + [now]
 
-    def fail(self, name: str) -> None:
-        """A wrong password: its attempt, reserved by :meth:`check`, stays counted."""
-
     def clear(self, name: str) -> None:
         with self._lock:
             self._fails.pop(name, None)
@@ -286,7 +283,7 @@ def authenticate(path: str | Path, name: str, password: str) -> Identity:
     except (VerificationError, InvalidHashError):
         ok = False
     if not ok or rec is None or rec.password_hash is None:
-        THROTTLE.fail(key)
+        # the attempt reserved by THROTTLE.check stays counted
         raise SignInError("unknown user or wrong password")
     THROTTLE.clear(key)
     return Identity(name=rec.name, role=rec.role, method="password")

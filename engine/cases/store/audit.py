@@ -79,7 +79,7 @@ class AuditMixin:
         """:attr:`audit_verdict`, verified again (:meth:`verify_audit_chain`) when the last
         check is older than ``max_age_s`` seconds: the alarm every page shows follows a log
         changed while the server runs, at the cost of one verification per ``max_age_s``."""
-        if time.monotonic() - getattr(self, "_verified_at", float("-inf")) > max_age_s:
+        if time.monotonic() - self._verified_at > max_age_s:
             return self.verify_audit_chain()
         return self.audit_verdict
 
