@@ -4,7 +4,6 @@ read step that prints its row accounting."""
 
 from __future__ import annotations
 
-import re
 import sys
 from functools import partial
 from pathlib import Path
@@ -13,18 +12,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from engine.data.csv_writer import show_controls
+
 console = Console(width=None if sys.stdout.isatty() else 150)
 #: bench logs carry "[transformer]"-style prefixes and markdown: printed as is, not as rich markup
 plain_log = partial(console.print, markup=False)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def _safe(text: str) -> str:
     """Text from files for the terminal: rich markup escaped, control characters (an ESC sequence
-    in a merchant name would reach the terminal) shown as ``\\x1b``."""
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+    in a merchant name would reach the terminal) shown as ``\\x1b``, bidi controls (U+202E would
+    print a name or an amount reversed) as ``\\u202e``."""
+    return escape(show_controls(str(text)).replace("\r", "\\x0d"))
 
 
 def _fail(msg: str) -> None:

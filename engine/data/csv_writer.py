@@ -73,17 +73,26 @@ def neutralise_csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 #: control characters written as the text ``\\xNN``: C0 but tab, line feed and carriage return
-#: (kept: valid inside a quoted field), DEL, and C1 (0x9B is a terminal's CSI on its own)
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+#: (kept: valid inside a quoted field), DEL, and C1 (0x9B is a terminal's CSI on its own); and,
+#: written as ``\\uNNNN``, the Unicode bidirectional controls (U+061C, U+200E, U+200F,
+#: U+202A-U+202E, U+2066-U+2069: "Trojan Source", CVE-2021-42574, https://trojansource.codes/) that
+#: make a cell read in another order than it is stored (an amount or an id shown reversed), and
+#: the line / paragraph separators U+2028 and U+2029 that some viewers break a row at
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
-def _show_control(v: str) -> str:
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", v)
+def show_controls(v: str) -> str:
+    """``v`` with its control characters written as visible text: C0 (but tab, line feed, carriage
+    return), DEL and C1 as ``\\xNN``, bidi controls and U+2028 / U+2029 as ``\\uNNNN``
+    (``"a\\u202eb"`` -> ``"a\\\\u202eb"``). Used for CSV cells and for text printed on a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", v)
 
 
 def _visible_controls(frame: pd.DataFrame) -> pd.DataFrame:
     """Control characters inside a text cell (and a column name) written as the text ``\\xNN``
-    (NUL as ``\\x00``, ESC as ``\\x1b``): a raw NUL byte ends the field in C-based CSV readers
+    (NUL as ``\\x00``, ESC as ``\\x1b``) and bidi controls as ``\\uNNNN`` (U+202E as
+    ``\\u202e``): a raw NUL byte ends the field in C-based CSV readers
     and spreadsheets, and an ESC or CSI sequence from the data would drive the terminal of whoever
     runs ``cat`` or ``less -r`` on the file (clear the screen, set the title, forge lines). Tab,
     line feed and carriage return are valid inside a quoted field and kept."""
@@ -92,8 +101,8 @@ def _visible_controls(frame: pd.DataFrame) -> pd.DataFrame:
         if s.dtype == object or pd.api.types.is_string_dtype(s.dtype):
             hit = s.map(lambda v: isinstance(v, str) and _CONTROL.search(v) is not None)
             if hit.any():
-                frame[col] = s.map(lambda v: _show_control(v) if isinstance(v, str) else v)
-    frame.columns = [_show_control(c) if isinstance(c, str) else c for c in frame.columns]
+                frame[col] = s.map(lambda v: show_controls(v) if isinstance(v, str) else v)
+    frame.columns = [show_controls(c) if isinstance(c, str) else c for c in frame.columns]
     return frame
 
 

@@ -394,11 +394,13 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     if pr.format == "csv":
         no_pass = _check_columns(p, spec, _csv_header(p, pr))
         raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
+        file_columns = list(raw.columns)
     else:
         schema = parquet_file(p).schema_arrow
         no_pass = _check_columns(p, spec, schema.names)
         _check_parquet_types(p, spec, schema)
-        raw, row_numbers, pre_rejected = read_parquet(p, max_rows)
+        raw, row_numbers, pre_rejected = read_parquet(p, max_rows, spec.required_columns())
+        file_columns = list(schema.names)  # only the spec's columns are read
     n = len(raw)
     probs = _Problems(n)
 
@@ -554,7 +556,7 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     rows_read = n + len(pre_rejected)
     assert rows_read == len(frame) + len(rej)
     mentioned = set(spec.roles())
-    unused = [c for c in raw.columns if c not in mentioned]
+    unused = [c for c in file_columns if c not in mentioned]
     notes = ([pr.note] if pr.format == "csv" and pr.note else []) + ([_pass_note(p, no_pass)] if no_pass else [])
     return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused,
                       notes=notes)

@@ -314,6 +314,30 @@ def _fit_ensemble(d, spec: DatasetSpec, cfg: TrainConfig, *, log, progress, earl
     return ModelBundle(model=ens, encoder=d.encoder, spec=spec, meta=meta), history, d.enc
 
 
+
+def _refuse_one_class_validation(frame: pd.DataFrame, split: np.ndarray, train_end, val_end,
+                                 proposal, outliers: str | None) -> None:
+    """Refuse, before any epoch, a validation period whose labels hold one class: the best epoch,
+    the calibration map and the review threshold are all chosen on it, so training would run for
+    minutes and save a model chosen by nothing. Names the dates that fix it when there are any."""
+    if "label" not in frame:
+        return  # fit names the missing label column
+    y = frame["label"].to_numpy(dtype="float64", na_value=np.nan)[np.asarray(split) == 1]
+    y = y[~np.isnan(y)]
+    n_fraud = int((y == 1).sum())
+    if 0 < n_fraud < len(y):
+        return
+    what = "no labelled fraud" if n_fraud == 0 else "only frauds"
+    msg = (f"the validation period [{train_end.date()}, {val_end.date()}) holds {what} ({len(y):,} labelled "
+           "transactions): the best epoch, the calibration map and the review threshold are chosen on it")
+    fix = proposal or propose_split_dates(frame, min_frauds=1, min_entities=1)
+    if fix is not None:
+        msg += f"; --train-end {fix[0].date()} --val-end {fix[1].date()} gives both later periods frauds"
+    else:
+        msg += "; this file's frauds are too few to split into training, validation and test periods"
+    raise ValueError(f"{msg}; {outliers}" if outliers else msg)
+
+
 def train(
     frame: pd.DataFrame,
     spec: DatasetSpec,
@@ -346,7 +370,8 @@ def train(
         ``calibration_metrics`` and ``drift_reference`` (:func:`engine.model.drift.drift_reference`
         of the training-period rows).
     Raises:
-        ValueError: no label column, no fraud in the training period, an empty period, both
+        ValueError: no label column, no fraud in the training period, a validation period with
+            no fraud (or only frauds; the message proposes dates), an empty period, both
             threshold targets given or a target out of range, or an unknown calibration method.
     """
     cfg = cfg or TrainConfig()
@@ -372,6 +397,7 @@ def train(
         f"rows {np.bincount(split, minlength=3).tolist()}")
     warnings = split_warnings(frame, split)
     proposal = propose_split_dates(frame) if warnings else None
+    _refuse_one_class_validation(frame, split, train_end, val_end, proposal, outliers)
     for w in warnings:
         log(f"warning: {w}")
     if proposal is not None:

@@ -144,18 +144,43 @@ def users_path(env: dict[str, str] | None = None) -> Path | None:
     return Path(v).expanduser() if v else None
 
 
+#: the last parsed credentials file per path: (its bytes, users). A page run asks for the signed-in
+#: user's role several times; the file is read every time (a few hundred bytes) and parsed again
+#: only when its bytes differ. Keyed by content, not by modification time: an edit within the
+#: file system's timestamp granularity (or an inode reused by the next rename) is never missed.
+_USERS_CACHE: dict[str, tuple[bytes, dict[str, UserRecord]]] = {}
+_USERS_CACHE_LOCK = threading.Lock()
+
+
 def load_users(path: str | Path) -> dict[str, UserRecord]:
-    """Read the credentials file: user name -> :class:`UserRecord`.
+    """Read the credentials file: user name -> :class:`UserRecord` (a new dict on every call).
+
+    The file is read on every call; its parse is reused while its bytes are unchanged.
 
     Raises :class:`UsersFileError` (naming the file and the user) if the file cannot be read, is
     not TOML, or an entry has an invalid name, role or hash.
     """
     p = Path(path)
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise UsersFileError(f"{p}: no such credentials file (create it with `fraudlens users add`)") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise UsersFileError(f"{p}: cannot read ({type(e).__name__})") from None
+    with _USERS_CACHE_LOCK:
+        hit = _USERS_CACHE.get(str(p))
+    if hit is not None and hit[0] == raw:
+        return dict(hit[1])
+    out = _parse_users(p, raw)
+    with _USERS_CACHE_LOCK:
+        _USERS_CACHE[str(p)] = (raw, out)
+    return dict(out)
+
+
+def _parse_users(p: Path, raw: bytes) -> dict[str, UserRecord]:
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
         raise UsersFileError(f"{p}: cannot read ({type(e).__name__})") from None
     except tomllib.TOMLDecodeError as e:
         raise UsersFileError(f"{p}: not valid TOML ({e})") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,13 +10,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from engine.data.csv_writer import show_controls
+
 console = Console(width=None if sys.stdout.isatty() else 150)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _fail(msg: str) -> None:
     """One error line (the message may quote file text: never rich markup), exit 2."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(str(msg).split()))
+    text = show_controls(" ".join(str(msg).split()))
     console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
     raise typer.Exit(2)
 

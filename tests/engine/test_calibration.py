@@ -56,8 +56,16 @@ def test_isotonic_map_is_sklearns_centred_and_platt_recovers_its_parameters():
     # centred: one breakpoint per PAV block, at the block's mean logit, with the block's rate
     fitted = ref.predict(lg)
     rates = np.unique(fitted)
+    assert iso["x"] and np.allclose(iso["x"], [lg[fitted == r].mean() for r in rates])
+    # the first block holds no fraud: its rate 0 becomes the Jeffreys estimate 0.5 / (n + 1)
+    n_first = int((fitted == rates[0]).sum())
+    assert rates[0] == 0.0 and n_first > 50
+    assert iso["y"][0] == pytest.approx(0.5 / (n_first + 1)) and iso["y"][0] > 0
+    # the last block is all fraud: 1 - 0.5 / (n + 1)
+    n_last = int((fitted == rates[-1]).sum())
+    assert rates[-1] == 1.0 and iso["y"][-1] == pytest.approx(1 - 0.5 / (n_last + 1)) and iso["y"][-1] < 1
+    rates = np.concatenate([[iso["y"][0]], rates[1:-1], [iso["y"][-1]]])
     assert iso["variant"] == "centred" and np.allclose(iso["y"], rates)
-    assert np.allclose(iso["x"], [lg[fitted == r].mean() for r in rates])
     # at each block's mean logit the map gives the block's rate; strictly increasing in between
     assert np.allclose(cal.apply_calibration(iso, iso["x"]), rates)
     inner = np.linspace(iso["x"][0], iso["x"][-1], 301)[1:-1]
@@ -73,6 +81,26 @@ def test_isotonic_map_is_sklearns_centred_and_platt_recovers_its_parameters():
     for m in (iso, pl):
         assert cal.apply_calibration(m, lg).sum() == pytest.approx(y.sum(), rel=0.05)
     assert cal.apply_calibration(None, [0.0])[0] == 0.5  # no map: the score
+
+
+def test_isotonic_end_blocks_never_give_probability_zero_or_one():
+    """A run of legitimate transactions at the lowest logits (and of frauds at the highest) is a
+    sample limit: the map gives (k + 1/2) / (n + 1) there, kept below half the next block's rate."""
+    lg = np.arange(400, dtype=float)
+    y = np.zeros(400)
+    y[200:220:2] = 1  # 10 frauds among logits 200..219
+    y[380:] = 1  # the top 20 all fraud
+    iso = cal.fit_calibration(lg, y, np.arange(400), method="isotonic")
+    assert iso["y"][0] == pytest.approx(0.5 / 201)  # 200 legitimate transactions, none fraud
+    assert iso["y"][-1] == pytest.approx(1 - 0.5 / 21)  # 20 frauds, all fraud
+    p = cal.apply_calibration(iso, [-1e6, 0.0, 1e6])
+    assert 0 < p[0] == p[1] < 0.01 and 0.97 < p[2] < 1
+    # a small first block next to a small rate: at most half of it (the map stays increasing)
+    lg2, y2 = np.arange(1100, dtype=float), np.zeros(1100)
+    y2[100] = 1  # logits 0..99 no fraud, then one fraud in 1,000: rate ~0.001 < 0.5 / 101
+    iso2 = cal.fit_calibration(lg2, y2, np.arange(1100), method="isotonic")
+    assert iso2["y"][0] == pytest.approx(iso2["y"][1] / 2) and iso2["y"][1] == pytest.approx(1 / 1000)
+    cal.check_calibration(iso2)
 
 
 def test_ranking_by_calibrated_probability_keeps_the_logits_ranking():

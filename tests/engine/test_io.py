@@ -527,6 +527,31 @@ def test_parquet_decimal_amounts_read_exactly_and_nested_columns_as_json_text(tm
     assert raw["amt"].tolist()[:2] == ["1234.50", "-0.01"] and raw["tags"].iloc[2] is None
 
 
+def test_parquet_columns_the_spec_does_not_name_are_never_decoded(tmp_path, monkeypatch):
+    """Only the spec's columns are read: a nested column no spec names is not converted to JSON
+    (5 s per 1.75M rows), and the row accounting is the file's; a named nested column still is."""
+    import engine.data.parquet as pqmod
+
+    t = {"tx": pa.array([1, 2, 3], pa.int64()), "cust": pa.array(["a", "a", "b"]),
+         "when": pa.array(pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-03"])),
+         "amt": pa.array([1.0, 2.0, 3.0]), "score": pa.array([0.1, 0.2, 0.3]), "term": pa.array(["x", "y", "z"]),
+         "fraud": pa.array([0, 1, 0]), "tags": pa.array([["web"], [], None], pa.list_(pa.string())),
+         "unused": pa.array(["u", "v", "w"])}
+    p = tmp_path / "wide.parquet"
+    pq.write_table(pa.table(t), p)
+    calls = []
+    real_dumps = pqmod.json.dumps
+    monkeypatch.setattr(pqmod.json, "dumps", lambda v, **kw: calls.append(v) or real_dumps(v, **kw))
+    res = read_transactions(p, generic_spec())
+    check_contract(res)
+    assert calls == [] and res.rows_read == 3 and len(res.frame) == 3 and "unused" not in res.frame
+    assert res.unused_columns == ["tags", "unused"]
+    res = read_transactions(p, generic_spec(passthrough=["tags"]), max_rows=2)
+    assert calls == [["web"], []] and res.frame["tags"].tolist() == ['["web"]', "[]"]
+    raw, rows, _ = pqmod.read_parquet(p, None, columns=[])  # no column: still the file's rows
+    assert len(raw) == 3 and rows.tolist() == [1, 2, 3]
+
+
 def test_read_raw_keeps_text(shared_data):
     raw = read_raw(shared_data / "tabformer" / "User0_credit_card_transactions.csv", max_rows=3)
     assert raw.shape == (3, 15)

@@ -47,6 +47,23 @@ def test_credentials_file_holds_only_argon2_hashes_mode_0600(users):
     assert recs["carol@bank.example"].password_hash is None
 
 
+def test_a_same_size_in_place_role_edit_is_read_at_once_and_callers_get_their_own_dict(users):
+    """The parse is reused while the bytes are unchanged; an edit that keeps the size (analyst ->
+    auditor) and lands within the file system's timestamp granularity is still read at once."""
+    first = ac.load_users(users)
+    first.pop("alice")  # a caller's change never reaches the next caller
+    assert ac.load_users(users)["alice"].role == "analyst"
+    st = os.stat(users)
+    users.write_text(users.read_text(encoding="utf-8").replace('role = "analyst"', 'role = "auditor"'), encoding="utf-8")
+    os.utime(users, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same modification time
+    assert os.stat(users).st_size == st.st_size
+    assert ac.load_users(users)["alice"].role == "auditor"
+    assert ac.still_signed_in(users, ac.Identity("alice", "analyst", "password")).role == "auditor"
+    users.write_text("[users", encoding="utf-8")
+    with pytest.raises(ac.UsersFileError, match="not valid TOML"):
+        ac.load_users(users)
+
+
 def test_authenticate_right_and_wrong_password(users):
     assert ac.authenticate(users, "alice", PW) == ac.Identity("alice", "analyst", "password")
     for name, pw in [("alice", PW + "x"), ("alice", ""), ("nobody", PW), ("carol@bank.example", "")]:

@@ -124,6 +124,51 @@ def test_a_2099_typo_is_named_by_its_row_and_explains_an_empty_default_period():
         train(fr, spec, TrainConfig(), fitter=lambda *a, **k: pytest.fail("fitted"), log=lambda m: None)
 
 
+def test_train_refuses_a_validation_period_without_fraud_before_any_epoch_and_proposes_dates():
+    """Early stopping, calibration and the review threshold all read the validation period: with no
+    fraud there, training used to run for minutes and save an unchosen, uncalibrated model."""
+    from engine.model.train import TrainConfig, train
+
+    fr = _frame(n_ent=40, per=50, fraud_share=0.0)
+    fr["row_number"] = np.arange(1, len(fr) + 1)
+    early = fr.index[fr.timestamp < "2024-05-01"][::30]
+    late = fr.index[fr.timestamp >= "2024-10-01"][::30]
+    fr.loc[early, "label"] = 1
+    fr.loc[late, "label"] = 1  # frauds in training and test, none in between
+    spec = load_spec("demo")
+    refuse = dict(fitter=lambda *a, **k: pytest.fail("fitted"), log=lambda m: None)
+    with pytest.raises(ValueError, match=r"the validation period \[2024-08-01, 2024-10-01\) holds no labelled fraud "
+                       r"\([\d,]+ labelled transactions\).*; --train-end \d{4}-\d\d-\d\d --val-end \d{4}-\d\d-\d\d gives"):
+        train(fr, spec, TrainConfig(train_end="2024-08-01", val_end="2024-10-01"), **refuse)
+    # the proposed dates give the validation period frauds: training goes on (to the fitter)
+    import re
+
+    try:
+        train(fr, spec, TrainConfig(train_end="2024-08-01", val_end="2024-10-01"), **refuse)
+    except ValueError as e:
+        a, b = re.search(r"--train-end (\S+) --val-end (\S+)", str(e)).groups()
+    split, _, _ = time_split(fr.timestamp, a, b)
+    assert _counts(fr, split, 1)[0] >= 1 and _counts(fr, split, 2)[0] >= 1
+
+    class Fitted(Exception):
+        pass
+
+    def fitter(*a, **k):
+        raise Fitted
+
+    with pytest.raises(Fitted):
+        train(fr, spec, TrainConfig(train_end=a, val_end=b), fitter=fitter, log=lambda m: None)
+    # only frauds in the validation period: refused too; a file whose frauds cannot be split: said so
+    only = fr.copy()
+    only.loc[(only.timestamp >= "2024-08-01") & (only.timestamp < "2024-10-01"), "label"] = 1
+    with pytest.raises(ValueError, match="holds only frauds"):
+        train(only, spec, TrainConfig(train_end="2024-08-01", val_end="2024-10-01"), **refuse)
+    one = fr.assign(label=pd.array(np.zeros(len(fr), int), dtype="Int8"))
+    one.loc[one.index[one.timestamp < "2024-03-01"][:2], "label"] = 1  # 2 frauds: three periods need 3
+    with pytest.raises(ValueError, match="this file's frauds are too few to split"):
+        train(one, spec, TrainConfig(), **refuse)
+
+
 def test_score_cli_names_a_transaction_dated_2099(tmp_path):
     from engine.cli import app
 

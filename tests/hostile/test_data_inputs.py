@@ -551,6 +551,17 @@ def test_terminal_escape_sequences_are_shown_not_sent(tmp_path):
     assert "\\x1b[2J\\x1b]0;pwned\\x07" in r.output and "amount is not a number" in r.output
 
 
+def test_bidi_controls_and_carriage_returns_are_shown_not_sent(tmp_path):
+    """A U+202E in a rejected cell would print the rest of the console line reversed, a CR would
+    overwrite it: both are printed as visible escapes."""
+    p = tmp_path / "bidi.csv"
+    p.write_text(text(with_cell(ROWS, 2, "Amount", "\"12\u202e34\r5\"")))  # quoted: a bare CR ends a record
+    r = runner.invoke(app, ["score", "--data", str(p), "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "\u202e" not in r.output and "\r" not in r.output
+    assert "12\\u202e34" in r.output and "amount is not a number" in r.output
+
+
 def test_unseen_values_counts(tmp_path):
     """The encoder reports values outside its vocabularies (not hashed fields, not missing cells)."""
     from engine.data.features import FeatureEncoder

@@ -433,3 +433,18 @@ def test_terminal_control_sequences_in_cells_are_written_as_visible_text():
     rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
     assert [r[0] for r in rows[1:]] == ["\\x1b[2J\\x1b]0;pwned\\x07", "a\\x9bb\\x7f", "tab\there", "two\nlines",
                                         "Zürich 中"]
+
+
+def test_bidi_controls_and_line_separators_in_cells_are_written_as_visible_text():
+    """Trojan Source (CVE-2021-42574): U+202E makes "txn_5€01" read as "txn_10€5" in a viewer that
+    applies the bidi algorithm; U+2028 breaks a row in some viewers. Written as ``\\uNNNN``; other
+    non-ASCII text (Arabic, Hebrew letters themselves) is kept."""
+    cells = ["amt \u202e01.5\u202c", "\u2066iso\u2069 \u2067x\u2068y", "l\u200em\u200fa\u061cb", "row\u2028two\u2029",
+             "שלום مرحبا"]
+    data = csv_bytes(pd.DataFrame({"merchant\u202e": cells}))
+    text = data.decode("utf-8")
+    assert not re.search("[\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]", text)
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["merchant\\u202e"]
+    assert [r[0] for r in rows[1:]] == ["amt \\u202e01.5\\u202c", "\\u2066iso\\u2069 \\u2067x\\u2068y",
+                                        "l\\u200em\\u200fa\\u061cb", "row\\u2028two\\u2029", "שלום مرحبا"]
