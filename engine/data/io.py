@@ -369,6 +369,16 @@ def read_raw(path: str | Path, fmt: str = "auto", *, max_rows: int | None = None
     return raw
 
 
+def _id_reuse_note(p: Path, id_col: str, n_reused: int, n: int) -> str | None:
+    """A note when more than 1 % of the rows reuse a transaction id: the spec's id column is then
+    likely not a transaction id (``inspect`` judges uniqueness on a sample of the file)."""
+    if n_reused <= max(1, 0.01 * n):
+        return None
+    return (f"{p.name}: {n_reused:,} rows ({n_reused / n:.1%}) were rejected because their {id_col!r} was already "
+            f"used by an earlier row: if {id_col!r} is not a unique transaction id, remove `id = {id_col!r}` "
+            "from the spec (rows are then identified by their row number)")
+
+
 def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None) -> LoadResult:
     """Read a raw CSV or Parquet file through ``spec`` into the canonical frame.
 
@@ -476,6 +486,7 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
             probs.flag(other, lab.column, ltexts[lcodes], ureason[lcodes])
 
     # duplicates ---------------------------------------------------------------------------------
+    n_reused = 0
     if n:
         _flag_duplicates(raw, row_numbers, probs, candidates=id_key)
         if id_key is not None:
@@ -490,6 +501,8 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
                 reasons = np.empty(n, dtype=object)
                 reasons[rows[later]] = [f"transaction id already used by row {r}" for r in first_rn[later]]
                 probs.flag(mask, spec.id, _LazyText(raw[spec.id]), reasons)
+                n_reused = int(later.sum())
+    reuse_note = _id_reuse_note(p, spec.id, n_reused, n) if id_key is not None and n else None
 
     # assemble ------------------------------------------------------------------------------------
     keep = np.flatnonzero(~probs.bad)
@@ -558,5 +571,6 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     mentioned = set(spec.roles())
     unused = [c for c in file_columns if c not in mentioned]
     notes = ([pr.note] if pr.format == "csv" and pr.note else []) + ([_pass_note(p, no_pass)] if no_pass else [])
+    notes += [reuse_note] if reuse_note else []
     return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused,
                       notes=notes)

@@ -463,6 +463,20 @@ def test_iso_timestamps_ids_numeric(tmp_path):
     assert np.isnan(f["score"].iloc[2]) and f["score"].iloc[0] == 0.3
 
 
+def test_many_reused_ids_say_the_id_column_may_not_be_an_id(tmp_path):
+    """inspect judges uniqueness on a sample: when a full read rejects over 1 % of its rows for a
+    reused id, a note names the column and the fix (one retried transaction says nothing)."""
+    one = [g(f"t{i}", when=f"2020-01-01 10:{i % 60:02d}:00", score=str(i)) for i in range(200)] + [g("t5", score="x1")]
+    _, res = read_rows(tmp_path, generic_spec(), one, GENERIC_HEADER)
+    assert len(res.rejected) == 1 and not any("already used" in n for n in res.notes)
+    codes = [g(f"k{i % 40}", when=f"2020-01-01 10:{i % 60:02d}:00", score=str(i)) for i in range(200)]
+    _, res = read_rows(tmp_path, generic_spec(), codes, GENERIC_HEADER)
+    assert len(res.rejected) == 160 and len(res.frame) == 40
+    assert [n for n in res.notes if "already used" in n] == [
+        "t.csv: 160 rows (80.0%) were rejected because their 'tx' was already used by an earlier row: if 'tx' is "
+        "not a unique transaction id, remove `id = 'tx'` from the spec (rows are then identified by their row number)"]
+
+
 def test_timestamp_format_and_unit(tmp_path):
     spec = generic_spec(timestamp={"column": "when", "format": "%d/%m/%Y %H:%M"})
     _, res = read_rows(tmp_path, spec, [g("a", when="31/01/2020 10:05"), g("b", when="2020-01-31")],
