@@ -217,8 +217,8 @@ def train(
     t = Table("period", "transactions", "frauds", "AUC ROC", "average precision", "threshold", "precision", "recall")
     for period in ("validation", "test"):
         m = report[period]
-        t.add_row(period, f"{m['n']:,}", f"{m['n_fraud']:,}", f"{m.get('auc_roc', float('nan')):.4f}",
-                  f"{m.get('average_precision', float('nan')):.4f}", f"{m['threshold']:.4f}",
+        t.add_row(period, f"{m['n']:,}", f"{m['n_fraud']:,}", _ranked(m, "auc_roc"),
+                  _ranked(m, "average_precision"), f"{m['threshold']:.4f}",
                   f"{m['precision']:.4f}", f"{m['recall']:.4f}")
     console.print(t)
     _print_calibration(report["calibration"], report["operating_point"])
@@ -271,13 +271,19 @@ def _print_calibration(cal: dict, op: dict) -> None:
             console.print(f"warning: {w}", markup=False)
 
 
+def _ranked(m: dict, key: str) -> str:
+    """A ranking metric to 4 decimals, or "n/a (one class)" when the rows hold no fraud or only
+    fraud (``binary_metrics`` leaves it out: it was printed as "nan")."""
+    v = m.get(key)
+    return "n/a (one class)" if v is None or v != v else f"{v:.4f}"
+
+
 def _print_baseline(test: dict, base: dict) -> None:
     """The transformer and the LightGBM baseline on the same test rows, with the bootstrap."""
     t = Table("test rows", "AUC ROC", "average precision", title="transformer vs LightGBM baseline (same test rows)")
     b = base["test"]
-    nan = float("nan")
-    t.add_row("transformer", f"{test.get('auc_roc', nan):.4f}", f"{test.get('average_precision', nan):.4f}")
-    t.add_row("LightGBM baseline", f"{b.get('auc_roc', nan):.4f}", f"{b.get('average_precision', nan):.4f}")
+    t.add_row("transformer", _ranked(test, "auc_roc"), _ranked(test, "average_precision"))
+    t.add_row("LightGBM baseline", _ranked(b, "auc_roc"), _ranked(b, "average_precision"))
     boot = base.get("bootstrap")
     if boot:
         ap, auc = boot["average_precision"], boot["auc_roc"]

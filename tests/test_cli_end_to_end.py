@@ -181,6 +181,24 @@ def test_a_seed_ensemble_trains_scores_and_explains_as_one_model(handbook_slice,
     assert r.exit_code == 2 and "ensemble (--members) trains on one machine only" in " ".join(r.output.split())
 
 
+def test_a_test_period_without_fraud_trains_and_prints_na_not_nan(handbook_slice, tmp_path):
+    """A one-class test period leaves the ranking metrics undefined: the table says so, and the
+    validation period (which holds frauds) still chooses the model."""
+    data, _, _ = handbook_slice
+    df = pd.read_csv(data, dtype=str, keep_default_na=False)
+    df.loc[df["TX_DATETIME"] >= "2018-05-03", "TX_FRAUD"] = "0"
+    clean = tmp_path / "no_test_fraud.csv"
+    df.to_csv(clean, index=False)
+    r = runner.invoke(app, tiny_train(clean, tmp_path / "m"))
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "the test period holds 0 labelled frauds" in out
+    test_row = next(line for line in r.output.splitlines() if line.strip("│ ┃").startswith("test"))
+    assert test_row.count("n/a (one class)") == 2 and "nan" not in test_row
+    assert "LightGBM baseline │ n/a (one class) │ n/a (one class)" in r.output
+    assert "no comparison: the test rows hold one class only" in out
+
+
 def test_forgetting_model_on_another_layout_names_the_demo_model(shared_data, tmp_path):
     data = shared_data / "banksim" / "banksim_sample.csv"
     r = runner.invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.parquet")])
