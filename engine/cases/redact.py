@@ -25,6 +25,7 @@ from engine.data.csv_writer import (  # noqa: F401
     OWASP_CSV_INJECTION_URL,
     neutralise_csv_cell,
     neutralise_csv_frame,
+    show_controls,
 )
 
 OWASP_XSS_PREVENTION_URL = (
@@ -131,12 +132,14 @@ def escape_markdown(text: Any) -> str:
     in the text *after* parsing, where the escapes are gone, so an invisible U+2060 word joiner
     goes between ``http`` / ``https`` and ``:``, between ``www`` and ``.``, and after ``@``
     (e-mail links): the text reads the same and nothing becomes a link. Line breaks become
-    spaces (the text stays on its line) and C0 control characters are removed, as in
-    :func:`escape_markup`. ``None`` -> ``""``; other values use ``str()``. Use ``st.text`` /
-    ``st.code`` for long text.
+    spaces (the text stays on its line), C0 control characters are removed, as in
+    :func:`escape_markup`, and bidi controls (U+202E, U+2066-U+2069, ...) and C1 characters are
+    shown as ``\\u202e`` / ``\\x9b`` (:func:`engine.data.csv_writer.show_controls`).
+    ``None`` -> ``""``; other values use ``str()``. Use ``st.text`` / ``st.code`` for long text.
     """
     if text is None:
         return ""
     s = _CONTROL_RE.sub("", str(text)).replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+    s = show_controls(s)  # bidi controls (U+202E: the rest of the line shown reversed) as visible text
     s = _AUTOLINK_RE.sub(WORD_JOINER, s)
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from engine.data.csv_writer import show_controls
 from engine.data.io import file_sha256
 from engine.cases.accuracy import estimate_parts
 from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
@@ -74,13 +75,17 @@ file_identity = file_sha256
 
 
 def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transaction_id")) -> pd.DataFrame:
-    """Copy of ``df`` with card-number-like text masked in every text column but ``skip``."""
+    """Copy of ``df`` with card-number-like text masked in every text column but ``skip``, and
+    their bidi controls (U+202E and the like: a merchant name shown reversed) and C0/C1 control
+    characters shown as visible ``\\uNNNN`` / ``\\xNN`` text
+    (:func:`engine.data.csv_writer.show_controls`). ``skip`` columns keep their raw text (look-ups)."""
     out = df.copy()
     for c in out.columns:
         if c in skip:
             continue
         if pd.api.types.is_object_dtype(out[c]) or pd.api.types.is_string_dtype(out[c]):
-            out[c] = out[c].map(mask_card_number)
+            out[c] = out[c].map(lambda v: show_controls(mask_card_number(v)) if isinstance(v, (str, int))
+                                and not isinstance(v, bool) else v)
     return out
 
 

@@ -243,6 +243,11 @@ def test_mask_frame_masks_text_columns_only():
     assert out["entity_id"].iloc[0] == "4111111111111111"  # raw id kept for look-ups
     assert out["note"].iloc[0] == "card 4111 11** **** 1111"
     assert df["note"].iloc[0] == "card 4111 1111 1111 1111"  # input untouched
+    # bidi controls would show a merchant name reversed: visible escapes (ids kept raw for look-ups)
+    sp = pd.DataFrame({"entity_id": ["a\u202eb"], "merchant": ["ACME \u202eLTD\u202c"], "flag": [True]})
+    out = cv.mask_frame(sp)
+    assert out["merchant"].iloc[0] == "ACME \\u202eLTD\\u202c" and out["entity_id"].iloc[0] == "a\u202eb"
+    assert out["flag"].iloc[0] is True or out["flag"].iloc[0] == True  # noqa: E712 - non-text cells unchanged
 
 
 def test_case_view_imports_no_streamlit():

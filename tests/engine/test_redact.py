@@ -188,3 +188,10 @@ def test_escape_markup():
     assert escape_markup(-12.5) == "-12.5"
     # idempotence is NOT expected: escaping twice double-escapes (escape once, at output)
     assert escape_markup("&amp;") == "&amp;amp;"
+
+
+def test_escape_markdown_shows_bidi_controls_as_visible_text():
+    """U+202E in a merchant name would show the rest of a caption reversed: written as the literal
+    text \\u202e (its backslash escaped too, so markdown shows it as typed)."""
+    assert redact.escape_markdown("ACME \u202eLTD") == "ACME \\\\u202eLTD"
+    assert "\u2066" not in redact.escape_markdown("a\u2066b\u2069") and redact.escape_markdown("שלום") == "שלום"
