@@ -5,11 +5,13 @@ interval over entities.
 Targets (one of):
 
 * ``precision`` P (the default, P = :data:`DEFAULT_TARGET_PRECISION`): the **lowest** threshold
-  whose validation precision is >= P (most frauds caught at that precision). If no threshold
+  whose validation precision is >= P (most frauds caught at that precision), raised to the
+  highest threshold with the same validation recall (lower ones only add false positives). If no threshold
   reaches P, the threshold of maximum validation F1 is used and a warning says so.
 * ``alerts_per_day`` A: the **lowest** threshold whose validation alerts per day
   (transactions at or above it / days in the validation period) are <= A (as many alerts as
-  the stated capacity allows). With ties (equal probabilities) the volume can be below A.
+  the stated capacity allows), raised the same way. With ties (equal probabilities) the volume
+  can be below A. The decline threshold follows the precision rule at :data:`DECLINE_PRECISION`.
 
 Thresholds are on the value the ``probability`` column of :func:`engine.model.scoring.score_frame`
 holds: the calibrated probability when the checkpoint has a calibration map, else the score.
@@ -48,6 +50,16 @@ def _curve(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     ps = np.sort(p)
     alerts = len(p) - np.searchsorted(ps, thr, side="left")
     return thr, prec[:-1], rec[:-1], alerts
+
+
+def _highest_at_same_recall(rec: np.ndarray, i: int) -> int:
+    """The highest threshold index with the recall of index ``i`` (thresholds ascending, recall
+    non-increasing): below it the threshold only adds false positives. Without this step the
+    lowest threshold with precision >= P, on a model that catches every validation fraud early,
+    went on down until the false positives brought the precision to exactly P (threshold 2.6e-10,
+    875 alerts for 248 frauds on a new user's file, where 0.5 gave 249 alerts at the same recall)."""
+    same = np.flatnonzero(rec == rec[i])
+    return int(same.max()) if len(same) else i
 
 
 def choose_operating_thresholds(
@@ -106,9 +118,10 @@ def choose_operating_thresholds(
         if not met:
             warning = (f"no validation threshold reaches precision {target_precision:g} (the best is "
                        f"{prec.max():.3f}); the threshold of maximum validation F1 is used")
+    i = _highest_at_same_recall(rec, i)
     review = float(thr[i])
     okd = np.flatnonzero(prec >= decline_precision)
-    decline = max(float(thr[okd[0]]) if len(okd) else review, review)
+    decline = max(float(thr[_highest_at_same_recall(rec, int(okd[0]))]) if len(okd) else review, review)
     return {"review": review, "decline": decline, "target": target, "met": bool(met), "warning": warning,
             "validation": {"precision": float(prec[i]), "recall": float(rec[i]), "alerts": int(alerts[i]),
                            "alerts_per_day": float(alerts[i] / days), "days": float(days)}}

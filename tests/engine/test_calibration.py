@@ -241,12 +241,28 @@ def test_thresholds_against_a_precision_or_an_alert_target_by_hand():
     r = opp.choose_operating_thresholds(y, p, days=2.0, alerts_per_day=0.1)
     assert not r["met"] and "no validation threshold" in r["warning"]
     r = opp.choose_operating_thresholds(y, p, days=2.0)
-    assert r["target"] == {"kind": "precision", "value": opp.DEFAULT_TARGET_PRECISION} and r["review"] == 0.2
+    # 0.2 is the lowest with precision >= 0.5 (4/8), but 0.3 catches the same 4 frauds with one alert less
+    assert r["target"] == {"kind": "precision", "value": opp.DEFAULT_TARGET_PRECISION} and r["review"] == 0.3
+    assert r["validation"]["precision"] == pytest.approx(4 / 7) and r["validation"]["recall"] == 1.0
     with pytest.raises(ValueError, match="one target"):
         opp.choose_operating_thresholds(y, p, 1.0, target_precision=0.5, alerts_per_day=3)
     pts = opp.curve_points(y, p, days=2.0)
     assert pts["threshold"][:3] == [0.9, 0.8, 0.7] and pts["precision"][2] == pytest.approx(2 / 3)
     assert pts["alerts_per_day"][-1] == 4.0
+
+
+def test_a_model_that_catches_every_fraud_early_gets_the_threshold_of_its_last_fraud():
+    """A new user's file: every validation fraud scores above 0.5, 600 legitimate transactions
+    score ~1e-10. The lowest threshold with precision >= 0.5 was 1e-10 (precision exactly 0.5,
+    twice the alerts); the review and decline thresholds are now the last fraud's probability."""
+    rng = np.random.default_rng(0)
+    p = np.concatenate([rng.uniform(0.6, 0.99, 100), rng.uniform(1e-10, 3e-10, 600)])
+    y = np.r_[np.ones(100, int), np.zeros(600, int)]
+    r = opp.choose_operating_thresholds(y, p, days=10.0)
+    assert r["review"] == pytest.approx(p[:100].min()) and r["decline"] == r["review"]
+    assert r["validation"] == {"precision": 1.0, "recall": 1.0, "alerts": 100, "alerts_per_day": 10.0, "days": 10.0}
+    r = opp.choose_operating_thresholds(y, p, days=10.0, alerts_per_day=500)
+    assert r["review"] == pytest.approx(p[:100].min()) and r["validation"]["alerts"] == 100
 
 
 def test_bootstrap_at_threshold_values_and_the_warning_rule():
