@@ -19,6 +19,8 @@ import html
 import re
 from typing import Any
 
+import pandas as pd
+
 # the CSV rule lives in the lowest layer (one writer for every CSV); re-exported here for compatibility
 from engine.data.csv_writer import (  # noqa: F401
     CSV_FORMULA_TRIGGERS,
@@ -143,3 +145,34 @@ def escape_markdown(text: Any) -> str:
     s = show_controls(s)  # bidi controls (U+202E: the rest of the line shown reversed) as visible text
     s = _AUTOLINK_RE.sub(WORD_JOINER, s)
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
+
+
+def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transaction_id")) -> pd.DataFrame:
+    """Copy of ``df`` with card-number-like text masked in every text column but ``skip``, and
+    their bidi controls (U+202E and the like: a merchant name shown reversed) and C0/C1 control
+    characters shown as visible ``\\uNNNN`` / ``\\xNN`` text
+    (:func:`engine.data.csv_writer.show_controls`). ``skip`` columns keep their raw text (look-ups)."""
+    out = df.copy()
+    for c in out.columns:
+        if c in skip:
+            continue
+        if pd.api.types.is_object_dtype(out[c]) or pd.api.types.is_string_dtype(out[c]):
+            out[c] = out[c].map(lambda v: show_controls(mask_card_number(v)) if isinstance(v, (str, int))
+                                and not isinstance(v, bool) else v)
+    return out
+
+
+#: column-name parts that make a column a card field (its PAN-like values are masked in tables)
+CARD_WORDS = ("card", "pan", "account_number")
+
+
+def is_card_field(name: Any) -> bool:
+    """True when column ``name`` holds card numbers (contains one of :data:`CARD_WORDS`).
+    Merchant ids, MCCs and transaction ids are not card numbers and are shown in full."""
+    n = str(name).lower()
+    return any(w in n for w in CARD_WORDS)
+
+
+def mask_card_fields(df: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``df`` with PAN-like values masked in its card fields only (:func:`is_card_field`)."""
+    return mask_frame(df, skip=tuple(c for c in df.columns if not is_card_field(c)))

@@ -30,11 +30,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from engine.data.csv_writer import show_controls
 from engine.data.io import file_sha256
 from engine.cases.accuracy import estimate_parts
 from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
-from engine.cases.redact import mask_card_number
+from engine.cases.redact import (  # noqa: F401 - masking lives with the other redaction rules; re-exported
+    CARD_WORDS,
+    is_card_field,
+    mask_card_fields,
+    mask_card_number,
+    mask_frame,
+)
 from engine.cases.thresholds import (  # noqa: F401 - the one source of thresholds and bands, re-exported
     BAND_LABELS,
     decision_band,
@@ -72,37 +77,6 @@ def demo_spec_name() -> str:
 #: SHA-256 (hex) of a file's bytes: the cache identity of a data file (one implementation:
 #: :func:`engine.data.io.file_sha256`)
 file_identity = file_sha256
-
-
-def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transaction_id")) -> pd.DataFrame:
-    """Copy of ``df`` with card-number-like text masked in every text column but ``skip``, and
-    their bidi controls (U+202E and the like: a merchant name shown reversed) and C0/C1 control
-    characters shown as visible ``\\uNNNN`` / ``\\xNN`` text
-    (:func:`engine.data.csv_writer.show_controls`). ``skip`` columns keep their raw text (look-ups)."""
-    out = df.copy()
-    for c in out.columns:
-        if c in skip:
-            continue
-        if pd.api.types.is_object_dtype(out[c]) or pd.api.types.is_string_dtype(out[c]):
-            out[c] = out[c].map(lambda v: show_controls(mask_card_number(v)) if isinstance(v, (str, int))
-                                and not isinstance(v, bool) else v)
-    return out
-
-
-#: column-name parts that make a column a card field (its PAN-like values are masked in tables)
-CARD_WORDS = ("card", "pan", "account_number")
-
-
-def is_card_field(name: Any) -> bool:
-    """True when column ``name`` holds card numbers (contains one of :data:`CARD_WORDS`).
-    Merchant ids, MCCs and transaction ids are not card numbers and are shown in full."""
-    n = str(name).lower()
-    return any(w in n for w in CARD_WORDS)
-
-
-def mask_card_fields(df: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``df`` with PAN-like values masked in its card fields only (:func:`is_card_field`)."""
-    return mask_frame(df, skip=tuple(c for c in df.columns if not is_card_field(c)))
 
 
 def mask(text: Any) -> Any:
