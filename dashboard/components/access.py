@@ -8,7 +8,9 @@ Methods, any of which the operator may configure:
 * **password** - the credentials file ``$FRAUDLENS_USERS`` (argon2id hashes, written by
   ``fraudlens users add``);
 * **demo** - ``$FRAUDLENS_DEMO=1`` signs in the demo user (supervisor) automatically, only while the
-  server listens on a loopback address; every page then shows a banner saying so.
+  server listens on a loopback address and the page was opened as a loopback name (``localhost``,
+  ``127.0.0.1``, ``[::1]``: :func:`demo_host_ok`, against DNS rebinding); every page then shows a
+  banner saying so.
 
 The signed-in :class:`engine.serve.access.Identity` is kept in session state under
 :data:`SESSION_KEY` (no widget has that key, so the browser cannot set it); it is the only
@@ -22,6 +24,7 @@ import logging
 import streamlit as st
 
 from engine.serve import access as ac
+from engine.serve import guard
 
 SESSION_KEY = "_fraudlens_identity"
 _FORM = "signin_form"
@@ -35,8 +38,35 @@ def _oidc_configured() -> bool:
         return False
 
 
+def _page_host() -> str | None:
+    """The ``Host`` header of this session's browser connection, or ``None`` without one (AppTest,
+    a bare script run: no client connection at all)."""
+    try:
+        return st.context.headers.get("Host")
+    except Exception:  # noqa: BLE001 - no script run context: no browser connection
+        return None
+
+
+def demo_host_ok(host: str | None) -> bool:
+    """True when a session whose page was opened as ``host`` (its ``Host`` header) may be signed in
+    as the demo user: no browser connection (``None``), or a loopback name (``localhost``,
+    ``127.0.0.1``, ``[::1]``, any port: an SSH tunnel's local port differs from the server's).
+
+    A loopback bind alone does not keep other sites out: a page on ``evil.example`` whose name
+    later resolves to 127.0.0.1 (DNS rebinding) reaches the server from the analyst's own browser,
+    same-origin, with ``Host: evil.example:8501``; without this check it would act as the demo
+    supervisor. https://en.wikipedia.org/wiki/DNS_rebinding"""
+    return host is None or guard.host_ok(host, None)
+
+
 def _demo_allowed() -> bool:
-    return ac.demo_enabled() and ac.is_loopback(st.get_option("server.address"))
+    return (ac.demo_enabled() and ac.is_loopback(st.get_option("server.address"))
+            and demo_host_ok(_page_host()))
+
+
+def _demo_refused_for_host() -> bool:
+    return (ac.demo_enabled() and ac.is_loopback(st.get_option("server.address"))
+            and not demo_host_ok(_page_host()))
 
 
 def current() -> ac.Identity | None:
@@ -106,6 +136,10 @@ def require_signed_in() -> ac.Identity:
     msg = st.session_state.pop("signin_msg", None)
     if msg:
         st.error(msg)
+    if _demo_refused_for_host():
+        st.error("Demo sign-in is only for a page opened as localhost, 127.0.0.1 or [::1]; this page was "
+                 "opened under another name (a DNS-rebinding page reaches a loopback server that way). "
+                 f"Open http://localhost:{st.get_option('server.port')}/ instead.")
     if oidc:
         st.button("Sign in with your identity provider", type="primary", on_click=st.login, key="signin_oidc")
     if pw:

@@ -72,14 +72,16 @@ def host_ok(value: str, port: int | None) -> bool:
     is 80). ``"localhost:8000"``, ``"127.0.0.1:8000"``, ``"[::1]:8000"`` pass for port 8000."""
     v = value.strip().lower()
     if v.startswith("["):
-        name, _, rest = v[1:].partition("]")
+        name, closed, rest = v[1:].partition("]")
         got = rest[1:] if rest.startswith(":") else ("" if rest == "" else None)
+        if not closed:  # "[::1" is not a Host
+            return False
     else:
         name, sep, got = v.rpartition(":") if ":" in v else (v, "", "")
         if ":" in name:  # an unbracketed IPv6 literal is not a valid Host
             return False
-    if got is None or not _loopback_name(name):
-        return False
+    if got is None or not _loopback_name(name) or not (got == "" or (got.isascii() and got.isdigit())):
+        return False  # "localhost:8501@evil.example" has no port: not a Host
     if port is None:
         return True
     try:

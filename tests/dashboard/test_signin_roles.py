@@ -74,6 +74,57 @@ def test_demo_mode_elsewhere_signs_nobody_in(env, monkeypatch, address, addr):  
     assert SESSION_KEY not in at.session_state
 
 
+class _Context:
+    """Stands in for ``st.context``: the headers of the page's browser connection."""
+
+    def __init__(self, host: str):
+        self.headers = {"Host": host}
+
+
+@pytest.mark.parametrize("host", ["evil.example:8501", "127.0.0.1.evil.example", "localhost.evil.example:8501",
+                                  "10.0.0.7:8501", "0.0.0.0:8501"])
+def test_demo_mode_refuses_a_page_opened_under_another_name(env, monkeypatch, address, host):  # noqa: F811
+    """DNS rebinding: a page on another site whose name resolves to 127.0.0.1 reaches the loopback
+    server with that site's Host header; it must not be signed in as the demo supervisor."""
+    import streamlit
+
+    monkeypatch.setenv("FRAUDLENS_DEMO", "1")
+    monkeypatch.delenv("FRAUDLENS_USERS")
+    monkeypatch.setattr(streamlit, "context", _Context(host))
+    address("127.0.0.1")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
+    assert SESSION_KEY not in at.session_state
+    assert any(e.value.startswith("Demo sign-in is only for a page opened as localhost") for e in at.error)
+
+
+@pytest.mark.parametrize("host", ["localhost:8501", "127.0.0.1:9000", "[::1]:8501", "LOCALHOST"])
+def test_demo_mode_signs_in_a_page_opened_as_a_loopback_name(env, monkeypatch, address, host):  # noqa: F811
+    import streamlit
+
+    monkeypatch.setenv("FRAUDLENS_DEMO", "1")
+    monkeypatch.delenv("FRAUDLENS_USERS")
+    monkeypatch.setattr(streamlit, "context", _Context(host))
+    address("127.0.0.1")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state[SESSION_KEY] == ac.Identity("demo", "supervisor", "demo")
+
+
+def test_demo_host_rule():
+    from dashboard.components.access import demo_host_ok
+
+    assert demo_host_ok(None)  # AppTest, a bare script run: no browser connection
+    for ok in ("localhost", "localhost:8501", "127.0.0.1:1", "127.5.6.7:8501", "[::1]", "[::1]:8501"):
+        assert demo_host_ok(ok), ok
+    for bad in ("", "evil.example", "evil.example:8501", "localhost.evil.example", "127.0.0.1.nip.io:8501",
+                "::1", "[::1", "10.0.0.7", "0.0.0.0:8501", "localhost:8501@evil.example"):
+        assert not demo_host_ok(bad), bad
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_an_admin_sees_no_case_data(env, page):  # noqa: F811
     at = signed_in("dana")

@@ -127,6 +127,7 @@ def test_loopback_service_checks_the_host_header(bundle, records, tmp_path):
     assert svc.history.count() == 4
     assert guard.host_ok("127.0.0.2:80", None) and not guard.host_ok("127.0.0.1.evil.example", None)
     assert guard.host_ok("localhost", 80) and not guard.host_ok("localhost:x", 80)
+    assert not guard.host_ok("[::1", None) and not guard.host_ok("[::1:8000", 8000) and guard.host_ok("[::1]:8000", 8000)
     svc.close()
 
 
