@@ -52,10 +52,14 @@ def _cached(key: tuple, make: Callable[[], Any]) -> Any:
         return _CACHE[key]
 
 
-def report_key(loaded: Any, case: dict, query: str, thresholds: dict) -> tuple:
+def report_key(loaded: Any, case: dict, query: str, thresholds: dict, who: str | None = None) -> tuple:
+    """The cache key of one case report: the case and its record (version and latest audit row:
+    a note added since is in the next report), data, model, query, thresholds, and the exporting
+    user (``exported_by`` is theirs, never another session's)."""
     path, spec, sha, max_rows, model_path, model_sha = loaded.key
-    return ("report", int(case["id"]), int(case["version"]), sha, spec, max_rows, model_sha, str(query),
-            float(thresholds["review"]), float(thresholds["decline"]))
+    mark = comp.get_store().case_audit_mark(int(case["id"]))
+    return ("report", int(case["id"]), int(case["version"]), mark, sha, spec, max_rows, model_sha, str(query),
+            float(thresholds["review"]), float(thresholds["decline"]), who)
 
 
 def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
@@ -88,7 +92,7 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     if expl is None:
         return
     query = str(expl.query_transaction_id)
-    key = report_key(loaded, case, query, thresholds)
+    key = report_key(loaded, case, query, thresholds, who)
     if trust is None and isinstance(expls.get("trust"), dict):
         trust = expls["trust"]
 

@@ -186,3 +186,26 @@ def test_exports_carry_the_sessions_whatif_edits_and_verdicts(cenv, downloads):
     _ok(at)
     assert "Download JSON" not in [b.proto.label for b in at.get("download_button")]
     assert at.button(key="dl_prepare") is not None
+
+
+def test_each_export_carries_its_own_user_and_the_notes_added_since(cenv, downloads):
+    """The prepared report is cached per server process: a second user's export of the same case
+    names the second user, and a note added after the first export is in the next one."""
+    at = _page("pages/case.py", entity_id=cenv["entity"], query_id=cenv["query"])
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    first = json.loads(_download(downloads, ".json"))
+    assert first["exported_by"] == "alice"
+    case_id = int(first["case"]["case_id"])
+    store = CaseStore(cenv["db"])
+    store.add_note(case_id, "called the cardholder: card was stolen", analyst="carol")
+    downloads.clear()
+    at2 = _page("pages/case.py", user=ac.Identity("bob", "supervisor", "password"),
+                entity_id=cenv["entity"], query_id=cenv["query"])
+    at2.button(key="dl_prepare").click().run()
+    _ok(at2)
+    second = json.loads(_download(downloads, ".json"))
+    assert second["exported_by"] == "bob"
+    assert second["report_id"] != first["report_id"]
+    assert [n["text"] for n in second["disposition"]["notes"]] == ["called the cardholder: card was stolen"]
+    assert [n["text"] for n in first["disposition"]["notes"]] == []

@@ -83,6 +83,13 @@ class AuditMixin:
             return self.verify_audit_chain()
         return self.audit_verdict
 
+    def case_audit_mark(self, case_id: int) -> int:
+        """The id of the case's latest audit row (0 if none): it changes with every write to the
+        case (disposition, assignment, note, narrative), notes included, which do not bump the
+        case's ``version``. A cache key for anything built from the case's record (the report)."""
+        rows = self._read("SELECT coalesce(max(id), 0) FROM audit_log WHERE case_id = ?", (int(case_id),))
+        return int(rows[0][0])
+
     def audit_log(
         self,
         case_id: int | None = None,
