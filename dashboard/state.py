@@ -464,7 +464,10 @@ def _cache_ids(source: Any, spec: str, max_rows: int | None, params: tuple) -> t
     """(source id as the case store keys it, cache params: the explainer's + max_rows)."""
     from engine.cases.store import source_id
 
-    sid = source_id(source.file_sha256, getattr(source.spec, "name", None) or str(spec))
+    from engine.data.spec import DatasetSpec, spec_key
+
+    key = spec_key(source.spec) if isinstance(source.spec, DatasetSpec) else str(spec)
+    sid = source_id(source.file_sha256, key)  # the spec's content, not only its name
     return sid, {**dict(params), "max_rows": max_rows}
 
 

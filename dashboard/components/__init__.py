@@ -64,9 +64,16 @@ def case_rows(loaded: Any) -> pd.DataFrame:
 
 
 def data_source_id(loaded: Any) -> str:
-    """The case store's data-source key of the loaded source (file content sha256 + spec)."""
+    """The case store's data-source key of the loaded source (file content sha256 + spec key:
+    :func:`engine.data.spec.spec_key`, the spec's content, not only its name)."""
     src = loaded.source
-    return source_id(src.file_sha256, getattr(src.spec, "name", None) or str(loaded.src["spec"]))
+    return source_id(src.file_sha256, _spec_key(src.spec, loaded.src["spec"]))
+
+
+def _spec_key(spec: Any, given: Any) -> str:
+    from engine.data.spec import DatasetSpec, spec_key
+
+    return spec_key(spec) if isinstance(spec, DatasetSpec) else str(given)
 
 
 @st.cache_resource(show_spinner="Updating the case queue…", max_entries=8)

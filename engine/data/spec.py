@@ -32,6 +32,8 @@ Example (abridged ``tabformer.toml``)::
 from __future__ import annotations
 
 import enum
+import functools
+import hashlib
 import re
 import tomllib
 from pathlib import Path
@@ -398,6 +400,29 @@ class DatasetSpec(_Strict):
 def builtin_specs() -> list[str]:
     """Names of the built-in specs shipped in ``engine/specs``."""
     return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+@functools.lru_cache(maxsize=32)
+def _builtin_toml(name: str) -> str | None:
+    path = SPEC_DIR / f"{name}.toml"
+    if not path.is_file():
+        return None
+    try:
+        return load_spec(path).to_toml()
+    except (OSError, ValueError):
+        return None
+
+
+def spec_key(spec: DatasetSpec) -> str:
+    """The identity of ``spec`` in case-store and explanation-cache keys (with the file's content
+    hash): its ``name`` when its content equals the built-in spec of that name, else
+    ``"<name>@<first 12 hex digits of sha256(to_toml())>"``. Two specs that share a name but
+    read the file differently (another entity column, other fields) are two sources: a case or a
+    cached explanation made through one is never shown through the other."""
+    text = spec.to_toml()
+    if _builtin_toml(spec.name) == text:
+        return spec.name
+    return f"{spec.name}@{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
 
 
 def load_spec(name_or_path: str | Path) -> DatasetSpec:

@@ -129,3 +129,41 @@ def test_load_spec_errors(tmp_path):
     inv.write_text('name = "x"\n')
     with pytest.raises(ValueError, match=f"{inv}: invalid dataset spec"):
         load_spec(inv)
+
+
+def test_spec_key_is_the_name_for_a_builtin_and_the_content_for_any_other(tmp_path):
+    """Case and explanation-cache keys use spec_key: a spec that shares a built-in's name but reads
+    the file differently (cards instead of users as entities) must get another key."""
+    from engine.data.spec import SPEC_DIR, load_spec, spec_key
+
+    text = (SPEC_DIR / "demo.toml").read_text()
+    assert spec_key(load_spec("demo")) == "demo"
+    copy = tmp_path / "copy.toml"
+    copy.write_text(text)
+    assert spec_key(load_spec(copy)) == "demo"  # same content, same source
+    users = tmp_path / "users.toml"
+    users.write_text(text.replace('columns = ["User", "Card"]', 'columns = ["User"]', 1))
+    other = tmp_path / "other.toml"
+    other.write_text(text.replace('hashed_buckets = 4096', 'hashed_buckets = 2048', 1))
+    k_users, k_other = spec_key(load_spec(users)), spec_key(load_spec(other))
+    assert load_spec(users).name == "demo" and k_users.startswith("demo@") and len(k_users) == len("demo@") + 12
+    assert k_other.startswith("demo@") and k_other != k_users
+    assert spec_key(load_spec(users)) == k_users  # stable
+
+
+def test_a_same_named_spec_is_another_case_source(tmp_path):
+    from types import SimpleNamespace
+
+    from dashboard.components import data_source_id
+    from engine.cases import view as cv
+    from engine.data.spec import SPEC_DIR
+    from tiny_models import demo_slice
+
+    data = demo_slice(tmp_path / "tx.csv", 200)
+    users = tmp_path / "users.toml"
+    users.write_text((SPEC_DIR / "demo.toml").read_text().replace('columns = ["User", "Card"]', 'columns = ["User"]', 1))
+    a = SimpleNamespace(source=cv.load_source(data, "demo"), src={"spec": "demo"})
+    b = SimpleNamespace(source=cv.load_source(data, users), src={"spec": str(users)})
+    assert a.source.spec.name == b.source.spec.name == "demo"
+    assert data_source_id(a).endswith("/demo")
+    assert data_source_id(b) != data_source_id(a) and data_source_id(b).startswith(data_source_id(a) + "@")

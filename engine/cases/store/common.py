@@ -227,7 +227,9 @@ def _same_person(a: str | None, b: str | None) -> bool:
 
 
 def source_id(file_sha256: str, spec_name: str) -> str:
-    """The data-source key of a case: ``"<file content sha256>/<spec name>"``.
+    """The data-source key of a case: ``"<file content sha256>/<spec key>"``; the dashboard passes
+    :func:`engine.data.spec.spec_key` (the spec's name, with its content hash unless it is an
+    unchanged built-in spec).
 
     A case belongs to one (model, data source, entity): the same entity id in two files (or in
     one file read with two specs, where the id can mean another card or customer) is two
