@@ -1024,6 +1024,39 @@ def test_audit_rows_are_chained_and_verified_on_open(store, db):
     assert ei.value.verdict.first_broken_id == 2
 
 
+@pytest.mark.parametrize("edit, names", [
+    ("UPDATE cases SET state = 'false_positive', version = version + 1 WHERE entity_id = 'e1'", "state"),
+    ("UPDATE cases SET assignee = 'mallory', state = 'assigned' WHERE entity_id = 'e2'", "state"),
+    ("UPDATE cases SET assignee = 'mallory' WHERE entity_id = 'e1'", "assignee"),
+    ("UPDATE cases SET max_probability = 0.999 WHERE entity_id = 'e3'", "max_probability"),
+    ("UPDATE model_thresholds SET review = 0.7", "thresholds"),
+    ("DELETE FROM model_thresholds", "removed"),
+    (f"INSERT INTO model_thresholds VALUES ('{'b' * 64}', 0.1, 0.2, '2026-01-01', 'mallory')", "no audit row"),
+])
+def test_rows_edited_in_place_no_longer_match_the_audit_log(store, db, edit, names):
+    """No audit row changes when the cases or thresholds tables are edited directly: the current
+    rows must still hold what their latest audit rows recorded."""
+    cid = case_id(store, "e1")
+    store.assign(cid, "alice", actor="alice")
+    store.record_disposition(cid, "escalate", "look closer", analyst="alice")
+    store.set_thresholds(SHA, 0.3, 0.8, actor="sam")
+    store.set_thresholds(SHA, 0.35, 0.8, actor="sam")
+    assert store.verify_audit_chain().ok  # the store's own writes match
+    raw(db).execute(edit)
+    v = store.verify_audit_chain()
+    assert not v.ok and names in v.reason, v.reason
+    assert "outside the store" in v.reason and v.first_broken_id >= 1
+
+
+def test_a_case_inserted_outside_the_store_is_seen(store, db):
+    raw(db).execute("INSERT INTO cases(model_sha256, source_id, entity_id, max_probability, max_transaction_id, "
+                    "first_ts, last_ts, max_amount, n_transactions, n_known_fraud, state, created_at, updated_at) "
+                    "SELECT model_sha256, source_id, 'ghost', max_probability, max_transaction_id, first_ts, last_ts, "
+                    "max_amount, n_transactions, n_known_fraud, 'open', created_at, updated_at FROM cases LIMIT 1")
+    v = store.verify_audit_chain()
+    assert not v.ok and "has no audit row" in v.reason and "case 4" in v.reason, v.reason
+
+
 def test_four_eyes_undoing_an_approved_fraud_takes_a_second_person_too(db):
     """With four-eyes on, one analyst cannot turn an approved confirmed fraud into a false
     positive alone, nor re-record a pending reversal to apply it: each waits for another

@@ -12,7 +12,9 @@ dropped) no longer matches its hash; a row removed leaves a gap (or, at the end,
 sequence that point past the last row); rows swapped or renumbered break the hash (the id is
 hashed) or the link. The first such row is named. A log cut back to an earlier row with ``audit_head`` and the
 sequence rewritten to match is still seen: every disposition, note and narrative must have its
-audit row (:func:`unaudited_record`). The chain makes tampering *evident*; it
+audit row (:func:`unaudited_record`); and the ``cases`` and ``model_thresholds`` rows must hold
+what their latest audit rows recorded (a state, assignee, score or threshold edited in place
+changes no audit row). The chain makes tampering *evident*; it
 cannot stop someone who can write the file from rewriting every hash after an edit: keep
 off-host copies of the head (``audit_head``) for that.
 """
@@ -76,9 +78,11 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
     removed or moved and why (one line). Reads only; never raises for a broken chain.
     """
     n, expected_id, prev = 0, 1, GENESIS
+    recorded = _Recorded()
     for r in conn.execute(_SELECT):
         n += 1
         rid = r[0]
+        recorded.add(r)
         if rid != expected_id:
             if isinstance(rid, int) and rid > expected_id:
                 gap = (f"row {expected_id} is missing" if rid == expected_id + 1
@@ -115,7 +119,85 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
         table, rid, case_id, ts = orphan
         return _broken(n, last + 1, f"{table} row {rid} (case {case_id}, {ts}) has no audit row: the log was "
                                     "cut back and its head rewritten, or the row was added outside the store")
+    drift = recorded.mismatch(conn)
+    if drift is not None:  # no audit row to name for a row written outside the store: the next one
+        return _broken(n, last + 1 if drift[0] is None else drift[0], drift[1])
     return ChainVerdict(ok=True, rows_checked=n)
+
+
+#: the ``cases`` columns an audit row's ``after`` snapshot records (each write records some)
+CASE_RECORDED = ("state", "assignee", "pending_by", "version", "max_probability", "max_transaction_id",
+                 "first_ts", "last_ts", "max_amount", "n_transactions", "n_known_fraud")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)), abs(float(b)))
+    return a == b
+
+
+class _Recorded:
+    """What the audit log says the ``cases`` and ``model_thresholds`` rows hold now: per case and
+    column the latest audit row's ``after`` value, per model the latest ``thresholds_set``. A row
+    edited in place (``UPDATE cases SET state = 'closed_fraud'``, thresholds rewritten or deleted)
+    no longer matches; the chain alone cannot see it, since no audit row changed."""
+
+    def __init__(self) -> None:
+        self.case: dict[int, dict[str, tuple[int, Any]]] = {}
+        self.thresholds: dict[str, tuple[int, dict | None]] = {}
+        self.first_created: int | None = None
+
+    def add(self, r: Sequence[Any]) -> None:
+        rid, action, case_id, model, after_json = r[0], r[3], r[4], r[5], r[7]
+        try:
+            after = json.loads(after_json) if after_json else None
+        except (TypeError, ValueError):
+            return  # the row's hash check names it
+        if action == "thresholds_set" and isinstance(model, str):
+            self.thresholds[model] = (int(rid), after if isinstance(after, dict) else None)
+        if not isinstance(case_id, int) or not isinstance(after, dict):
+            return
+        if action == "case_created" and self.first_created is None:
+            self.first_created = case_id
+        cols = self.case.setdefault(case_id, {})
+        for k in CASE_RECORDED:
+            if k in after:
+                cols[k] = (int(rid), after[k])
+
+    def mismatch(self, conn: sqlite3.Connection) -> tuple[int | None, str] | None:
+        """``(audit row id or None, reason)`` for the first current row the log does not account
+        for (None: a row with no audit row at all), or None."""
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "cases" in have:
+            cols = [c for c in CASE_RECORDED if c in {r[1] for r in conn.execute("PRAGMA table_info(cases)")}]
+            for row in conn.execute(f"SELECT id, {', '.join(cols)} FROM cases ORDER BY id"):
+                cid, got = int(row[0]), dict(zip(cols, row[1:]))
+                rec = self.case.get(cid)
+                if rec is None:
+                    if self.first_created is not None and cid > self.first_created:
+                        return None, (f"case {cid} has no audit row: it was added outside the store "
+                                   "(the cases table was written directly)")
+                    continue  # a case from before the log recorded creations (schema < 3)
+                for k in cols:
+                    if k in rec and not _same(got[k], rec[k][1]):
+                        return rec[k][0], (f"case {cid}'s {k} is {got[k]!r} but its last audit row ({rec[k][0]}) "
+                                           f"recorded {rec[k][1]!r}: the cases table was changed outside the store")
+        if "model_thresholds" in have:
+            now = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT model_sha256, review, decline FROM model_thresholds")}
+            for model, (rid, after) in self.thresholds.items():
+                want = (after or {}).get("review"), (after or {}).get("decline")
+                got = now.pop(model, None)
+                if got is None:
+                    return rid, (f"the thresholds of model {model[:12]} were removed outside the store (audit row "
+                                 f"{rid} set review {want[0]!r}, decline {want[1]!r})")
+                if not (_same(got[0], want[0]) and _same(got[1], want[1])):
+                    return rid, (f"the thresholds of model {model[:12]} are review {got[0]!r}, decline {got[1]!r} but "
+                                 f"audit row {rid} set {want[0]!r}, {want[1]!r}: changed outside the store")
+            for model in sorted(now):
+                return None, f"the thresholds of model {str(model)[:12]} have no audit row: set outside the store"
+        return None
 
 
 #: the tables whose every row the store writes with an audit row (same case, time and actor)
