@@ -81,11 +81,8 @@ class _Context:
         self.headers = {"Host": host}
 
 
-@pytest.mark.parametrize("host", ["evil.example:8501", "127.0.0.1.evil.example", "localhost.evil.example:8501",
-                                  "10.0.0.7:8501", "0.0.0.0:8501"])
-def test_demo_mode_refuses_a_page_opened_under_another_name(env, monkeypatch, address, host):  # noqa: F811
-    """DNS rebinding: a page on another site whose name resolves to 127.0.0.1 reaches the loopback
-    server with that site's Host header; it must not be signed in as the demo supervisor."""
+def _demo_page(monkeypatch, address, host: str) -> AppTest:
+    """The app run once in demo mode on 127.0.0.1, its page opened with ``Host: host``."""
     import streamlit
 
     monkeypatch.setenv("FRAUDLENS_DEMO", "1")
@@ -94,6 +91,15 @@ def test_demo_mode_refuses_a_page_opened_under_another_name(env, monkeypatch, ad
     address("127.0.0.1")
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
+    return at
+
+
+@pytest.mark.parametrize("host", ["evil.example:8501", "127.0.0.1.evil.example", "localhost.evil.example:8501",
+                                  "10.0.0.7:8501", "0.0.0.0:8501"])
+def test_demo_mode_refuses_a_page_opened_under_another_name(env, monkeypatch, address, host):  # noqa: F811
+    """DNS rebinding: a page on another site whose name resolves to 127.0.0.1 reaches the loopback
+    server with that site's Host header; it must not be signed in as the demo supervisor."""
+    at = _demo_page(monkeypatch, address, host)
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Sign in to fraudlens" and not at.dataframe and not at.metric
     assert SESSION_KEY not in at.session_state
@@ -102,14 +108,7 @@ def test_demo_mode_refuses_a_page_opened_under_another_name(env, monkeypatch, ad
 
 @pytest.mark.parametrize("host", ["localhost:8501", "127.0.0.1:9000", "[::1]:8501", "LOCALHOST"])
 def test_demo_mode_signs_in_a_page_opened_as_a_loopback_name(env, monkeypatch, address, host):  # noqa: F811
-    import streamlit
-
-    monkeypatch.setenv("FRAUDLENS_DEMO", "1")
-    monkeypatch.delenv("FRAUDLENS_USERS")
-    monkeypatch.setattr(streamlit, "context", _Context(host))
-    address("127.0.0.1")
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.run()
+    at = _demo_page(monkeypatch, address, host)
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state[SESSION_KEY] == ac.Identity("demo", "supervisor", "demo")
 
