@@ -72,7 +72,7 @@ def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any
     ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, src.frame)
     return rp.build_report(
         case=case, entity_id=entity, model=loaded.bundle,
-        dataset={"spec": str(loaded.src.get("spec", "")), "file_name": str(loaded.src.get("label", "")),
+        dataset={"spec": comp._spec_key(src.spec, loaded.src.get("spec", "")), "file_name": str(loaded.src.get("label", "")),
                  "file_sha256": src.file_sha256 or None, "max_rows": loaded.src.get("max_rows"),
                  "currency": src.currency},
         expls=expls, context=ctx, thresholds=thresholds,

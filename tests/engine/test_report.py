@@ -308,3 +308,29 @@ def test_report_file_names_differ_per_transaction(world):
     assert a != b and a.endswith(".pdf") and r["case"]["entity_pseudonym"][:10] in a
     assert "tx-other-tx" in b
     assert "/" not in a and " " not in a
+
+
+@pytest.mark.parametrize("sep", ["/", "\\"])
+def test_exports_carry_no_server_directory(world, sep):
+    """The spec file, the scored file and the training file are named by base name only: a report
+    handed outside the bank does not describe the server's directory layout."""
+    s, cid, b = world["store"], world["case_id"], world["bundle"]
+    root = sep.join(["", "srv", "fraud-secret-layout", "u42"]) if sep == "/" else "C:\\fraud-secret-layout\\u42"
+    model = type("M", (), {"meta": {**b.meta, "training_data": {"path": root + sep + "train.csv", "sha256": "cd" * 32}},
+                           "sha256": b.sha256, "path": b.path})()
+    r = rp.build_report(case=s.get_case(cid), entity_id=world["entity"], model=model,
+                        dataset={"spec": root + sep + "my_bank.toml", "file_name": root + sep + "today.csv",
+                                 "file_sha256": None, "max_rows": None, "currency": "USD"},
+                        expls=world["expls"], context=world["ctx"],
+                        thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+                        history=s.history(cid), notes=s.notes(cid), salt="test-salt")
+    rp.validate(r)
+    assert r["dataset"]["spec"] == "my_bank.toml" and r["dataset"]["file_name"] == "today.csv"
+    assert r["model"]["training_data"] == {"sha256": "cd" * 32, "file_name": "train.csv"}
+    texts = [rp.to_json(r).decode("utf-8"), " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split()), rp.to_csv(r).decode("utf-8")]
+    assert all("fraud-secret-layout" not in t for t in texts)
+    assert "my_bank.toml" in texts[1] and "today.csv" in texts[1]
+    # a built-in name and a name@hash key pass unchanged
+    from engine.cases.report.model import _spec_name
+
+    assert _spec_name("tabformer@0123456789ab") == "tabformer@0123456789ab"

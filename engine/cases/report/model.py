@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import uuid
 from importlib import metadata
@@ -61,6 +62,20 @@ def _text(x: Any) -> str | None:
     if x is None or (not isinstance(x, str) and pd.isna(x)):
         return None
     return mask_card_number(str(x))
+
+
+def _base_name(x: Any) -> str | None:
+    """The last part of a path (either separator), so no server directory layout is exported."""
+    if x is None or (not isinstance(x, str) and pd.isna(x)):
+        return None
+    return re.split(r"[\\/]", str(x).rstrip("/\\"))[-1] or None
+
+
+def _spec_name(x: Any) -> str:
+    """A spec's identity for the report: a built-in name or ``name@hash`` kept as is; a spec
+    given as a file path is reduced to its file name (the directory is server layout)."""
+    s = "" if x is None else str(x)
+    return s if "/" not in s and "\\" not in s else (_base_name(s) or "")
 
 
 def _jsonable(x: Any) -> Any:
@@ -355,13 +370,13 @@ def build_report(
             "version": str(meta.get("version") or meta.get("created_at") or ""),
             "format": meta.get("format"),
             "sha256": str(getattr(model, "sha256", "")),
-            "training_data": {"sha256": td.get("sha256"), "path": _text(td.get("path"))},
+            "training_data": {"sha256": td.get("sha256"), "file_name": _text(_base_name(td.get("path")))},
             "checkpoint_thresholds": _jsonable(meta.get("thresholds") or {}),
             "versions": _jsonable(meta.get("versions") or {}),
         },
         "dataset": {
-            "spec": str(dataset.get("spec", "")),
-            "file_name": _text(dataset.get("file_name")),
+            "spec": _spec_name(dataset.get("spec")),
+            "file_name": _text(_base_name(dataset.get("file_name"))),
             "file_sha256": dataset.get("file_sha256"),
             "max_rows": dataset.get("max_rows"),
             "currency": currency,
