@@ -463,12 +463,10 @@ def _cache():
 def _cache_ids(source: Any, spec: str, max_rows: int | None, params: tuple) -> tuple[str, dict]:
     """(source id as the case store keys it, cache params: the explainer's + max_rows)."""
     from engine.cases.store import source_id
-
     from engine.data.spec import DatasetSpec, spec_key
 
-    key = spec_key(source.spec) if isinstance(source.spec, DatasetSpec) else str(spec)
-    sid = source_id(source.file_sha256, key)  # the spec's content, not only its name
-    return sid, {**dict(params), "max_rows": max_rows}
+    key = spec_key(source.spec) if isinstance(source.spec, DatasetSpec) else str(spec)  # content, not only name
+    return source_id(source.file_sha256, key), {**dict(params), "max_rows": max_rows}
 
 
 @st.cache_data(show_spinner="Explaining the transaction…", max_entries=64)

@@ -188,7 +188,7 @@ def train(
         _fail(str(e))
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
-    _require_accepted(res, data)
+    _require_accepted(res, data, sp)
     _reject_report(res, out / "rejected.csv")
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
@@ -340,7 +340,9 @@ def score(
                                  fail=_fail, log=console.print)
         prob = run.probability
     else:
-        sp, res = _read(data, spec or bundle.spec, demo_model=demo)
+        sp, res = _read(data, spec or bundle.spec, demo_model=demo, label_required=False)
+        _reject_report(res, rejected)
+        _require_accepted(res, data, sp)
         try:
             scores = score_frame(bundle, res.frame)
         except ValueError as e:
@@ -350,7 +352,8 @@ def score(
         _write(lambda: write_scores(run, out), out, "--out")
         prob = scores["probability"].to_numpy()
     _unseen_notes(bundle, res.frame)
-    _reject_report(res, rejected)
+    if engine == "ray":  # the local path reported them before scoring
+        _reject_report(res, rejected)
     from engine.cases.fmt import format_threshold
     from engine.cases.thresholds import thresholds_in_force
 
@@ -418,8 +421,8 @@ def explain(
 
     _writable(out, "--out", "explanation.json")
     bundle = _load_model(model)
-    sp, res = _read(data, spec or bundle.spec, demo_model=model is None and spec is None)
-    _require_accepted(res, data)
+    sp, res = _read(data, spec or bundle.spec, demo_model=model is None and spec is None, label_required=False)
+    _require_accepted(res, data, sp)
     fr = res.frame
     from engine.model.scoring import check_compatible
 

@@ -62,9 +62,12 @@ def _table_out(path: Path | None, option: str, example: str) -> None:
 
 
 def _write(fn, path: Path, option: str):
-    """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line."""
+    """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line. A
+    FileExistsError is raised on: the command names its own option to overwrite."""
     try:
         return fn()
+    except FileExistsError:
+        raise
     except OSError as e:
         _fail(f"cannot write {option} {path}: {e.strerror or e}")
 
@@ -86,18 +89,21 @@ DEMO_MODEL_HINT = ("without --model, the demo model in assets/ is used, and it r
                    "`fraudlens train` and pass --model DIR")
 
 
-def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model: bool = False):
+def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model: bool = False,
+          label_required: bool = True):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
     without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions.
     ``demo_model``: the spec is the demo model's because no --model was given; a file that lacks its
-    columns then says so (:data:`DEMO_MODEL_HINT`)."""
+    columns then says so (:data:`DEMO_MODEL_HINT`). ``label_required=False`` (score, explain): a file
+    without the spec's label column is read without labels (engine.data.io.read_transactions)."""
     from engine.data.io import read_transactions
     from engine.data.spec import DatasetSpec, load_spec
 
     try:
         spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
-        res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows)
+        res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows,
+                                                                 label_required=label_required)
     except (FileNotFoundError, ValueError) as e:
         missing = "columns required by spec" in str(e) or "column required by spec" in str(e)
         _fail(f"{e}. Note: {DEMO_MODEL_HINT}" if demo_model and missing else str(e))
@@ -114,10 +120,40 @@ def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model
     return spec, res
 
 
-def _require_accepted(res, data: Path) -> None:
+def _require_accepted(res, data: Path, spec=None) -> None:
+    """Exit 2 when no row of ``data`` was accepted, with the most common reason and, where the
+    rejected values show it, the spec change that reads them (:func:`all_rejected_hint`)."""
     if len(res.frame) == 0:
-        top = res.rejected["reason"].iloc[0] if len(res.rejected) else ""
-        _fail(f"{data}: no transaction accepted (all {res.rows_read:,} rows rejected; first reason: {top})")
+        rj = res.rejected
+        top = rj["reason"].value_counts().index[0] if len(rj) else ""
+        col = rj.loc[rj["reason"] == top, "column"].iloc[0] if len(rj) else ""
+        hint = all_rejected_hint(rj, spec)
+        _fail(f"{data}: no transaction accepted (all {res.rows_read:,} rows rejected; most common reason: "
+              f"column {col!r}: {top})" + (f". Hint: {hint}" if hint else "")
+              + ". Every row's reason: --rejected FILE")
+
+
+#: an amount or number written with a decimal comma: "17,23", "$1.234,50", "-0,5"
+_DECIMAL_COMMA = r"^\D{0,3}-?\d{1,3}(\.\d{3})*,\d{1,4}\D{0,3}$|^\D{0,3}-?\d+,\d{1,4}\D{0,3}$"
+
+
+def all_rejected_hint(rejected, spec=None) -> str | None:
+    """A likely fix when every row was rejected, read from the rejected values: amounts (or
+    numeric fields) written with a decimal comma -> ``decimal = ","`` in the spec. None when
+    nothing is recognised."""
+    if rejected is None or not len(rejected):
+        return None
+    nan = rejected[rejected["reason"].astype(str).str.contains("not a number", regex=False)]
+    if len(nan) < 0.5 * len(rejected):
+        return None
+    vals = nan["value"].astype(str).head(200)
+    if not len(vals) or vals.str.match(_DECIMAL_COMMA).mean() < 0.8:
+        return None
+    col = str(nan["column"].iloc[0])
+    where = "under [amount]" if spec is None or col == getattr(getattr(spec, "amount", None), "column", col) \
+        else f"on the field reading {col!r}"
+    return (f"the values of {col!r} look like decimal commas (e.g. {vals.iloc[0]!r}): set decimal = \",\" {where} "
+            "in the spec (`fraudlens inspect` proposes it from the file)")
 
 
 def _unseen_notes(bundle, frame) -> None:

@@ -233,3 +233,72 @@ def test_score_writes_csv_for_an_upper_case_suffix(tmp_path):
     assert r.exit_code == 0, r.output
     head = out.read_bytes()[:200]
     assert not head.startswith(b"PAR1") and b"transaction_id" in head and b"status" in head
+
+
+def _demo_rows(tmp_path, n=2500) -> pd.DataFrame:
+    from engine.cli import DEMO_DATA
+
+    return pd.read_csv(DEMO_DATA, nrows=n, dtype=str, keep_default_na=False)
+
+
+def test_score_and_explain_read_a_file_without_the_label_column(tmp_path):
+    """Production files carry no label: score and explain read them as unlabelled, with the same
+    scores as the labelled file (the demo spec has no label-reading aggregates)."""
+    df = _demo_rows(tmp_path)
+    labelled, bare = tmp_path / "labelled.csv", tmp_path / "bare.csv"
+    df.to_csv(labelled, index=False)
+    df.drop(columns=["Is Fraud?"]).to_csv(bare, index=False)
+    r = runner.invoke(app, ["score", "--data", str(bare), "--out", str(tmp_path / "bare.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "no label column 'Is Fraud?': read as unlabelled" in " ".join(r.output.split())
+    assert runner.invoke(app, ["score", "--data", str(labelled), "--out", str(tmp_path / "lab.parquet")]).exit_code == 0
+    a, b = pd.read_parquet(tmp_path / "bare.parquet"), pd.read_parquet(tmp_path / "lab.parquet")
+    assert len(a) == len(b) == len(df) and "label" not in a.columns and "label" in b.columns
+    assert np.allclose(a["probability"].to_numpy(), b["probability"].to_numpy(), atol=1e-6)
+    r = runner.invoke(app, ["explain", "--data", str(bare), "--entity", "0:0", "--position", "-1", "--methods", "attention",
+                            "--out", str(tmp_path / "e.json")])
+    assert r.exit_code == 0, r.output
+    # training still needs the label
+    r = runner.invoke(app, ["train", "--data", str(bare), "--spec", "demo", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "'Is Fraud?' (label)" in " ".join(r.output.split())
+
+
+def test_a_label_reading_spec_still_needs_the_label_column(handbook_slice, tmp_path):
+    from engine.data.io import read_transactions
+    from engine.data.spec import load_spec
+
+    data, _, _ = handbook_slice
+    bare = tmp_path / "bare.csv"
+    pd.read_csv(data, dtype=str).drop(columns=["TX_FRAUD"]).to_csv(bare, index=False)
+    with pytest.raises(ValueError, match=r"label column 'TX_FRAUD' not found.*from the known labels"):
+        read_transactions(bare, load_spec("handbook"), label_required=False)
+
+
+def test_a_file_with_every_row_rejected_fails_with_the_likely_fix(tmp_path):
+    df = _demo_rows(tmp_path, 300)
+    df["Amount"] = df["Amount"].str.replace(".", ",", regex=False)  # a decimal comma
+    data = tmp_path / "comma.csv"
+    df.to_csv(data, index=False, sep=";")
+    rej = tmp_path / "rejected.csv"
+    r = runner.invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.parquet"), "--rejected", str(rej)])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert "no transaction accepted (all 300 rows rejected" in out and 'decimal = ","' in out
+    assert len(pd.read_csv(rej)) == 300 and not (tmp_path / "s.parquet").exists()
+    # a rejection the hint does not know gets no hint
+    df = _demo_rows(tmp_path, 300)
+    df["Amount"] = "twelve"
+    df.to_csv(data, index=False)
+    r = runner.invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 2 and "Hint" not in r.output and "amount is not a number" in " ".join(r.output.split())
+
+
+def test_inspect_names_its_force_option_when_the_spec_exists(tmp_path):
+    from engine.cli import DEMO_DATA
+
+    out = tmp_path / "s.toml"
+    out.write_text("x")
+    r = runner.invoke(app, ["inspect", str(DEMO_DATA), "--out", str(out)])
+    assert r.exit_code == 2 and "--force" in r.output and "overwrite=True" not in r.output
+    assert out.read_text() == "x"
+    assert runner.invoke(app, ["inspect", str(DEMO_DATA), "--out", str(out), "--force"]).exit_code == 0

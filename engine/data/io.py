@@ -90,6 +90,7 @@ from engine.data.validate import (
     _check_cells,
     _check_parquet_types,
     _check_columns,
+    _without_absent_label,
     _clip,
     _clip_names,
     _first_of,
@@ -379,7 +380,8 @@ def _id_reuse_note(p: Path, id_col: str, n_reused: int, n: int) -> str | None:
             "from the spec (rows are then identified by their row number)")
 
 
-def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None) -> LoadResult:
+def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None,
+                      label_required: bool = True) -> LoadResult:
     """Read a raw CSV or Parquet file through ``spec`` into the canonical frame.
 
     Every record read ends up either in ``frame`` or in ``rejected`` (see the module docstring
@@ -389,6 +391,8 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
         path: the raw file. Format from ``spec.format``, else the suffix, else the magic bytes.
         spec: the dataset spec (see :mod:`engine.data.spec`).
         max_rows: read at most this many data records (from the start of the file).
+        label_required: False for scoring: a file without the label column is read without labels
+            (``result.spec`` has no label, a note says so), unless the spec has aggregates.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -401,8 +405,13 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"max_rows must be >= 0, got {max_rows}")
     pr = probe(p, spec.format)
+    head = _csv_header(p, pr) if pr.format == "csv" else None
+    label_note = None
+    if not label_required:
+        names = head if head is not None else parquet_file(p).schema_arrow.names
+        spec, label_note = _without_absent_label(p, spec, names)
     if pr.format == "csv":
-        no_pass = _check_columns(p, spec, _csv_header(p, pr))
+        no_pass = _check_columns(p, spec, head)
         raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
         file_columns = list(raw.columns)
     else:
@@ -571,6 +580,6 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     mentioned = set(spec.roles())
     unused = [c for c in file_columns if c not in mentioned]
     notes = ([pr.note] if pr.format == "csv" and pr.note else []) + ([_pass_note(p, no_pass)] if no_pass else [])
-    notes += [reuse_note] if reuse_note else []
+    notes += [n for n in (reuse_note, label_note) if n]
     return LoadResult(frame=frame, rejected=rej, rows_read=rows_read, file=p, spec=spec, unused_columns=unused,
                       notes=notes)

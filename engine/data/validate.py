@@ -382,6 +382,29 @@ def _check_columns(path: Path, spec: DatasetSpec, found: list[str]) -> list[str]
     )
 
 
+def _without_absent_label(path: Path, spec: DatasetSpec, found: list[str]) -> tuple[DatasetSpec, str | None]:
+    """For scoring: a file without the spec's label column is read as unlabelled (the spec
+    without ``label``, and a note). A spec with aggregates still needs the column: their
+    ``fraud_rate`` features read the known labels of earlier rows, and without them every one
+    would be 0, scoring silently differently from a labelled file.
+
+    Raises:
+        ValueError: the label column is absent and the spec has aggregates (names the file, the
+            column and the aggregates; an all-empty column means "labels unknown", explicitly).
+    """
+    if spec.label is None or spec.label.column in found:
+        return spec, None
+    if spec.aggregates:
+        raise ValueError(
+            f"{path}: label column {spec.label.column!r} not found, and spec {spec.name!r} computes "
+            f"{', '.join(a.name for a in spec.aggregates)} from the known labels of earlier transactions "
+            "(fraud_rate); without it every such feature would be 0. Add the column (empty cells mean "
+            f"'unknown'). Columns found: {_clip_names(found)}")
+    note = (f"{path}: no label column {spec.label.column!r}: read as unlabelled (scores only; no known-fraud "
+            "counts or test metrics)")
+    return spec.model_copy(update={"label": None}), note
+
+
 def _missing_passthrough_note(path: Path, missing: list[str]) -> str:
     """The note (a warning) of a file read without some of the spec's passthrough columns."""
     return (f"{path}: passthrough column{'s' if len(missing) > 1 else ''} {_clip_names(missing)} not in the "

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
+#: a name the session browser resolves to 127.0.0.1 (a DNS-rebinding page, tests/browser/test_signin.py)
+REBIND_HOST = "rebind.test"
 OUTPUT = ROOT / "test-output"
 #: user -> role in the server's credentials file
 USERS = {"e2e": "analyst", "sam": "supervisor", "audrey": "auditor"}
@@ -132,7 +134,8 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                               args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1"])
         yield b
         b.close()
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import PASSWORD, sign_in, tick_until
+from conftest import PASSWORD, REBIND_HOST, sign_in, streamlit_server, tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 90_000  # ms
@@ -94,8 +94,6 @@ def test_an_auditor_cannot_record_a_disposition(app_url, page):
 @pytest.fixture(scope="module")
 def demo_url(e2e_world, tmp_path_factory):
     """A demo-mode server (``FRAUDLENS_DEMO=1``, bound to 127.0.0.1, no credentials file)."""
-    from conftest import streamlit_server
-
     d = tmp_path_factory.mktemp("demo-server")
     env = {"FRAUDLENS_DATA_DIR": str(d / "store"), "FRAUDLENS_DEMO": "1", "FRAUDLENS_USERS": "",
            "FRAUDLENS_DATA": str(e2e_world["data"]), "FRAUDLENS_SPEC": e2e_world["spec"],
@@ -104,34 +102,25 @@ def demo_url(e2e_world, tmp_path_factory):
         yield url
 
 
-def test_demo_mode_refuses_a_dns_rebinding_page(demo_url):
-    """A page on another site whose name resolves to 127.0.0.1 (DNS rebinding; Chromium's
-    --host-resolver-rules maps ``rebind.test`` there) reaches the demo server same-origin: it must
-    get the sign-in page, not the demo supervisor; the same server opened as localhost signs in."""
-    from pathlib import Path
-
-    from playwright.sync_api import sync_playwright
-
-    from conftest import CHROMIUM, CHROMIUM_ARGS
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found")
+def test_demo_mode_refuses_a_dns_rebinding_page(demo_url, browser):
+    """A page on another site whose name resolves to 127.0.0.1 (DNS rebinding; the session
+    browser's --host-resolver-rules maps ``REBIND_HOST`` there) reaches the demo server
+    same-origin: it must get the sign-in page, not the demo supervisor; the same server opened as
+    localhost signs in."""
     port = demo_url.rsplit(":", 1)[1]
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                               args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP rebind.test 127.0.0.1"])
-        try:
-            page = b.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-            page.set_default_timeout(T)
-            page.goto(f"http://rebind.test:{port}/")
-            page.get_by_role("heading", name="Sign in to fraudlens").wait_for()
-            page.get_by_text("Demo sign-in is only for a page opened as localhost").wait_for()
-            page.wait_for_timeout(1500)
-            body = page.locator("body").inner_text()
-            assert "Demo mode: signed in automatically" not in body and "Open a case" not in body
-            assert page.locator('[data-testid="stDataFrame"]').count() == 0
-            page.goto(f"http://localhost:{port}/")
-            page.get_by_text("Demo mode: signed in automatically as").wait_for()
-            assert page.get_by_role("heading", name="Sign in to fraudlens").count() == 0
-        finally:
-            b.close()
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(T)
+        page.goto(f"http://{REBIND_HOST}:{port}/")
+        page.get_by_role("heading", name="Sign in to fraudlens").wait_for()
+        page.get_by_text("Demo sign-in is only for a page opened as localhost").wait_for()
+        page.wait_for_timeout(1500)
+        body = page.locator("body").inner_text()
+        assert "Demo mode: signed in automatically" not in body and "Open a case" not in body
+        assert page.locator('[data-testid="stDataFrame"]').count() == 0
+        page.goto(f"http://localhost:{port}/")
+        page.get_by_text("Demo mode: signed in automatically as").wait_for()
+        assert page.get_by_role("heading", name="Sign in to fraudlens").count() == 0
+    finally:
+        ctx.close()

@@ -105,6 +105,32 @@ def test_claim_next_takes_highest_priority_and_is_audited(store):
     assert store.verify_audit_chain().ok
 
 
+def test_a_claim_committed_while_the_log_is_verified_is_not_tampering(tmp_path):
+    """Another connection claims a case after the verifier read the audit log and before it reads
+    the cases table: the verifier reads one snapshot, so that case is not 'changed outside the
+    store' (it was a false alarm when each read took its own snapshot)."""
+    from engine.cases.store.chain import verify_chain
+
+    db = tmp_path / "c.sqlite3"
+    with CaseStore(db, four_eyes=False) as s, CaseStore(db, four_eyes=False) as other:
+        s.upsert_cases(SHA, _rows([(f"e{i}", 0.5 + i / 100, 100.0 * i) for i in range(3)]), source_id=SRC)
+        fired = []
+
+        def between(sql: str) -> None:  # runs just before the verifier's read of the cases table
+            if not fired and "FROM cases ORDER BY id" in sql:
+                fired.append(other.claim_next(SHA, 0.0, source_id=SRC, analyst="bob")["id"])
+
+        s._conn.set_trace_callback(between)
+        try:
+            verdict = verify_chain(s._conn)
+        finally:
+            s._conn.set_trace_callback(None)
+        assert fired, "the claim did not run during the verification"
+        assert verdict.ok, verdict.reason
+        assert s.get_case(fired[0])["state"] == "assigned"
+        assert s.verify_audit_chain().ok  # and the next snapshot, with the claim and its audit row
+
+
 def test_claim_next_concurrent_claims_never_share_a_case(tmp_path):
     db = tmp_path / "c.sqlite3"
     with CaseStore(db, four_eyes=False) as s:
@@ -215,6 +241,7 @@ def test_v3_store_migrates_to_v4(tmp_path):
                           model_sha256=SHA, after={"state": state, "assignee": who, "pending_by": None, "version": 0})
     conn.execute("INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, note) "
                  "VALUES (1, 't', 'disposition', 'escalate', 'escalated', 'carol', 'old note')")
+    conn.execute("UPDATE cases SET state = 'escalated' WHERE id = 1")  # as the v3 store did with its audit row
     AuditMixin._audit(conn, "t", "carol", "disposition", case_id=1, model_sha256=SHA,
                       after={"state": "escalated", "disposition": "escalate", "note": "old note"})
     conn.execute("COMMIT")
@@ -233,7 +260,7 @@ def test_v3_store_migrates_to_v4(tmp_path):
         h = s.history(1)
         assert h["note"].tolist() == ["old note"] and h["fraud_type"].isna().all()
         assert s.record_disposition(2, "closed_no_action", "nothing to do", analyst="carol") == "closed_no_action"
-        assert s.claim_next(SHA, 0.0, analyst="dan") is None  # b is closed, a is assigned
+        assert s.claim_next(SHA, 0.0, analyst="dan") is None  # b is closed, a is escalated
         assert s.verify_audit_chain().ok
     conn = sqlite3.connect(db)
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):

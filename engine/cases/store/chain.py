@@ -75,8 +75,21 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
     """Check every audit row, its link to the previous row, the head and the id sequence.
 
     Returns a :class:`ChainVerdict`: ``ok``, or the id of the first row that was changed,
-    removed or moved and why (one line). Reads only; never raises for a broken chain.
+    removed or moved and why (one line). Reads only; never raises for a broken chain. All reads
+    run in one read transaction (one WAL snapshot): a case claimed by another connection between
+    reading the log and reading the cases table is not taken for an edit made outside the store.
     """
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        return _verify(conn)
+    finally:
+        if own:
+            conn.execute("ROLLBACK")
+
+
+def _verify(conn: sqlite3.Connection) -> ChainVerdict:
     n, expected_id, prev = 0, 1, GENESIS
     recorded = _Recorded()
     for r in conn.execute(_SELECT):
