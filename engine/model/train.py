@@ -334,7 +334,9 @@ def _refuse_one_class_validation(frame: pd.DataFrame, split: np.ndarray, train_e
     if fix is not None:
         msg += f"; --train-end {fix[0].date()} --val-end {fix[1].date()} gives both later periods frauds"
     else:
-        msg += "; this file's frauds are too few to split into training, validation and test periods"
+        total = int((frame["label"].to_numpy(dtype="float64", na_value=np.nan) == 1).sum())
+        msg += ("; this file has no labelled fraud at all (check the spec's [label] positive values)" if total == 0
+                else f"; this file's {total:,} frauds are too few to split into training, validation and test periods")
     raise ValueError(f"{msg}; {outliers}" if outliers else msg)
 
 

@@ -165,8 +165,11 @@ def test_train_refuses_a_validation_period_without_fraud_before_any_epoch_and_pr
         train(only, spec, TrainConfig(train_end="2024-08-01", val_end="2024-10-01"), **refuse)
     one = fr.assign(label=pd.array(np.zeros(len(fr), int), dtype="Int8"))
     one.loc[one.index[one.timestamp < "2024-03-01"][:2], "label"] = 1  # 2 frauds: three periods need 3
-    with pytest.raises(ValueError, match="this file's frauds are too few to split"):
+    with pytest.raises(ValueError, match="this file's 2 frauds are too few to split"):
         train(one, spec, TrainConfig(), **refuse)
+    none = fr.assign(label=pd.array(np.zeros(len(fr), int), dtype="Int8"))  # a file without any fraud
+    with pytest.raises(ValueError, match=r"this file has no labelled fraud at all \(check the spec's \[label\]"):
+        train(none, spec, TrainConfig(), **refuse)
 
 
 def test_score_cli_names_a_transaction_dated_2099(tmp_path):
