@@ -128,7 +128,7 @@ def load_source(path: str | Path, spec: "str | Path | DatasetSpec", max_rows: in
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file")
     kw = {"max_rows": max_rows} if max_rows is not None else {}
-    res = read_transactions(p, sp, **kw)
+    res = read_transactions(p, sp, label_required=False, **kw)  # a production file has no label yet
     return Source(frame=res.frame, rejected=res.rejected, rows_read=res.rows_read, path=p, spec=sp,
                   file_sha256=file_sha256 if file_sha256 is not None else file_identity(p))
 

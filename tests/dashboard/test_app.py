@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -456,3 +457,19 @@ def test_the_case_page_reads_the_fields_view_the_precompute_stored(env):
     _ok(at)
     assert at.session_state["query_id"] == best
     assert md("Stored by the precompute for this test") in [b.value for b in [*at.info, *at.warning]]
+
+
+def test_a_file_without_the_label_column_opens_on_every_page(env, monkeypatch, tmp_path):
+    """A production file has no label yet: Cases, Case (every tab) and Model open without an
+    error, with the same top entity as the labelled file."""
+    bare = tmp_path / "bare.csv"
+    pd.read_csv(env["data"], dtype=str, keep_default_na=False).drop(columns=["Is Fraud?"]).to_csv(bare, index=False)
+    monkeypatch.setenv("FRAUDLENS_DATA", str(bare))
+    at = _case(env)
+    _ok(at)
+    assert at.session_state["entity_id"] == env["ranking"]["entity_id"].iloc[0]
+    assert len(_charts_of_every_tab(at)) == N_CASE_CHARTS
+    at.switch_page("pages/cases.py").run()
+    _ok(at)
+    at.switch_page("pages/model.py").run()
+    _ok(at)

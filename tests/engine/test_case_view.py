@@ -55,6 +55,22 @@ def test_load_source_accounts_for_rows_and_hashes_the_file(world, tmp_path):
         cv.load_source(src.path, "no-such-spec")
 
 
+def test_a_file_without_labels_opens_scored_with_unknown_known_frauds(world, tmp_path):
+    """The dashboard opens a production file (no label column yet): same scores and timelines, and
+    'known frauds' unknown (NA), not 0."""
+    src, bundle, scores = world
+    bare = tmp_path / "bare.csv"
+    pd.read_csv(src.path, dtype=str, keep_default_na=False).drop(columns=["Is Fraud?"]).to_csv(bare, index=False)
+    b = cv.load_source(bare, cv.demo_spec_name())
+    assert b.rows_read == src.rows_read and len(b.frame) == len(src.frame) and "label" not in b.frame
+    s2 = cv.score_source(bundle, b.frame)
+    assert np.allclose(s2["probability"].to_numpy(), scores["probability"].to_numpy(), atol=1e-6)
+    rk = cv.rank_entities(s2, bundle.threshold)
+    assert rk["known_frauds"].isna().all() and len(rk) == src.frame["entity_id"].nunique()
+    tl = cv.entity_timeline(b.frame, s2, rk["entity_id"].iloc[0], bundle.threshold)
+    assert len(tl) and "label" not in tl
+
+
 def test_scores_carry_the_threshold_flag(world):
     _, bundle, scores = world
     assert {"transaction_id", "entity_id", "probability", "logit", "flagged"} <= set(scores)
