@@ -188,8 +188,9 @@ def train(
         _fail(str(e))
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
+    out_existed = out.exists()
+    _reject_report(res, out / "rejected.csv")  # before any refusal: every rejected row's reason is kept
     _require_accepted(res, data, sp)
-    _reject_report(res, out / "rejected.csv")
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
@@ -202,7 +203,7 @@ def train(
         bundle, report = train_fn(res.frame, sp, cfg, log=plain_log, progress=progress,
                                   baseline=BaselineConfig(seed=seed) if baseline else None, fitter=fitter)
     except (ValueError, RuntimeError if fitter else ValueError) as e:  # Ray: unreachable, or a worker failed
-        _fail(str(e))
+        _fail(str(e) + _no_model_written(out, out_existed, len(res.rejected)))
     bundle.meta.update(
         name=name or out.name,
         training_data={"path": str(data), "sha256": file_sha256(data), "rows_read": res.rows_read,
@@ -231,6 +232,18 @@ def train(
                                                   **({"baseline": report["baseline"]} if "baseline" in report else {})},
                                                  indent=1))
     console.print(f"checkpoint {out} sha256 {sha[:12]}…  wall time {wall / 60:.1f} min")
+
+
+def _no_model_written(out: Path, out_existed: bool, n_rejected: int) -> str:
+    """After a refused training: say where the rejected rows are, or remove the header-only
+    rejected.csv (and ``out`` when this command created it) so no model-less folder is left."""
+    if n_rejected:
+        rows = "rejected row is" if n_rejected == 1 else "rejected rows are"
+        return f". No model written; the {n_rejected:,} {rows} in {out / 'rejected.csv'}"
+    (out / "rejected.csv").unlink(missing_ok=True)
+    if not out_existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    return ". No model written"
 
 
 def _print_calibration(cal: dict, op: dict) -> None:

@@ -302,3 +302,19 @@ def test_inspect_names_its_force_option_when_the_spec_exists(tmp_path):
     assert r.exit_code == 2 and "--force" in r.output and "overwrite=True" not in r.output
     assert out.read_text() == "x"
     assert runner.invoke(app, ["inspect", str(DEMO_DATA), "--out", str(out), "--force"]).exit_code == 0
+
+
+def test_a_refused_training_leaves_no_model_less_folder(tmp_path):
+    df = _demo_rows(tmp_path, 2500)
+    df["Is Fraud?"] = "No"  # nothing to learn from
+    data, out = tmp_path / "nofraud.csv", tmp_path / "model"
+    df.to_csv(data, index=False)
+    r = runner.invoke(app, ["train", "--data", str(data), "--spec", "demo", "--out", str(out), "--no-progress"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "no labelled fraud at all" in text and "No model written" in text, r.output
+    assert not out.exists()
+    df.loc[3, "Amount"] = "twelve"  # one rejected row: its reason is kept and named
+    df.to_csv(data, index=False)
+    r = runner.invoke(app, ["train", "--data", str(data), "--spec", "demo", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 2 and "No model written; the 1 rejected row is in" in " ".join(r.output.split())
+    assert len(pd.read_csv(out / "rejected.csv")) == 1 and sorted(p.name for p in out.iterdir()) == ["rejected.csv"]
