@@ -24,6 +24,7 @@ from engine.cli_common import (  # noqa: F401 (DEMO_MODEL_HINT: re-exported)
     _read,
     _reject_report,
     _require_accepted,
+    all_rejected_hint,
     _safe,
     _table_out,
     _unseen_notes,
@@ -85,7 +86,39 @@ def inspect(
     console.print(t)
     for n in notes:
         _note(n)
+    _trial_read(file, spec)
     console.print(f"spec written to {escape(str(out))}: check the roles, then use --spec {escape(str(out))}")
+
+
+#: rows of the file that ``inspect`` reads with the guessed spec, to show what it would reject
+TRIAL_ROWS = 50_000
+
+
+def _trial_read(file: Path, spec) -> None:
+    """Read the first :data:`TRIAL_ROWS` rows with the guessed spec and warn, by reason, about the
+    rows it would reject (a wrong guess shows here, before a long train)."""
+    from engine.data.io import read_transactions
+
+    try:
+        res = read_transactions(file, spec, max_rows=TRIAL_ROWS, label_required=False)
+    except (FileNotFoundError, ValueError) as e:
+        console.print(f"warning: the guessed spec does not read {escape(str(file))}: {escape(str(e))}")
+        return
+    rj = res.rejected
+    if not len(rj):
+        console.print(f"read check: the first {res.rows_read:,} rows are all accepted with this spec")
+        return
+    console.print(f"[yellow]warning[/yellow]: of the first {res.rows_read:,} rows, {len(rj):,} would be rejected "
+                  "with this spec; by reason (column: reason, rows, first row):")
+    by = rj.groupby(["column", "reason"], sort=False)["row_number"].agg(["size", "min"])
+    for (col, why), r in by.sort_values("size", ascending=False).head(8).iterrows():
+        n = int(r["size"])
+        console.print(f"  {_safe(str(col))}: {_safe(str(why))}: {n:,} row{'s' if n != 1 else ''}, first row "
+                      f"{int(r['min']):,}",
+                      markup=False, highlight=False)
+    hint = all_rejected_hint(rj, spec)
+    if hint and len(res.frame) == 0:
+        console.print(f"  hint: {hint}", markup=False)
 
 
 @app.command()

@@ -318,3 +318,21 @@ def test_a_refused_training_leaves_no_model_less_folder(tmp_path):
     r = runner.invoke(app, ["train", "--data", str(data), "--spec", "demo", "--out", str(out), "--no-progress"])
     assert r.exit_code == 2 and "No model written; the 1 rejected row is in" in " ".join(r.output.split())
     assert len(pd.read_csv(out / "rejected.csv")) == 1 and sorted(p.name for p in out.iterdir()) == ["rejected.csv"]
+
+
+def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp_path):
+    df = _demo_rows(tmp_path, 3000)
+    df.loc[[5, 9, 11], "Amount"] = "twelve"
+    df.loc[20, "Year"] = "20x4"
+    data = tmp_path / "bad.csv"
+    df.to_csv(data, index=False)
+    r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "of the first 3,000 rows, 4 would be rejected" in text
+    assert "Amount: amount is not a number: 3 rows, first row 6" in text  # row numbers are the file's (1 = first)
+    assert "Year: timestamp part year is not a whole number: 1 row, first row 21" in text
+    df = _demo_rows(tmp_path, 3000)
+    df.to_csv(data, index=False)
+    r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
+    assert "the first 3,000 rows are all accepted" in " ".join(r.output.split()) and "would be rejected" not in r.output
