@@ -405,18 +405,16 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"max_rows must be >= 0, got {max_rows}")
     pr = probe(p, spec.format)
-    head = _csv_header(p, pr) if pr.format == "csv" else None
+    schema = None if pr.format == "csv" else parquet_file(p).schema_arrow
+    names = _csv_header(p, pr) if schema is None else list(schema.names)
     label_note = None
     if not label_required:
-        names = head if head is not None else parquet_file(p).schema_arrow.names
         spec, label_note = _without_absent_label(p, spec, names)
-    if pr.format == "csv":
-        no_pass = _check_columns(p, spec, head)
+    no_pass = _check_columns(p, spec, names)
+    if schema is None:
         raw, row_numbers, pre_rejected = _read_csv(p, max_rows, pr)
         file_columns = list(raw.columns)
     else:
-        schema = parquet_file(p).schema_arrow
-        no_pass = _check_columns(p, spec, schema.names)
         _check_parquet_types(p, spec, schema)
         raw, row_numbers, pre_rejected = read_parquet(p, max_rows, spec.required_columns())
         file_columns = list(schema.names)  # only the spec's columns are read

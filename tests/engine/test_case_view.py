@@ -63,6 +63,10 @@ def test_a_file_without_labels_opens_scored_with_unknown_known_frauds(world, tmp
     pd.read_csv(src.path, dtype=str, keep_default_na=False).drop(columns=["Is Fraud?"]).to_csv(bare, index=False)
     b = cv.load_source(bare, cv.demo_spec_name())
     assert b.rows_read == src.rows_read and len(b.frame) == len(src.frame) and "label" not in b.frame
+    pq = tmp_path / "bare.parquet"  # the same through the Parquet reader (column names from the schema)
+    pd.read_csv(bare, dtype=str, keep_default_na=False).to_parquet(pq, index=False)
+    bp = cv.load_source(pq, cv.demo_spec_name())
+    assert bp.rows_read == src.rows_read and len(bp.frame) == len(src.frame) and "label" not in bp.frame
     s2 = cv.score_source(bundle, b.frame)
     assert np.allclose(s2["probability"].to_numpy(), scores["probability"].to_numpy(), atol=1e-6)
     rk = cv.rank_entities(s2, bundle.threshold)
