@@ -75,9 +75,8 @@ def inspect(
     notes: list[str] = []
     try:
         spec = guess_spec(file, name=name, allow_personal=allow_personal, notes_out=notes)
-        _write(lambda: write_spec(spec, out, overwrite=force), out, "--out")
-    except FileExistsError:
-        _fail(f"{out} exists; edit it, choose another --out, or pass --force to overwrite it")
+        _write(lambda: write_spec(spec, out, overwrite=force), out, "--out",
+               exists=f"{out} exists; edit it, choose another --out, or pass --force to overwrite it")
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     t = Table("column", "role")

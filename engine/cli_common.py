@@ -61,13 +61,14 @@ def _table_out(path: Path | None, option: str, example: str) -> None:
         _fail(f"{option} {e}")
 
 
-def _write(fn, path: Path, option: str):
-    """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line. A
-    FileExistsError is raised on: the command names its own option to overwrite."""
+def _write(fn, path: Path, option: str, exists: str | None = None):
+    """Run the writer ``fn``; an OSError (permission, disk full, ...) becomes one error line.
+    ``exists``: the line for a FileExistsError (a writer that refuses to overwrite: the command
+    names its own option for that)."""
     try:
         return fn()
-    except FileExistsError:
-        raise
+    except FileExistsError as e:
+        _fail(exists or f"cannot write {option} {path}: {e.strerror or e}")
     except OSError as e:
         _fail(f"cannot write {option} {path}: {e.strerror or e}")
 

@@ -336,3 +336,16 @@ def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp
     df.to_csv(data, index=False)
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
     assert "the first 3,000 rows are all accepted" in " ".join(r.output.split()) and "would be rejected" not in r.output
+
+
+def test_train_onto_an_existing_file_is_one_error_line(tmp_path):
+    """--out names a file, not a folder: one error line (exit 2), never a traceback."""
+    df = _demo_rows(tmp_path, 300)
+    df.loc[3, "Amount"] = "twelve"  # a rejected row: train writes out/rejected.csv first
+    data, out = tmp_path / "tx.csv", tmp_path / "outfile"
+    df.to_csv(data, index=False)
+    out.write_text("x")
+    r = runner.invoke(app, ["train", "--data", str(data), "--spec", "demo", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 2 and not isinstance(r.exception, FileExistsError), r.output
+    assert f"cannot write --rejected {out / 'rejected.csv'}" in " ".join(r.output.split())
+    assert out.read_text() == "x"
