@@ -222,7 +222,7 @@ def train(
     sp, res = _read(data, spec, max_rows)
     out_existed = out.exists()
     _reject_report(res, out / "rejected.csv")  # before any refusal: every rejected row's reason is kept
-    _require_accepted(res, data, sp)
+    _require_accepted(res, data, sp, written=out / "rejected.csv")
     cfg = TrainConfig(
         epochs=epochs, patience=patience, windows_per_epoch=windows_per_epoch, context_length=context_length, min_history=min_history,
         d_model=d_model, n_layers=n_layers, n_heads=n_heads, batch_size=batch_size, lr=lr, train_end=train_end,
@@ -387,7 +387,7 @@ def score(
     else:
         sp, res = _read(data, spec or bundle.spec, demo_model=demo, label_required=False)
         _reject_report(res, rejected)
-        _require_accepted(res, data, sp)
+        _require_accepted(res, data, sp, written=rejected, option="--rejected")
         try:
             scores = score_frame(bundle, res.frame)
         except ValueError as e:

@@ -121,9 +121,10 @@ def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model
     return spec, res
 
 
-def _require_accepted(res, data: Path, spec=None) -> None:
+def _require_accepted(res, data: Path, spec=None, written: Path | None = None, option: str | None = None) -> None:
     """Exit 2 when no row of ``data`` was accepted, with the most common reason and, where the
-    rejected values show it, the spec change that reads them (:func:`all_rejected_hint`)."""
+    rejected values show it, the spec change that reads them (:func:`all_rejected_hint`); then
+    where every row's reason is: the file ``written``, else the command's ``option`` that writes it."""
     if len(res.frame) == 0:
         rj = res.rejected
         top = rj["reason"].value_counts().index[0] if len(rj) else ""
@@ -131,7 +132,8 @@ def _require_accepted(res, data: Path, spec=None) -> None:
         hint = all_rejected_hint(rj, spec)
         _fail(f"{data}: no transaction accepted (all {res.rows_read:,} rows rejected; most common reason: "
               f"column {col!r}: {top})" + (f". Hint: {hint}" if hint else "")
-              + ". Every row's reason: --rejected FILE")
+              + (f". Every row's reason is in {written}" if written else
+                 f". {option} FILE writes every row's reason" if option else ""))
 
 
 #: an amount or number written with a decimal comma: "17,23", "$1.234,50", "-0,5"

@@ -285,12 +285,19 @@ def test_a_file_with_every_row_rejected_fails_with_the_likely_fix(tmp_path):
     assert r.exit_code == 2, r.output
     assert "no transaction accepted (all 300 rows rejected" in out and 'decimal = ","' in out
     assert len(pd.read_csv(rej)) == 300 and not (tmp_path / "s.parquet").exists()
+    assert f"Every row's reason is in {rej}" in out and "--rejected FILE" not in out
     # a rejection the hint does not know gets no hint
     df = _demo_rows(tmp_path, 300)
     df["Amount"] = "twelve"
     df.to_csv(data, index=False)
     r = runner.invoke(app, ["score", "--data", str(data), "--out", str(tmp_path / "s.parquet")])
-    assert r.exit_code == 2 and "Hint" not in r.output and "amount is not a number" in " ".join(r.output.split())
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Hint" not in r.output and "amount is not a number" in out
+    assert "--rejected FILE writes every row's reason" in out  # not given: the option that writes them
+    r = runner.invoke(app, ["explain", "--data", str(data), "--entity", "0:0", "--position", "-1"])
+    assert r.exit_code == 2 and "--rejected" not in r.output  # explain has no such option
+    r = runner.invoke(app, ["train", "--data", str(data), "--spec", "demo", "--out", str(tmp_path / "m"), "--no-progress"])
+    assert f"Every row's reason is in {tmp_path / 'm' / 'rejected.csv'}" in " ".join(r.output.split())
 
 
 def test_inspect_names_its_force_option_when_the_spec_exists(tmp_path):
