@@ -136,25 +136,33 @@ def _require_accepted(res, data: Path, spec=None, written: Path | None = None, o
                  f". {option} FILE writes every row's reason" if option else ""))
 
 
-#: an amount or number written with a decimal comma: "17,23", "$1.234,50", "-0,5"
-_DECIMAL_COMMA = r"^\D{0,3}-?\d{1,3}(\.\d{3})*,\d{1,4}\D{0,3}$|^\D{0,3}-?\d+,\d{1,4}\D{0,3}$"
+#: a number with a comma: "17,23", "$1.234,50", "-0,5", but also "1,234" (a thousands comma)
+_COMMA_NUMBER = r"^\D{0,3}-?\d{1,3}(\.\d{3})*,\d{1,4}\D{0,3}$|^\D{0,3}-?\d+,\d{1,4}\D{0,3}$"
+#: what only a decimal comma writes: 1, 2 or 4 digits after the comma, or a dot thousands group before it
+_ONLY_DECIMAL_COMMA = r",\d{1,2}\D{0,3}$|,\d{4}\D{0,3}$|\.\d{3},"
 
 
 def all_rejected_hint(rejected, spec=None) -> str | None:
-    """A likely fix when every row was rejected, read from the rejected values: amounts (or
-    numeric fields) written with a decimal comma -> ``decimal = ","`` in the spec. None when
-    nothing is recognised."""
+    """A likely fix when every row was rejected, read from the rejected values: numbers with a
+    comma -> ``decimal = ","`` when some value can only be a decimal comma ("17,23"); when every
+    one has exactly 3 digits after it ("1,234") it may be a thousands comma, and both fixes are
+    named. None when nothing is recognised."""
     if rejected is None or not len(rejected):
         return None
     nan = rejected[rejected["reason"].astype(str).str.contains("not a number", regex=False)]
     if len(nan) < 0.5 * len(rejected):
         return None
     vals = nan["value"].astype(str).head(200)
-    if not len(vals) or vals.str.match(_DECIMAL_COMMA).mean() < 0.8:
+    if not len(vals) or vals.str.match(_COMMA_NUMBER).mean() < 0.8:
         return None
     col = str(nan["column"].iloc[0])
-    where = "under [amount]" if spec is None or col == getattr(getattr(spec, "amount", None), "column", col) \
-        else f"on the field reading {col!r}"
+    amount_col = spec.amount.column if spec is not None else None
+    where = "under [amount]" if amount_col in (None, col) else f"on the field reading {col!r}"
+    if not vals.str.contains(_ONLY_DECIMAL_COMMA).any():
+        thousands = ("add ',' to strip under [amount]" if amount_col in (None, col)
+                     else "a numeric field reads no grouping: write the numbers without it")
+        return (f"the values of {col!r} have a comma with 3 digits after it (e.g. {vals.iloc[0]!r}): a thousands "
+                f"comma ({thousands}) or a decimal comma (set decimal = \",\" {where}); check the file")
     return (f"the values of {col!r} look like decimal commas (e.g. {vals.iloc[0]!r}): set decimal = \",\" {where} "
             "in the spec (`fraudlens inspect` proposes it from the file)")
 

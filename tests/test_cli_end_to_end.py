@@ -356,3 +356,25 @@ def test_train_onto_an_existing_file_is_one_error_line(tmp_path):
     assert r.exit_code == 2 and not isinstance(r.exception, FileExistsError), r.output
     assert f"cannot write --rejected {out / 'rejected.csv'}" in " ".join(r.output.split())
     assert out.read_text() == "x"
+
+
+def test_the_all_rejected_hint_tells_a_thousands_comma_from_a_decimal_comma():
+    """'1,234' may be either; '17,23' or '1.234,50' only a decimal comma: the hint never proposes
+    decimal = "," alone for values that may be thousands (it would read $1,234 as 1.234)."""
+    from engine.cli_common import all_rejected_hint
+    from engine.data.spec import load_spec
+
+    spec = load_spec("tabformer")
+
+    def rej(vals, col="Amount"):
+        return pd.DataFrame({"value": vals, "reason": "amount is not a number", "column": col})
+
+    both = all_rejected_hint(rej(["$1,234", "$12,345", "$999,000"]), spec)
+    assert "thousands comma (add ',' to strip under [amount])" in both and "or a decimal comma" in both
+    for vals in (["$17,23", "$1,234"], ["$1.234,50", "$999,000"], ["-0,5"], ["12,3456"]):
+        h = all_rejected_hint(rej(vals), spec)
+        assert "look like decimal commas" in h and 'set decimal = "," under [amount]' in h, vals
+    assert "on the field reading 'Zip'" in all_rejected_hint(rej(["1,5", "2,25"], col="Zip"), spec)
+    assert "numeric field reads no grouping" in all_rejected_hint(rej(["1,500"], col="Zip"), spec)
+    assert all_rejected_hint(rej(["twelve", "1,5"]), spec) is None  # under 80 % look like numbers with a comma
+    assert all_rejected_hint(rej(["$12.5.3"]), spec) is None
