@@ -23,6 +23,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard import state
+from engine.cases import view as cv
 
 log = logging.getLogger("fraudlens.dashboard")
 
@@ -35,6 +36,41 @@ LEAD_STORE_MAX = 512
 WAIT_PRECOMPUTE_S = 20.0
 #: the lead builder sleeps this share of each build's time after it (it shares the GIL with pages)
 LEAD_BUILD_PAUSE = 1.0
+
+
+#: the precompute explains the opening transaction of this many entities of the page's order first,
+#: flagged or not (an analyst also opens the cases just below the threshold)
+OPEN_AHEAD = 10
+
+
+def flagged_order(scores: Any, ranking: Any = None, open_ahead: int = OPEN_AHEAD) -> list[str]:
+    """Transaction ids in the precompute's order: first the opening transaction (the one the
+    Case page opens an entity on: highest score, ties by the higher logit, then the latest, as
+    :func:`engine.cases.view.default_query`) of the first ``open_ahead`` entities, flagged or
+    not; then every other flagged entity's opening transaction, then every entity's second flagged
+    transaction, and so on. Entities in ``ranking``'s order (the Case page's entity order,
+    :func:`engine.cases.view.rank_entities`; default: by descending highest probability), so the
+    transaction the Case page opens first always comes first.
+
+    ``scores``: frame order (entities contiguous, time order within an entity), with
+    ``entity_id``, ``transaction_id``, ``probability``, ``flagged``."""
+
+    f = scores[["entity_id", "transaction_id", "probability"]].assign(
+        _flag=scores["flagged"].to_numpy(dtype=bool), _p=scores["probability"].fillna(-1.0).to_numpy())
+    if ranking is not None and len(ranking):
+        rank = {str(e): i for i, e in enumerate(ranking["entity_id"])}
+    else:
+        mx = f.groupby("entity_id", sort=False)["_p"].max().sort_values(ascending=False, kind="stable")
+        rank = {str(e): i for i, e in enumerate(mx.index)}
+    f = f.assign(_rank=f["entity_id"].astype(str).map(rank).fillna(len(rank)).to_numpy())
+    f = f.iloc[cv.score_order(scores)]  # riskiest first, as default_query
+    opening = f.drop_duplicates("entity_id").sort_values("_rank", kind="stable").head(max(int(open_ahead), 1))
+    f = f.loc[f["_flag"]]
+    f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())
+    ids = [str(t) for t in f.sort_values(["_nth", "_rank"], kind="stable")["transaction_id"]]
+    lead = [str(t) for t in opening["transaction_id"]]
+    seen = set(lead)
+    return lead + [t for t in ids if t not in seen]
 
 
 class LeadStore:
@@ -110,8 +146,8 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
     bundle = state.get_bundle(_model_path)
     scores = state._scores(_path, spec, data_sha, max_rows, _model_path, model_sha)
     flagged = scores.assign(flagged=scores["probability"].to_numpy() >= review)
-    ids = state.flagged_order(flagged, state._ranking(_path, spec, data_sha, max_rows, _model_path, model_sha, review))
-    sid, cparams = state._cache_ids(source, spec, max_rows, ())
+    ids = flagged_order(flagged, state._ranking(_path, spec, data_sha, max_rows, _model_path, model_sha, review))
+    sid, cparams = state._cache_ids(source, max_rows, ())
     cache = state.explanation_cache(_data_dir)
     leads = lead_store(data_sha, spec, max_rows, model_sha)
     work = Path(_data_dir).expanduser().resolve() / "precompute"
@@ -122,11 +158,12 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
     tag = f"{data_sha[:12]}-{model_sha[:12]}-{uuid.uuid4().hex[:12]}"
     status = work / f"{tag}.status.json"
     job_file = work / f"{tag}.job.json"
-    spec_path = Path(spec).expanduser()
+    spec_name, spec_sha = state.spec_arg(spec), str(spec).partition(state._SPEC_SHA)[2]
+    spec_path = Path(spec_name).expanduser()
     spec_is_file = spec_path.suffix == ".toml" and spec_path.is_file()
-    pj.write_json_atomic(job_file, {
-        "data": _absolute(_path), "spec": _absolute(spec) if spec_is_file else str(spec),
-        "spec_sha256": file_sha256(spec_path) if spec_is_file else None, "max_rows": max_rows,
+    pj.write_json_atomic(job_file, {  # the spec content the source was read with (its ref's sha256)
+        "data": _absolute(_path), "spec": _absolute(spec_name) if spec_is_file else spec_name,
+        "spec_sha256": (spec_sha or file_sha256(spec_path)) if spec_is_file else None, "max_rows": max_rows,
         "data_sha256": data_sha, "model": _absolute(_model_path or ""), "model_sha256": model_sha,
         "cache": str(Path(cache.path).resolve()), "source_id": sid, "params": cparams, "ids": ids,
         "budget_s": float(budget_s), "status": str(status)})

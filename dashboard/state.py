@@ -320,14 +320,33 @@ def session_bundle():
     return get_bundle(check_model_path(st.session_state[MODEL]))
 
 
+#: between a spec file's path and its content sha256 in a cache key (no path holds a NUL)
+_SPEC_SHA = "\x00sha256="
+
+
+def spec_ref(spec: str) -> str:
+    """The cache-key form of ``spec`` (the ``spec`` of every cache key): a built-in name as is; a
+    spec file as its path + its content sha256 (rehashed when its size or mtime changes), so a
+    spec edited in place is read again instead of served from the old one's caches."""
+    from engine.data.spec import builtin_specs
+
+    p = Path(spec).expanduser()
+    return spec if spec in builtin_specs() or not p.is_file() else f"{spec}{_SPEC_SHA}{file_sha(p)}"
+
+
+def spec_arg(ref: str) -> str:
+    """The spec name or path of a :func:`spec_ref`."""
+    return str(ref).split(_SPEC_SHA, 1)[0]
+
+
 @st.cache_resource(show_spinner="Reading the data…", max_entries=4)
 def _source(path: str, spec: str, sha: str, max_rows: int | None):
-    return cv.load_source(path, spec, max_rows=max_rows, file_sha256=sha)
+    return cv.load_source(path, spec_arg(spec), max_rows=max_rows, file_sha256=sha)
 
 
 def get_source(src: dict[str, Any]):
     """The :class:`engine.cases.view.Source` for a source dict (path, spec, max_rows)."""
-    return _source(src["path"], src["spec"], file_sha(src["path"]), src.get("max_rows"))
+    return _source(src["path"], spec_ref(src["spec"]), file_sha(src["path"]), src.get("max_rows"))
 
 
 @st.cache_resource(show_spinner="Scoring every transaction…", max_entries=4)
@@ -397,9 +416,9 @@ def load_all() -> Loaded:
     check_data_path(src["path"])  # every read of a server path goes through the data roots
     check_spec(src["spec"])
     bundle = get_bundle(check_model_path(model_path))
-    sha = file_sha(src["path"])
-    source = _source(src["path"], src["spec"], sha, src.get("max_rows"))
-    key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
+    sha, spec = file_sha(src["path"]), spec_ref(src["spec"])
+    source = _source(src["path"], spec, sha, src.get("max_rows"))
+    key = (src["path"], spec, sha, src.get("max_rows"), model_path, bundle.sha256)
     thr = thresholds_now(bundle)
     loaded = Loaded(src=src, source=source, bundle=bundle, scores=_flagged(*key, thr["review"]),
                     ranking=_ranking(*key, thr["review"]), key=key, thresholds=thr)
@@ -419,7 +438,7 @@ def warm(settings: Settings) -> tuple:
     model_path = settings.model or ""
     bundle = get_bundle(model_path)
     sha = cv.file_identity(src["path"])
-    key = (src["path"], src["spec"], sha, src.get("max_rows"), model_path, bundle.sha256)
+    key = (src["path"], spec_ref(src["spec"]), sha, src.get("max_rows"), model_path, bundle.sha256)
     _source(*key[:4])
     review = thresholds_now(bundle)["review"]
     _flagged(*key, review)  # the same cache entries load_all reads
@@ -460,20 +479,19 @@ def _cache():
     return explanation_cache(str(default_db_path().parent))
 
 
-def _cache_ids(source: Any, spec: str, max_rows: int | None, params: tuple) -> tuple[str, dict]:
+def _cache_ids(source: Any, max_rows: int | None, params: tuple) -> tuple[str, dict]:
     """(source id as the case store keys it, cache params: the explainer's + max_rows)."""
     from engine.cases.store import source_id
-    from engine.data.spec import DatasetSpec, spec_key
+    from engine.data.spec import source_spec_key
 
-    key = spec_key(source.spec) if isinstance(source.spec, DatasetSpec) else str(spec)  # content, not only name
-    return source_id(source.file_sha256, key), {**dict(params), "max_rows": max_rows}
+    return source_id(source.file_sha256, source_spec_key(source.spec)), {**dict(params), "max_rows": max_rows}
 
 
 @st.cache_data(show_spinner="Explaining the transaction…", max_entries=64)
 def _explanations(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
                   params: tuple, _path: str, _model_path: str):
     source = _source(_path, spec, data_sha, max_rows)
-    sid, cparams = _cache_ids(source, spec, max_rows, params)
+    sid, cparams = _cache_ids(source, max_rows, params)
 
     def compute():
         return cv.explain_query(get_bundle(_model_path), source.frame, transaction_id, **dict(params))
@@ -515,41 +533,6 @@ def precompute_budget_s() -> float:
         return max(0.0, float(os.environ.get("FRAUDLENS_PRECOMPUTE_S", PRECOMPUTE_S_DEFAULT)))
     except ValueError:
         return PRECOMPUTE_S_DEFAULT
-
-
-#: the precompute explains the opening transaction of this many entities of the page's order first,
-#: flagged or not (an analyst also opens the cases just below the threshold)
-OPEN_AHEAD = 10
-
-
-def flagged_order(scores: Any, ranking: Any = None, open_ahead: int = OPEN_AHEAD) -> list[str]:
-    """Transaction ids in the precompute's order: first the opening transaction (the one the
-    Case page opens an entity on: highest score, ties by the higher logit, then the latest, as
-    :func:`engine.cases.view.default_query`) of the first ``open_ahead`` entities, flagged or
-    not; then every other flagged entity's opening transaction, then every entity's second flagged
-    transaction, and so on. Entities in ``ranking``'s order (the Case page's entity order,
-    :func:`engine.cases.view.rank_entities`; default: by descending highest probability), so the
-    transaction the Case page opens first always comes first.
-
-    ``scores``: frame order (entities contiguous, time order within an entity), with
-    ``entity_id``, ``transaction_id``, ``probability``, ``flagged``."""
-
-    f = scores[["entity_id", "transaction_id", "probability"]].assign(
-        _flag=scores["flagged"].to_numpy(dtype=bool), _p=scores["probability"].fillna(-1.0).to_numpy())
-    if ranking is not None and len(ranking):
-        rank = {str(e): i for i, e in enumerate(ranking["entity_id"])}
-    else:
-        mx = f.groupby("entity_id", sort=False)["_p"].max().sort_values(ascending=False, kind="stable")
-        rank = {str(e): i for i, e in enumerate(mx.index)}
-    f = f.assign(_rank=f["entity_id"].astype(str).map(rank).fillna(len(rank)).to_numpy())
-    f = f.iloc[cv.score_order(scores)]  # riskiest first, as default_query
-    opening = f.drop_duplicates("entity_id").sort_values("_rank", kind="stable").head(max(int(open_ahead), 1))
-    f = f.loc[f["_flag"]]
-    f = f.assign(_nth=f.groupby("entity_id", sort=False).cumcount())
-    ids = [str(t) for t in f.sort_values(["_nth", "_rank"], kind="stable")["transaction_id"]]
-    lead = [str(t) for t in opening["transaction_id"]]
-    seen = set(lead)
-    return lead + [t for t in ids if t not in seen]
 
 
 def start_precompute(loaded: Loaded) -> dict[str, Any] | None:

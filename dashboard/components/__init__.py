@@ -67,13 +67,9 @@ def data_source_id(loaded: Any) -> str:
     """The case store's data-source key of the loaded source (file content sha256 + spec key:
     :func:`engine.data.spec.spec_key`, the spec's content, not only its name)."""
     src = loaded.source
-    return source_id(src.file_sha256, _spec_key(src.spec, loaded.src["spec"]))
+    from engine.data.spec import source_spec_key
 
-
-def _spec_key(spec: Any, given: Any) -> str:
-    from engine.data.spec import DatasetSpec, spec_key
-
-    return spec_key(spec) if isinstance(spec, DatasetSpec) else str(given)
+    return source_id(src.file_sha256, source_spec_key(src.spec))
 
 
 @st.cache_resource(show_spinner="Updating the case queue…", max_entries=8)

@@ -27,6 +27,7 @@ from dashboard import components as comp
 from dashboard.components.safe import md
 from engine.cases import fmt
 from engine.cases import view as cv
+from engine.data.spec import source_spec_key
 from engine.cases import report as rp
 from engine.cases.store import CaseStoreError
 from engine.serve import access as ac
@@ -72,7 +73,7 @@ def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any
     ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, src.frame)
     return rp.build_report(
         case=case, entity_id=entity, model=loaded.bundle,
-        dataset={"spec": comp._spec_key(src.spec, loaded.src.get("spec", "")), "file_name": str(loaded.src.get("label", "")),
+        dataset={"spec": source_spec_key(src.spec), "file_name": str(loaded.src.get("label", "")),
                  "file_sha256": src.file_sha256 or None, "max_rows": loaded.src.get("max_rows"),
                  "currency": src.currency},
         expls=expls, context=ctx, thresholds=thresholds,

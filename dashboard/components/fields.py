@@ -27,7 +27,7 @@ def _fields(data_sha: str, spec: str, max_rows: int | None, model_sha: str, tran
     source = state._source(_path, spec, data_sha, max_rows)
     try:  # stored by the background precompute with the case's explanations (engine/cases/precompute_job.py)
         cache = state._cache()
-        sid, cparams = state._cache_ids(source, spec, max_rows, ())
+        sid, cparams = state._cache_ids(source, max_rows, ())
         stored = cache.get_json(model_sha, sid, transaction_id, cparams, FIELDS_KIND)
     except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss, never an error page
         state.log.warning("explanation cache unavailable: %s", e)

@@ -425,6 +425,12 @@ def spec_key(spec: DatasetSpec) -> str:
     return f"{spec.name}@{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
 
 
+def source_spec_key(spec: "DatasetSpec | str") -> str:
+    """:func:`spec_key` of a loaded spec; a spec given only by name or path (no DatasetSpec at
+    hand) keys by that string as given."""
+    return spec_key(spec) if isinstance(spec, DatasetSpec) else str(spec)
+
+
 def load_spec(name_or_path: str | Path) -> DatasetSpec:
     """Load a built-in spec by name or a TOML spec file by path.
 

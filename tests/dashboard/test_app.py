@@ -171,6 +171,41 @@ def test_choosing_another_file_and_spec_on_cases_reloads(env, tmp_path, monkeypa
     assert {m.label: m.value for m in at.metric}["Transactions scored"] == "300"
 
 
+def test_a_spec_file_edited_in_place_is_read_again(env, tmp_path, monkeypatch):
+    """Every cache is keyed by the spec file's content (state.spec_ref), not by its path only: an
+    edit made while the server runs is read at the next rerun (it was served stale until restart)."""
+    import os
+
+    from engine.data.spec import load_spec
+
+    monkeypatch.setenv("FRAUDLENS_DATA_ROOTS", str(tmp_path))
+    text = load_spec(env["spec"]).to_toml()
+    spec = tmp_path / "mine.toml"
+    spec.write_text(text, encoding="utf-8")
+    data = tmp_path / "tx.csv"
+    data.write_bytes(Path(env["data"]).read_bytes())
+    at = signed_in()
+    at.run()
+    at.radio(key="src_kind").set_value("path").run()
+    at.selectbox(key="src_path").select(str(data.resolve())).run()
+    at.selectbox(key="src_spec").select(str(spec.resolve())).run()
+    at.button(key="src_apply").click().run()
+    _ok(at)
+    by_card = {m.label: m.value for m in at.metric}["Entities"]
+    frame = env["frame"]
+    assert by_card == f"{frame['entity_id'].nunique():,}"
+    one_col = text.replace('columns = ["User", "Card"]', 'columns = ["User"]')
+    assert one_col != text
+    spec.write_text(one_col, encoding="utf-8")
+    st_ = spec.stat()
+    os.utime(spec, ns=(st_.st_atime_ns, st_.st_mtime_ns + 5_000_000_000))
+    at.run()
+    _ok(at)
+    users = frame["entity_id"].astype(str).str.split(":").str[0].nunique()
+    assert users < frame["entity_id"].nunique()
+    assert {m.label: m.value for m in at.metric}["Entities"] == f"{users:,}"
+
+
 def test_case_page_defaults_to_top_entity_and_its_highest_scored_transaction(env):
     at = _case(env)
     _ok(at)

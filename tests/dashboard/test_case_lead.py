@@ -172,12 +172,12 @@ def test_precompute_thread_fills_the_cache_most_risky_first(env, monkeypatch):
 
     monkeypatch.setenv("FRAUDLENS_PRECOMPUTE_S", "0")
     assert state.precompute_budget_s() == 0.0
-    order = state.flagged_order(env["scores"])
+    order = pc.flagged_order(env["scores"])
     s = env["scores"].set_index("transaction_id").loc[order]
     flagged_ids = set(env["scores"].loc[env["scores"]["flagged"], "transaction_id"].astype(str))
     assert flagged_ids <= set(order) and len(set(order)) == len(order)
     extra = [t for t in order if t not in flagged_ids]  # opening transactions of unflagged entities
-    assert len(extra) <= state.OPEN_AHEAD and set(extra) <= set(order[:state.OPEN_AHEAD])
+    assert len(extra) <= pc.OPEN_AHEAD and set(extra) <= set(order[:pc.OPEN_AHEAD])
     # first each case's top transaction (most risky case first), then the second of each, ...
     n_ent = s["entity_id"].nunique()
     tops = s.iloc[:n_ent]
@@ -341,7 +341,7 @@ def test_precompute_starts_with_the_transaction_the_case_page_opens_first():
     ties (cv.default_query); the precompute must explain exactly that one first, flagged or not."""
     import pandas as pd
 
-    from dashboard import state
+    from dashboard import precompute as pc
 
     ts = pd.date_range("2024-01-01", periods=5, freq="h")
     scores = pd.DataFrame({"entity_id": ["e1", "e1", "e1", "e2", "e2"],
@@ -352,17 +352,17 @@ def test_precompute_starts_with_the_transaction_the_case_page_opens_first():
     top = ranking["entity_id"].iloc[0]
     opened = cv.default_query(scores[scores["entity_id"] == top].reset_index(drop=True))
     assert opened == "a3"  # the tie goes to the latest
-    order = state.flagged_order(scores, ranking)
+    order = pc.flagged_order(scores, ranking)
     assert order == ["a3", "b2", "a1"]  # each case's opening transaction, most risky case first, then the rest
-    assert state.flagged_order(scores) == order  # without a ranking: by highest probability
+    assert pc.flagged_order(scores) == order  # without a ranking: by highest probability
     # nothing flagged: still the opening transactions of the first entities of the page's order
     none = scores.assign(flagged=False)
-    assert state.flagged_order(none, cv.rank_entities(none, 0.99)) == ["a3", "b2"]
-    assert state.flagged_order(none, cv.rank_entities(none, 0.99), open_ahead=1) == ["a3"]
+    assert pc.flagged_order(none, cv.rank_entities(none, 0.99)) == ["a3", "b2"]
+    assert pc.flagged_order(none, cv.rank_entities(none, 0.99), open_ahead=1) == ["a3"]
     # an entity below the threshold is opened ahead of the other flagged transactions
     low = scores.assign(flagged=scores["transaction_id"].isin(["a1", "a3"]))
-    assert state.flagged_order(low, cv.rank_entities(low, 0.8)) == ["a3", "b2", "a1"]
-    assert state.flagged_order(low, cv.rank_entities(low, 0.8), open_ahead=1) == ["a3", "a1"]
+    assert pc.flagged_order(low, cv.rank_entities(low, 0.8)) == ["a3", "b2", "a1"]
+    assert pc.flagged_order(low, cv.rank_entities(low, 0.8), open_ahead=1) == ["a3", "a1"]
 
 
 def test_the_pause_after_the_reasons_box_reads_its_environment_variable(monkeypatch):

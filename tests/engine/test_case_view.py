@@ -113,7 +113,7 @@ def test_rank_entities_breaks_probability_ties_by_logit():
     assert cv.default_query(s2[s2.entity_id == "a"]) == "2"
     assert cv.default_query(s2[s2.entity_id == "a"].drop(columns="logit")) == "3"  # no logit: the latest
     assert cv.query_options(s2.assign(flagged=True)[s2.entity_id == "a"], min_options=1) == ["2", "3", "1"]
-    from dashboard.state import flagged_order
+    from dashboard.precompute import flagged_order
 
     order = flagged_order(s2.assign(flagged=True), cv.rank_entities(s2, 0.5))
     assert order[0] == "4" and order.index("2") < order.index("1")
