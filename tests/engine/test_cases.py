@@ -179,7 +179,13 @@ def test_migrate_v1_database_to_latest(db):
         assert (old["entity_id"], old["state"], old["assignee"], old["version"]) == (
             "old", "assigned", "carol", 0
         )
-        assert s.audit_log(1).actor.tolist() == ["carol"]  # v1 audit rows survive
+        # v1 audit rows survive; migration 5 records the case it finds without a creation row
+        from engine.cases.store.schema import MIGRATION_ACTOR
+
+        log = s.audit_log(1)
+        assert log.actor.tolist() == ["carol", MIGRATION_ACTOR]
+        assert log.action.tolist() == ["assigned", "case_adopted"]
+        assert s.audit_verdict.ok, s.audit_verdict
         # v2 features work on the migrated file
         s.set_thresholds(SHA, 0.5, 0.9, actor="carol")
         assert s.get_thresholds(SHA).review == 0.5
@@ -873,7 +879,7 @@ def test_migrate_v2_cases_to_the_legacy_source(db):
         "VALUES (1, 't1', 'disposition', 'false_positive', 'false_positive', 'carol', 'legit')"
     )
     conn.execute("INSERT INTO notes(case_id, ts, analyst, text) VALUES (1, 't1', 'carol', 'hi')")
-    # the audit rows the store wrote with them (same case, time and actor; unaudited_record)
+    # the audit rows the store wrote with them (same case, time and actor; chain._Recorded)
     for i, action in enumerate(("case_created", "disposition", "note_added")):
         conn.execute(
             "INSERT INTO audit_log(ts, actor, action, case_id, model_sha256, after_json) "

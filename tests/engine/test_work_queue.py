@@ -250,7 +250,7 @@ def test_v3_store_migrates_to_v4(tmp_path):
     conn.close()
 
     with CaseStore(db, four_eyes=False) as s:
-        assert s.schema_version == LATEST_VERSION == 4
+        assert s.schema_version == LATEST_VERSION == 5
         assert s.audit_verdict.ok  # the chain written at v3 verifies after the rebuild
         a, b = s.get_case(1), s.get_case(2)
         assert a["priority"] == pytest.approx(0.9) and b["priority"] == pytest.approx(0.3)

@@ -296,3 +296,90 @@ def test_the_page_alarm_follows_a_log_changed_while_the_store_is_open(db):
         v = s.recent_audit_verdict(0.0)
         assert (v.ok, v.first_broken_id) == (False, 5)
         assert s.audit_verdict == v
+
+
+# ------------------------------------------ records and cases edited, forged or removed (no audit row changed)
+def _sql(*statements: str) -> Callable[[sqlite3.Connection], None]:
+    def attack(conn: sqlite3.Connection) -> None:
+        for s in statements:
+            conn.execute(s)
+    return attack
+
+
+_FORGED_CASE = ("INSERT INTO cases(id, model_sha256, source_id, entity_id, max_probability, state, assignee, "
+                "created_at, updated_at, version, priority) SELECT {id}, model_sha256, source_id, 'victim', 0.99, "
+                "'assigned', 'alice', created_at, updated_at, 0, 0.5 FROM cases WHERE id = 1")
+#: attack -> (statements, words of the reason); the triggers are dropped first
+RECORD_ATTACKS = {
+    "case moved to another entity": (_sql("UPDATE cases SET entity_id = 'e9' WHERE id = 1"), "entity_id"),
+    "case moved to another source": (_sql("UPDATE cases SET source_id = 'x' || source_id WHERE id = 1"),
+                                     "source_id"),
+    "case moved to another model": (_sql(f"UPDATE cases SET model_sha256 = '{'d' * 64}' WHERE id = 1"),
+                                    "model_sha256"),
+    "case buried in the queue": (_sql("UPDATE cases SET priority = 0 WHERE id = 1"), "priority"),
+    "SLA removed": (_sql("UPDATE cases SET sla_due_at = NULL WHERE id = 2"), "SLA due time"),
+    "SLA moved later": (_sql("UPDATE cases SET sla_due_at = '2099-01-01T00:00:00.000000' WHERE id = 2"),
+                        "SLA due time"),
+    "creation time moved": (_sql("UPDATE cases SET created_at = '2030-01-01T00:00:00+00:00' WHERE id = 2"),
+                            "created_at"),
+    "case forged with id 0": (_sql(_FORGED_CASE.format(id=0)), "case 0 has no audit row"),
+    "case forged with a later id": (_sql(_FORGED_CASE.format(id=9)), "case 9 has no audit row"),
+    "case removed": (_sql("DELETE FROM cases WHERE id = 3"), "case 3 was removed"),
+    "case and its disposition removed": (_sql("DELETE FROM dispositions WHERE case_id = 1",
+                                              "DELETE FROM cases WHERE id = 1"), "removed"),
+    "notes removed": (_sql("DELETE FROM notes"), "notes row audit row 6 wrote"),
+    "disposition note rewritten": (_sql("UPDATE dispositions SET note = 'nothing odd' WHERE id = 2"),
+                                   "dispositions row 2"),
+    "disposition value rewritten": (_sql("UPDATE dispositions SET disposition = 'false_positive', "
+                                         "state_after = 'false_positive' WHERE id = 2"), "dispositions row 2"),
+    "note text rewritten": (_sql("UPDATE notes SET text = 'all fine' WHERE id = 1"), "notes row 1"),
+    "disposition duplicated": (_sql("INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, "
+                                    "note) SELECT case_id, ts, kind, disposition, state_after, analyst, note "
+                                    "FROM dispositions WHERE id = 1"), "dispositions row 3"),
+    "everything but the cases wiped": (_sql(
+        "DELETE FROM audit_log", "DELETE FROM audit_head", "DELETE FROM sqlite_sequence WHERE name = 'audit_log'",
+        "DELETE FROM dispositions", "DELETE FROM notes", "DELETE FROM narratives", "DELETE FROM model_thresholds",
+        "UPDATE cases SET state = 'open', assignee = NULL"), "case 1 has no audit row"),
+}
+
+
+@pytest.mark.parametrize("attack", list(RECORD_ATTACKS))
+def test_cases_and_records_changed_outside_the_store_are_named(db, attack):
+    """The chain is intact in each: only the cases or record tables are written (the helper's
+    attacks of session 32). Each was verified ``ok`` before the cross-check covered it."""
+    edit, words = RECORD_ATTACKS[attack]
+    conn = _raw(db)
+    _drop_triggers(conn)
+    edit(conn)
+    v = verify_chain(conn)
+    conn.close()
+    assert not v.ok, attack
+    assert words in v.reason, v.reason
+
+
+def test_a_whole_working_day_verifies(tmp_path):
+    """What the store itself writes never trips the cross-check: rescoring up and down (the SLA
+    keeps its earliest due time), claims, bulk assignment, four-eyes approval with fraud details,
+    a refused self-approval, notes, narratives and thresholds."""
+    path = tmp_path / "day.sqlite3"
+    with CaseStore(path, four_eyes=True) as s:
+        s.upsert_cases(SHA, _summary(4))
+        up = _summary(4).assign(max_probability=[0.95, 0.1, 0.75, 0.65], max_amount=[20_000.0, 5.0, 10.0, 0.0])
+        s.upsert_cases(SHA, up)
+        s.upsert_cases(SHA, up.assign(max_probability=[0.2, 0.05, 0.3, 0.65]))
+        s.claim_next(SHA, 0.0, analyst="alice")
+        s.bulk_assign([2, 3], "bob", actor="carol")
+        s.record_disposition(1, "confirmed_fraud", "skimmed card", analyst="alice", fraud_type="card_testing",
+                             loss_amount=120.5, exposure_amount=900.0, currency="USD")
+        with pytest.raises(Exception, match="four-eyes"):
+            s.approve(1, "my own", analyst="alice")
+        s.approve(1, "checked the merchant", analyst="bob")
+        s.record_disposition(2, "false_positive", "travel", analyst="bob")
+        s.add_note(3, "called the customer", analyst="bob")
+        s.save_narrative(1, "Card used at three merchants within minutes.", analyst="alice")
+        s.save_narrative(1, "Second version.", analyst="alice")
+        s.set_thresholds(SHA, 0.4, 0.9, actor="carol")
+        s.set_thresholds(SHA, 0.5, 0.9, actor="carol")
+        v = s.verify_audit_chain()
+        assert v.ok, v
+        assert s.get_case(1)["state"] == "confirmed_fraud"

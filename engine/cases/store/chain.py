@@ -11,16 +11,23 @@ the highest id ever used. Ids are consecutive from 1.
 dropped) no longer matches its hash; a row removed leaves a gap (or, at the end, a head and a
 sequence that point past the last row); rows swapped or renumbered break the hash (the id is
 hashed) or the link. The first such row is named. A log cut back to an earlier row with ``audit_head`` and the
-sequence rewritten to match is still seen: every disposition, note and narrative must have its
-audit row (:func:`unaudited_record`); and the ``cases`` and ``model_thresholds`` rows must hold
-what their latest audit rows recorded (a state, assignee, score or threshold edited in place
-changes no audit row). The chain makes tampering *evident*; it
-cannot stop someone who can write the file from rewriting every hash after an edit: keep
-off-host copies of the head (``audit_head``) for that.
+sequence rewritten to match is still seen, and so is any edit of the other tables made outside
+the store (:class:`_Recorded`): every disposition, note and narrative must match, in content, the
+audit row that wrote it (same case, time and actor), and every such audit row must still have its
+record (none removed, none duplicated); every case must have the audit row of its creation
+(``case_created``, or ``case_adopted`` from schema migration 5 for a case older than the log's
+creation rows) and still exist; its source, entity, model and creation time must be the ones
+recorded then; its state, assignee, scores and version the latest audit row's; its priority the
+one its score and amount give, and its SLA due time within what its creation time and scores
+allow; the ``model_thresholds`` rows must hold what the latest ``thresholds_set`` rows set. Not
+covered: ``updated_at`` and ``assigned_at`` (display only). The chain makes tampering
+*evident*; it cannot stop someone who can write the file from rewriting every hash after an edit:
+keep off-host copies of the head (``audit_head``) for that.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import sqlite3
@@ -127,11 +134,6 @@ def _verify(conn: sqlite3.Connection) -> ChainVerdict:
     if seq is not None and int(seq[0]) > last:
         return _broken(n, last + 1, f"the log ends at row {last} but ids up to {seq[0]} were "
                                     "used (rows removed from the end)")
-    orphan = unaudited_record(conn)
-    if orphan is not None:
-        table, rid, case_id, ts = orphan
-        return _broken(n, last + 1, f"{table} row {rid} (case {case_id}, {ts}) has no audit row: the log was "
-                                    "cut back and its head rewritten, or the row was added outside the store")
     drift = recorded.mismatch(conn)
     if drift is not None:  # no audit row to name for a row written outside the store: the next one
         return _broken(n, last + 1 if drift[0] is None else drift[0], drift[1])
@@ -141,6 +143,21 @@ def _verify(conn: sqlite3.Connection) -> ChainVerdict:
 #: the ``cases`` columns an audit row's ``after`` snapshot records (each write records some)
 CASE_RECORDED = ("state", "assignee", "pending_by", "version", "max_probability", "max_transaction_id",
                  "first_ts", "last_ts", "max_amount", "n_transactions", "n_known_fraud")
+#: the ``cases`` columns fixed when a case is created (``case_created`` / ``case_adopted`` record them)
+CASE_IDENTITY = ("source_id", "entity_id")
+#: the actions that create a case's audit history: ``case_adopted`` is written by schema migration 5
+#: for a case made before the log recorded creations (schema < 3)
+CREATED_ACTIONS = ("case_created", "case_adopted")
+#: per record table: the audit actions that write one row of it (same case, time and actor), and
+#: ``(record column, after key)`` pairs the audit row records of it (compared when the key is there)
+AUDITED = {
+    "dispositions": ({"disposition": "disposition", "approved": "approval"},
+                     (("disposition", "disposition"), ("note", "note"), ("state_after", "state"))),
+    "notes": ({"note_added": None}, (("text", "note"),)),
+    "narratives": ({"narrative_saved": None}, (("text", "narrative"),)),
+}
+#: dispositions columns written only when given; an audit row records them only then (absent = NULL)
+DISPOSITION_EXTRAS = ("fraud_type", "loss_amount", "exposure_amount", "currency")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -151,19 +168,30 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _naive_utc(text: Any) -> "dt.datetime | None":
+    try:
+        t = dt.datetime.fromisoformat(str(text))
+    except (TypeError, ValueError):
+        return None
+    return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo is not None else t
+
+
 class _Recorded:
-    """What the audit log says the ``cases`` and ``model_thresholds`` rows hold now: per case and
-    column the latest audit row's ``after`` value, per model the latest ``thresholds_set``. A row
-    edited in place (``UPDATE cases SET state = 'closed_fraud'``, thresholds rewritten or deleted)
-    no longer matches; the chain alone cannot see it, since no audit row changed."""
+    """What the audit log says the ``cases``, record and ``model_thresholds`` rows hold now: per
+    case its creation row and, per column, the latest audit row's ``after`` value (and every score
+    it was given, for its SLA); per disposition, note and narrative the audit row that wrote it;
+    per model the latest ``thresholds_set``. A row edited in place, added or removed outside the
+    store no longer matches; the chain alone cannot see that, since no audit row changed."""
 
     def __init__(self) -> None:
         self.case: dict[int, dict[str, tuple[int, Any]]] = {}
+        self.created: dict[int, tuple[int, str, Any, dict]] = {}  # case -> (audit id, ts, model, after)
+        self.sla_hours: dict[int, list[float]] = {}  # case -> SLA hours of every score it had
+        self.records: dict[tuple, list[tuple[int, dict]]] = {}  # (table, case, ts, actor, kind) -> rows
         self.thresholds: dict[str, tuple[int, dict | None]] = {}
-        self.first_created: int | None = None
 
     def add(self, r: Sequence[Any]) -> None:
-        rid, action, case_id, model, after_json = r[0], r[3], r[4], r[5], r[7]
+        rid, ts, actor, action, case_id, model, after_json = r[0], r[1], r[2], r[3], r[4], r[5], r[7]
         try:
             after = json.loads(after_json) if after_json else None
         except (TypeError, ValueError):
@@ -172,8 +200,16 @@ class _Recorded:
             self.thresholds[model] = (int(rid), after if isinstance(after, dict) else None)
         if not isinstance(case_id, int) or not isinstance(after, dict):
             return
-        if action == "case_created" and self.first_created is None:
-            self.first_created = case_id
+        if action in CREATED_ACTIONS:  # its creation time: the audit row's (adopted: the one it had)
+            self.created.setdefault(case_id, (int(rid), after.get("created_at", ts), model, after))
+        for table, (actions, _) in AUDITED.items():
+            if action in actions:
+                self.records.setdefault((table, case_id, ts, actor, actions[action]), []).append((int(rid), after))
+        if "max_probability" in after:
+            from engine.cases.store.priority import priority_score, sla_hours
+
+            self.sla_hours.setdefault(case_id, []).append(
+                sla_hours(priority_score(after["max_probability"], after.get("max_amount"))))
         cols = self.case.setdefault(case_id, {})
         for k in CASE_RECORDED:
             if k in after:
@@ -181,54 +217,110 @@ class _Recorded:
 
     def mismatch(self, conn: sqlite3.Connection) -> tuple[int | None, str] | None:
         """``(audit row id or None, reason)`` for the first current row the log does not account
-        for (None: a row with no audit row at all), or None."""
+        for (None: a row with no audit row at all), or for the first recorded row that is gone;
+        else None."""
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "cases" in have:
-            cols = [c for c in CASE_RECORDED if c in {r[1] for r in conn.execute("PRAGMA table_info(cases)")}]
-            for row in conn.execute(f"SELECT id, {', '.join(cols)} FROM cases ORDER BY id"):
-                cid, got = int(row[0]), dict(zip(cols, row[1:]))
-                rec = self.case.get(cid)
-                if rec is None:
-                    if self.first_created is not None and cid > self.first_created:
-                        return None, (f"case {cid} has no audit row: it was added outside the store "
-                                   "(the cases table was written directly)")
-                    continue  # a case from before the log recorded creations (schema < 3)
-                for k in cols:
-                    if k in rec and not _same(got[k], rec[k][1]):
-                        return rec[k][0], (f"case {cid}'s {k} is {got[k]!r} but its last audit row ({rec[k][0]}) "
-                                           f"recorded {rec[k][1]!r}: the cases table was changed outside the store")
-        if "model_thresholds" in have:
-            now = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT model_sha256, review, decline FROM model_thresholds")}
-            for model, (rid, after) in self.thresholds.items():
-                want = (after or {}).get("review"), (after or {}).get("decline")
-                got = now.pop(model, None)
-                if got is None:
-                    return rid, (f"the thresholds of model {model[:12]} were removed outside the store (audit row "
-                                 f"{rid} set review {want[0]!r}, decline {want[1]!r})")
-                if not (_same(got[0], want[0]) and _same(got[1], want[1])):
-                    return rid, (f"the thresholds of model {model[:12]} are review {got[0]!r}, decline {got[1]!r} but "
-                                 f"audit row {rid} set {want[0]!r}, {want[1]!r}: changed outside the store")
-            for model in sorted(now):
-                return None, f"the thresholds of model {str(model)[:12]} have no audit row: set outside the store"
+        for check in (self._records, self._cases, self._thresholds):
+            found = check(conn, have)
+            if found is not None:
+                return found
         return None
 
-
-#: the tables whose every row the store writes with an audit row (same case, time and actor)
-AUDITED_RECORDS = (("dispositions", "('disposition', 'approved')"), ("notes", "('note_added')"),
-                   ("narratives", "('narrative_saved')"))
-
-
-def unaudited_record(conn: sqlite3.Connection) -> tuple[str, int, int, str] | None:
-    """The earliest disposition, note or narrative without its audit row, as ``(table, id,
-    case_id, ts)``, else None. The store writes each in the same transaction as an audit row
-    with the same ``case_id``, ``ts`` and actor, so a log cut back to an earlier row (with
-    ``audit_head`` and ``sqlite_sequence`` rewritten to match, which the chain alone cannot see)
-    leaves the later records without theirs."""
-    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    parts = [f"SELECT '{t}', r.id, r.case_id, r.ts FROM {t} r WHERE NOT EXISTS (SELECT 1 FROM audit_log a "
-             f"WHERE a.case_id = r.case_id AND a.ts = r.ts AND a.actor = r.analyst AND a.action IN {acts})"
-             for t, acts in AUDITED_RECORDS if t in have]
-    if not parts:
+    def _cases(self, conn: sqlite3.Connection, have: set) -> tuple[int | None, str] | None:
+        if "cases" not in have:
+            return None
+        present = {r[1] for r in conn.execute("PRAGMA table_info(cases)")}
+        cols = [c for c in (*CASE_RECORDED, *CASE_IDENTITY, "model_sha256", "created_at", "priority", "sla_due_at")
+                if c in present]
+        seen: set[int] = set()
+        for row in conn.execute(f"SELECT id, {', '.join(cols)} FROM cases ORDER BY id"):
+            cid, got = int(row[0]), dict(zip(cols, row[1:]))
+            seen.add(cid)
+            made = self.created.get(cid)
+            if made is None:
+                return None, (f"case {cid} has no audit row of its creation: it was added outside the store "
+                              "(the cases table was written directly)")
+            found = self._case_row(cid, got, made)
+            if found is not None:
+                return found
+        for cid in sorted(set(self.created) - seen):
+            return self.created[cid][0], (f"case {cid} was removed outside the store (audit row {self.created[cid][0]} "
+                                          "created it)")
         return None
-    row = conn.execute(" UNION ALL ".join(parts) + " ORDER BY 4 LIMIT 1").fetchone()
-    return None if row is None else (row[0], int(row[1]), int(row[2]), str(row[3]))
+
+    def _case_row(self, cid: int, got: dict, made: tuple) -> tuple[int | None, str] | None:
+        rec = self.case.get(cid, {})
+        rid, created_at, model, after = made
+        fixed = {k: (rid, after[k]) for k in CASE_IDENTITY if k in after}
+        fixed.update(model_sha256=(rid, model), created_at=(rid, created_at))
+        for k, (arid, want) in {**rec, **fixed}.items():
+            if k in got and not _same(got[k], want):
+                return arid, (f"case {cid}'s {k} is {got[k]!r} but its audit row ({arid}) recorded {want!r}: the "
+                              "cases table was changed outside the store")
+        if "priority" in got:
+            from engine.cases.store.priority import priority_score, sla_hours
+
+            prio = priority_score(got.get("max_probability"), got.get("max_amount"))
+            if not _same(round(float(got["priority"]), 6), prio):
+                return None, (f"case {cid}'s priority is {got['priority']!r} but its score and amount give {prio!r}: "
+                              "the cases table was changed outside the store")
+            created, due = _naive_utc(got.get("created_at")), _naive_utc(got.get("sla_due_at"))
+            if created is not None:  # due = creation + the shortest SLA of any score it had (never later)
+                hours = None if due is None else (due - created).total_seconds() / 3600.0
+                lo = min(self.sla_hours.get(cid, [sla_hours(prio)]), default=sla_hours(prio))
+                if hours is None or not lo - 1e-6 <= hours <= sla_hours(prio) + 1e-6:
+                    return None, (f"case {cid}'s SLA due time is {got.get('sla_due_at')!r}, not what its creation "
+                                  f"({got.get('created_at')}) and its scores give: the cases table was changed "
+                                  "outside the store")
+        return None
+
+    def _records(self, conn: sqlite3.Connection, have: set) -> tuple[int | None, str] | None:
+        left = {k: list(v) for k, v in self.records.items()}
+        for table, (actions, pairs) in AUDITED.items():
+            if table not in have:
+                continue
+            present = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            kind = "kind" if "kind" in present else "NULL"
+            extra = [c for c in DISPOSITION_EXTRAS if c in present] if table == "dispositions" else []
+            cols = [c for c, _ in pairs if c in present] + extra
+            sql = f"SELECT id, case_id, ts, analyst, {kind}, {', '.join(cols)} FROM {table} ORDER BY ts, id"
+            for row in conn.execute(sql):
+                rid, case_id, ts, analyst, k = row[:5]
+                vals = dict(zip(cols, row[5:]))
+                k = k if table == "dispositions" else None
+                cands = left.get((table, case_id, ts, analyst, k), [])
+                keys = [(c, a) for c, a in pairs if c in vals] + [(c, c) for c in extra]
+
+                def fits(after: dict) -> bool:
+                    return all(_same(vals[c], after.get(a)) for c, a in keys
+                               if a in after or c in DISPOSITION_EXTRAS)
+
+                hit = next((i for i, (_, after) in enumerate(cands) if fits(after)), None)
+                if hit is None:
+                    how = ("its audit row records other content: it was changed outside the store" if cands else
+                           "it has no audit row: the log was cut back and its head rewritten, or the row was "
+                           "added outside the store")
+                    return (cands[0][0] if cands else None), f"{table} row {rid} (case {case_id}, {ts}): {how}"
+                cands.pop(hit)
+        gone = sorted((rows[0][0], key) for key, rows in left.items() if rows and key[0] in have)
+        if gone:
+            aid, (table, case_id, ts, _actor, _kind) = gone[0]
+            return aid, f"the {table} row audit row {aid} wrote (case {case_id}, {ts}) was removed outside the store"
+        return None
+
+    def _thresholds(self, conn: sqlite3.Connection, have: set) -> tuple[int | None, str] | None:
+        if "model_thresholds" not in have:
+            return None
+        now = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT model_sha256, review, decline FROM model_thresholds")}
+        for model, (rid, after) in self.thresholds.items():
+            want = (after or {}).get("review"), (after or {}).get("decline")
+            got = now.pop(model, None)
+            if got is None:
+                return rid, (f"the thresholds of model {model[:12]} were removed outside the store (audit row "
+                             f"{rid} set review {want[0]!r}, decline {want[1]!r})")
+            if not (_same(got[0], want[0]) and _same(got[1], want[1])):
+                return rid, (f"the thresholds of model {model[:12]} are review {got[0]!r}, decline {got[1]!r} but "
+                             f"audit row {rid} set {want[0]!r}, {want[1]!r}: changed outside the store")
+        for model in sorted(now):
+            return None, f"the thresholds of model {str(model)[:12]} have no audit row: set outside the store"
+        return None

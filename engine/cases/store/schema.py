@@ -287,12 +287,41 @@ def _migration_4_work_queue(conn: sqlite3.Connection) -> None:
                      (score, due, r[5] if r[4] is not None else None, r[0]))
 
 
+#: the actor of the audit rows a migration writes (no person: the store's upgrade itself)
+MIGRATION_ACTOR = "fraudlens schema migration"
+#: the cases columns a ``case_adopted`` audit row records (its state, identity, scores, creation time)
+_ADOPTED = ("state", "assignee", "pending_by", "version", "source_id", "entity_id", "max_probability",
+            "max_transaction_id", "first_ts", "last_ts", "max_amount", "n_transactions", "n_known_fraud", "created_at")
+
+
+def _migration_5_adopt_unlogged_cases(conn: sqlite3.Connection) -> None:
+    """v5: every case has an audit row of its creation: a case made before the log recorded
+    creations (schema < 3) gets one ``case_adopted`` row with its state, identity, scores and
+    creation time as they are now, so the verifier requires one for every case."""
+    from engine.cases.store.chain import chain_head, row_hash, set_head
+    from engine.cases.store.common import _json
+
+    rows = conn.execute(
+        f"SELECT id, model_sha256, {', '.join(_ADOPTED)} FROM cases c WHERE NOT EXISTS (SELECT 1 FROM audit_log a "
+        "WHERE a.case_id = c.id AND a.action IN ('case_created', 'case_adopted')) ORDER BY id").fetchall()
+    ts = _utcnow()
+    for r in rows:
+        new_id, prev = chain_head(conn)
+        values = (new_id, ts, MIGRATION_ACTOR, "case_adopted", int(r[0]), r[1], None,
+                  _json(dict(zip(_ADOPTED, tuple(r)[2:]))), prev)
+        h = row_hash(values)
+        conn.execute("INSERT INTO audit_log(id, ts, actor, action, case_id, model_sha256, before_json, after_json, "
+                     "prev_hash, row_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*values, h))
+        set_head(conn, new_id, h)
+
+
 #: Ordered migrations; ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migration_1_initial,
     _migration_2_versions_thresholds,
     _migration_3_sources_audit_chain,
     _migration_4_work_queue,
+    _migration_5_adopt_unlogged_cases,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 
