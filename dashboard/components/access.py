@@ -110,6 +110,16 @@ def _oidc_logged_in() -> bool:
         return False
 
 
+def _client_address() -> str | None:
+    """The browser's address as the server sees it (``st.context.ip_address``; None when unknown,
+    as in AppTest: the wrong-password lock is then kept per user name alone)."""
+    try:
+        ip = st.context.ip_address
+    except Exception:  # noqa: BLE001 - outside a browser session
+        return None
+    return str(ip) if ip else None
+
+
 def _on_password() -> None:
     ss = st.session_state
     name, pw = ss.get("signin_name") or "", ss.get("signin_password") or ""
@@ -118,7 +128,7 @@ def _on_password() -> None:
     try:
         if path is None:
             raise ac.SignInError("no credentials file configured")
-        ss[SESSION_KEY] = ac.authenticate(path, name, pw)
+        ss[SESSION_KEY] = ac.authenticate(path, name, pw, client=_client_address())
         ss.pop("signin_msg", None)
     except ac.AccessError as e:
         log.warning("sign-in refused for %s: %s", ascii(name)[:80], e)

@@ -52,8 +52,10 @@ DEMO_USER = "demo"
 DEMO_ROLE = "supervisor"
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._@+-]{0,127}")
 _LOOPBACK_NAMES = {"localhost"}
-#: sign-in throttle: at most this many wrong passwords per user name within the window (s)
+#: sign-in throttle: at most this many wrong passwords per user name and client within the window (s)
 MAX_FAILURES, FAILURE_WINDOW_S = 5, 900.0
+#: ... and this many failed sign-ins per client address over all names; counters kept at most
+MAX_CLIENT_FAILURES, MAX_THROTTLE_KEYS = 20, 10_000
 
 
 class AccessError(Exception):
@@ -257,45 +259,79 @@ def add_user(path: str | Path, name: str, role: str, password: str | None) -> Us
 
 
 class _Throttle:
-    """Wrong-password counter per user name (this process): :data:`MAX_FAILURES` within
-    :data:`FAILURE_WINDOW_S` seconds lock that name until the window has passed."""
+    """Wrong-password counters of this process. Keyed by (client address, user name):
+    :data:`MAX_FAILURES` within :data:`FAILURE_WINDOW_S` seconds lock that name *for that client*
+    until the window has passed, so nobody can lock another person out from their own address;
+    and per client over all names: :data:`MAX_CLIENT_FAILURES` lock the client (guessing many
+    names, each a costly argon2 check). Without a client address (``None``) the name alone is
+    the key. At most :data:`MAX_THROTTLE_KEYS` counters are kept (expired ones dropped first,
+    then the least recently failed), so unknown names cannot grow it without bound."""
 
     def __init__(self) -> None:
-        self._fails: dict[str, list[float]] = {}
+        self._fails: dict[tuple, list[float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, name: str) -> None:
-        """Reserve one attempt for ``name`` (counted as a failure until :meth:`clear`), or raise
-        :class:`SignInError` when :data:`MAX_FAILURES` are counted within the window. Reserving
-        before the hash is checked bounds attempts made in parallel too (40 at once: 5 checked)."""
+    def check(self, name: str, client: str | None = None) -> None:
+        """Reserve one attempt for ``name`` from ``client`` (counted as a failure until
+        :meth:`clear`), or raise :class:`SignInError` when the name (for this client) or the
+        client is over its count within the window. Reserving before the hash is checked bounds
+        attempts made in parallel too (40 at once: 5 checked)."""
         now = time.monotonic()
+        keys = {("name", client, name): (MAX_FAILURES, "too many wrong passwords for this user: try again later")}
+        if client is not None:
+            keys[("client", client)] = (MAX_CLIENT_FAILURES, "too many failed sign-ins from this address: try "
+                                                             "again later")
         with self._lock:
-            recent = [t for t in self._fails.get(name, []) if now - t < FAILURE_WINDOW_S]
-            if len(recent) >= MAX_FAILURES:
-                self._fails[name] = recent
-                raise SignInError("too many wrong passwords for this user: try again later")
-            self._fails[name] = recent + [now]
+            for key, (limit, why) in keys.items():
+                recent = [t for t in self._fails.get(key, []) if now - t < FAILURE_WINDOW_S]
+                self._fails[key] = recent
+                if len(recent) >= limit:
+                    raise SignInError(why)
+            for key in keys:
+                self._fails[key].append(now)
+            if len(self._fails) > MAX_THROTTLE_KEYS:
+                self._shrink(now)
 
-    def clear(self, name: str) -> None:
+    def _shrink(self, now: float) -> None:
+        for key in [k for k, ts in self._fails.items() if not ts or now - ts[-1] >= FAILURE_WINDOW_S]:
+            del self._fails[key]
+        for key in sorted(self._fails, key=lambda k: self._fails[k][-1])[:max(0, len(self._fails) - MAX_THROTTLE_KEYS)]:
+            del self._fails[key]
+
+    def clear(self, name: str, client: str | None = None) -> None:
+        """Forget the failures of ``name`` from ``client`` (a successful sign-in: the client's
+        reserved attempt is returned too); ``client`` None: of ``name`` from every client."""
         with self._lock:
-            self._fails.pop(name, None)
+            if client is None:
+                for key in [k for k in self._fails if k[0] == "name" and k[2] == name]:
+                    del self._fails[key]
+                return
+            self._fails.pop(("name", client, name), None)
+            mine = self._fails.get(("client", client))
+            if mine:
+                mine.pop()
+
+    def __len__(self) -> int:
+        return len(self._fails)
 
 
 THROTTLE = _Throttle()
 _DUMMY_HASH: list[str] = []
 
 
-def authenticate(path: str | Path, name: str, password: str) -> Identity:
+def authenticate(path: str | Path, name: str, password: str, client: str | None = None) -> Identity:
     """Check ``name`` / ``password`` against the credentials file; the signed-in identity.
 
     The name must be exactly a listed user name (no normalisation: a lookalike is an unknown
     user). An unknown name is checked against a dummy hash so the answer takes as long as a
-    wrong password. Raises :class:`SignInError` ("unknown user or wrong password", or too many
-    failures) and :class:`UsersFileError` for a bad file.
+    wrong password. ``client``: the address the attempt comes from (the dashboard passes the
+    browser's), which the wrong-password lock is kept per (see :class:`_Throttle`). Raises
+    :class:`SignInError` ("unknown user or wrong password", or too many failures) and
+    :class:`UsersFileError` for a bad file.
     """
     users = load_users(path)
     key = name if isinstance(name, str) else ""
-    THROTTLE.check(key)
+    THROTTLE.check(key, client)
     from argon2.exceptions import InvalidHashError, VerificationError
 
     rec = users.get(key)
@@ -310,7 +346,7 @@ def authenticate(path: str | Path, name: str, password: str) -> Identity:
     if not ok or rec is None or rec.password_hash is None:
         # the attempt reserved by THROTTLE.check stays counted
         raise SignInError("unknown user or wrong password")
-    THROTTLE.clear(key)
+    THROTTLE.clear(key, client)
     return Identity(name=rec.name, role=rec.role, method="password")
 
 

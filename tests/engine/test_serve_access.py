@@ -81,6 +81,40 @@ def test_wrong_passwords_lock_the_name(users):
     assert ac.authenticate(users, "alice", PW).role == "analyst"
 
 
+def test_the_lock_is_kept_per_client_so_nobody_locks_another_out(users):
+    """Five wrong passwords for alice from one address lock alice there only (security review:
+    anyone could lock any user, a supervisor too, out of sign-in for 15 minutes)."""
+    for _ in range(ac.MAX_FAILURES):
+        with pytest.raises(ac.SignInError, match="wrong password"):
+            ac.authenticate(users, "alice", "guess", client="203.0.113.9")
+    with pytest.raises(ac.SignInError, match="too many wrong passwords"):
+        ac.authenticate(users, "alice", PW, client="203.0.113.9")
+    assert ac.authenticate(users, "alice", PW, client="198.51.100.7").name == "alice"  # her own address
+    ac.THROTTLE.clear("alice")
+
+
+def test_one_client_guessing_many_names_is_locked():
+    t = ac._Throttle()
+    for i in range(ac.MAX_CLIENT_FAILURES):
+        t.check(f"user{i}", "203.0.113.9")
+    with pytest.raises(ac.SignInError, match="from this address"):
+        t.check("someone-else", "203.0.113.9")
+    t.check("someone-else", "198.51.100.7")  # another client is not
+
+
+def test_the_throttle_is_bounded(monkeypatch):
+    """Every unknown name adds a counter: at most MAX_THROTTLE_KEYS are kept (review: unbounded)."""
+    monkeypatch.setattr(ac, "MAX_THROTTLE_KEYS", 100)
+    t = ac._Throttle()
+    for i in range(1000):
+        t.check(f"nobody{i}")
+    assert len(t) <= 100
+    for _ in range(ac.MAX_FAILURES - 1):  # the most recent counters are the ones kept
+        t.check("nobody999")
+    with pytest.raises(ac.SignInError):
+        t.check("nobody999")
+
+
 def test_parallel_wrong_passwords_are_bounded_by_the_lock_too(users):
     """Attempts made at once (one thread per browser session) each reserve a count before the
     hash is checked: of 40 parallel guesses at most MAX_FAILURES reach the hash."""
