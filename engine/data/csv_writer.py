@@ -28,6 +28,10 @@ OWASP_CSV_INJECTION_URL = "https://owasp.org/www-community/attacks/CSV_Injection
 #: from OWASP ASVS 5.0 V1.2.10, plus the full-width forms of ``= + - @`` (U+FF1D, U+FF0B,
 #: U+FF0D, U+FF20) that some spreadsheet locales fold to their ASCII forms on input).
 CSV_FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "\x00", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+#: a trigger after leading white space (any Unicode space, line feed included) or invisible
+#: characters (BOM U+FEFF, zero-width U+200B-U+200D, word joiner U+2060, U+180E) counts too: some
+#: importers trim those before deciding that a cell is a formula
+_FORMULA_START = re.compile("[\\s\ufeff\u200b-\u200d\u2060\u180e]*[" + re.escape("".join(CSV_FORMULA_TRIGGERS)) + "]")
 
 
 def neutralise_csv_cell(value: Any) -> Any:
@@ -39,15 +43,16 @@ def neutralise_csv_cell(value: Any) -> Any:
     spreadsheet shows it as text instead of evaluating it (``"=HYPERLINK(...)"`` ->
     ``"'=HYPERLINK(...)"``; a string ``"-5"`` becomes ``"'-5"``).
 
-    Only the first character is tested (the OWASP rule): ``" =x"`` and ``"a=b"`` are unchanged,
-    and an already-quoted ``"'=x"`` is not quoted twice.
+    The first character is tested after any leading white space and invisible characters
+    (``" =x"``, ``"\\n=x"``, ``"\\ufeff=x"`` are quoted too: some importers trim those first); ``"a=b"``
+    is unchanged, and an already-quoted ``"'=x"`` is not quoted twice.
 
     Non-strings are returned unchanged - numbers stay numbers (a negative amount ``-12.5`` as a
     float stays the float ``-12.5``), as do ``None``, NaN, bools, timestamps. Quoting of embedded
     quotes, commas and newlines (the other half of the OWASP advice) is the CSV writer's job:
     :func:`write_csv` / :func:`csv_bytes` (RFC 4180 quoting), never string concatenation.
     """
-    if isinstance(value, str) and value.startswith(CSV_FORMULA_TRIGGERS):
+    if isinstance(value, str) and _FORMULA_START.match(value):
         return "'" + value
     return value
 

@@ -115,13 +115,13 @@ def test_pseudonym_length_bounds(length):
 @pytest.mark.parametrize(
     "value",
     ["=1+2", "+1", "-2+3", "@SUM(A1)", "\t=cmd", "\r=cmd", "=HYPERLINK(\"http://x\",\"y\")",
-     "-12.50"],
+     "-12.50", " =1+1", "\n=1+1", "\u00a0=1+1", "\ufeff=1+1", "\u200b=2+2", "\u3000=1+1", "  \t@x"],
 )
 def test_formula_like_strings_get_a_leading_quote(value):
     assert neutralise_csv_cell(value) == "'" + value
 
 
-@pytest.mark.parametrize("value", ["hello", "12.50", "a=b", "'already", "", " =x"])
+@pytest.mark.parametrize("value", ["hello", "12.50", "a=b", "'already", "", " x=1", "\u200b"])
 def test_harmless_strings_unchanged(value):
     assert neutralise_csv_cell(value) == value
 
