@@ -89,13 +89,14 @@ def inspect(
     console.print(f"spec written to {escape(str(out))}: check the roles, then use --spec {escape(str(out))}")
 
 
-#: rows of the file that ``inspect`` reads with the guessed spec, to show what it would reject
-TRIAL_ROWS = 50_000
+#: rows of the file that ``inspect`` reads with the guessed spec, to show what it would reject: the
+#: whole file up to this many (the Handbook's 1.75M rows read in about 2 s here), else the first ones
+TRIAL_ROWS = 2_000_000
 
 
 def _trial_read(file: Path, spec) -> None:
-    """Read the first :data:`TRIAL_ROWS` rows with the guessed spec and warn, by reason, about the
-    rows it would reject (a wrong guess shows here, before a long train)."""
+    """Read the file (at most :data:`TRIAL_ROWS` rows, from the start) with the guessed spec and
+    warn, by reason, about the rows it would reject (a wrong guess shows here, before a long train)."""
     from engine.data.io import read_transactions
 
     try:
@@ -104,10 +105,12 @@ def _trial_read(file: Path, spec) -> None:
         console.print(f"warning: the guessed spec does not read {escape(str(file))}: {escape(str(e))}")
         return
     rj = res.rejected
+    which = (f"the first {res.rows_read:,} rows (the most it reads)" if res.rows_read >= TRIAL_ROWS
+             else f"all {res.rows_read:,} rows")
     if not len(rj):
-        console.print(f"read check: the first {res.rows_read:,} rows are all accepted with this spec")
+        console.print(f"read check: {which} are accepted with this spec")
         return
-    console.print(f"[yellow]warning[/yellow]: of the first {res.rows_read:,} rows, {len(rj):,} would be rejected "
+    console.print(f"[yellow]warning[/yellow]: of {which}, {len(rj):,} would be rejected "
                   "with this spec; by reason (column: reason, rows, first row):")
     by = rj.groupby(["column", "reason"], sort=False)["row_number"].agg(["size", "min"])
     for (col, why), r in by.sort_values("size", ascending=False).head(8).iterrows():

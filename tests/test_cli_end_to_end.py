@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from engine import cli
 from engine.cli import app
 
 runner = CliRunner()
@@ -327,7 +328,7 @@ def test_a_refused_training_leaves_no_model_less_folder(tmp_path):
     assert len(pd.read_csv(out / "rejected.csv")) == 1 and sorted(p.name for p in out.iterdir()) == ["rejected.csv"]
 
 
-def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp_path):
+def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp_path, monkeypatch):
     df = _demo_rows(tmp_path, 3000)
     df.loc[[5, 9, 11], "Amount"] = "twelve"
     df.loc[20, "Year"] = "20x4"
@@ -336,13 +337,18 @@ def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml")])
     text = " ".join(r.output.split())
     assert r.exit_code == 0, r.output
-    assert "of the first 3,000 rows, 4 would be rejected" in text
+    assert "of all 3,000 rows, 4 would be rejected" in text
     assert "Amount: amount is not a number: 3 rows, first row 6" in text  # row numbers are the file's (1 = first)
     assert "Year: timestamp part year is not a whole number: 1 row, first row 21" in text
     df = _demo_rows(tmp_path, 3000)
     df.to_csv(data, index=False)
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
-    assert "the first 3,000 rows are all accepted" in " ".join(r.output.split()) and "would be rejected" not in r.output
+    assert "all 3,000 rows are accepted" in " ".join(r.output.split()) and "would be rejected" not in r.output
+    df.loc[2990, "Amount"] = "twelve"  # far past the 50,000-row head the check read before: the whole file is read
+    df.to_csv(data, index=False)
+    monkeypatch.setattr(cli, "TRIAL_ROWS", 2995)
+    r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
+    assert "of the first 2,995 rows (the most it reads), 1 would be rejected" in " ".join(r.output.split()), r.output
 
 
 def test_train_onto_an_existing_file_is_one_error_line(tmp_path):
