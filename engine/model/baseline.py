@@ -68,6 +68,14 @@ class BaselineConfig:
     threads: int | None = 2
 
 
+def _positional(x: pd.DataFrame) -> pd.DataFrame:
+    """``x`` with its columns named ``f0, f1, ...`` for LightGBM, which refuses feature names with
+    JSON characters (``, : " [ ] { }``): the names hold field values (a merchant "Uber, Trip:
+    NYC"), and a name LightGBM refuses ended a whole ``train`` run in a traceback. The real names
+    stay in :attr:`TabularBaseline.feature_names`, in the same order."""
+    return x.set_axis([f"f{i}" for i in range(x.shape[1])], axis=1)
+
+
 @dataclass
 class TabularBaseline:
     """A fitted baseline: the vocabularies of its inputs and the booster.
@@ -200,11 +208,11 @@ class TabularBaseline:
         }
         if cfg.threads:
             params["num_threads"] = cfg.threads
-        dtrain = lgb.Dataset(x[tr], label=label[tr])
+        dtrain = lgb.Dataset(_positional(x[tr]), label=label[tr])
         callbacks = []
         valid_sets = []
         if va.any() and 0 < label[va].sum() < va.sum() and cfg.early_stopping_rounds:
-            valid_sets = [lgb.Dataset(x[va], label=label[va], reference=dtrain)]
+            valid_sets = [lgb.Dataset(_positional(x[va]), label=label[va], reference=dtrain)]
             callbacks.append(lgb.early_stopping(cfg.early_stopping_rounds, verbose=False))
         model.booster = lgb.train(params, dtrain, num_boost_round=cfg.n_estimators, valid_sets=valid_sets,
                                   callbacks=callbacks)
@@ -212,7 +220,8 @@ class TabularBaseline:
         return model, x
 
     def _predict_inputs(self, x: pd.DataFrame) -> np.ndarray:
-        return self.booster.predict(x[self.feature_names], num_iteration=self.best_iteration).astype(np.float64)
+        return self.booster.predict(_positional(x[self.feature_names]),
+                                    num_iteration=self.best_iteration).astype(np.float64)
 
     def predict(self, frame: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
         """Fraud probabilities ``[N]`` float64 (or ``[len(rows)]`` for the given row positions).

@@ -114,6 +114,26 @@ def test_baseline_finds_a_pattern_only_causal_entity_features_show():
     assert next(iter(m.describe()["top_gain"])).startswith("ef_")  # a causal entity feature
 
 
+def test_baseline_takes_field_values_lightgbm_refuses_as_feature_names():
+    """A multi-valued item is part of a feature name; LightGBM refuses names with JSON characters,
+    which ended a whole `train` run in a traceback (new-user trial: a merchant "Uber, Trip: NYC")."""
+    fr, _ = _planted(n_ent=60)
+    odd = ['Uber, Trip: NYC', 'say "hi"', "{a}[b]"]
+    fr["merchant"] = fr["merchant"].where(fr.index % 3 != 0, odd[0] + "|" + fr["merchant"])
+    fr.loc[fr.index % 5 == 0, "merchant"] = odd[1] + "|" + odd[2]
+    spec = spec_from_dict({
+        "name": "odd", "entity": {"columns": ["e"]}, "timestamp": {"column": "t"}, "amount": {"column": "a"},
+        "label": {"column": "y"},
+        "fields": [{"name": "merchant", "column": "m", "kind": "multi_valued", "separator": ";"}],
+    })
+    split, _, _ = time_split(fr.timestamp)
+    m = TabularBaseline.fit(fr, spec, split, BaselineConfig(threads=1, n_estimators=30, early_stopping_rounds=0))
+    assert {f"multi_merchant={v}" for v in odd} <= set(m.feature_names)
+    p = m.predict(fr)
+    assert p.shape == (len(fr),) and np.isfinite(p).all()
+    assert set(m.describe()["top_gain"]) <= set(m.feature_names)  # the real names, not f0, f1, ...
+
+
 def test_baseline_reads_every_model_input_of_the_spec():
     spec = load_spec("demo")
     fr = read_transactions(DEMO, spec).frame
