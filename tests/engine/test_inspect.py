@@ -319,3 +319,22 @@ def test_a_nested_parquet_column_is_passthrough_and_the_spec_reads_its_file(tmp_
     assert spec.passthrough == ["tags"] and spec.fields == []
     assert "'tags' holds a list / struct per cell" in spec.description
     assert read_transactions(tmp_path / "n.parquet", spec).summary() == "rows read 300 = accepted 300 + rejected 0"
+
+
+def test_one_comma_cell_among_few_merchants_stays_categorical(tmp_path):
+    """Multi-valued was decided on the distinct values too, where 1 comma cell among 11 merchants is
+    9 % (new-user trial: a whole merchant column split on commas, then a LightGBM crash)."""
+    merchants = ["Tesco", "Lidl", "Shell", "Apple", "Steam", "Aldi", "Uber", "Bolt", "Ikea", "Zara"]
+    rows = [[f"T{i}", f"acc{i % 40}", f"2024-01-{1 + i % 28:02d} 10:{i % 60:02d}:00", f"{5 + i % 50}.00",
+             "Uber, Trip: NYC" if i == 777 else merchants[i % 10], "1" if i % 97 == 0 else "0"]
+            for i in range(16_000)]
+    p = write(tmp_path / "m.csv", ["txn_id", "account_no", "txn_time", "amount", "merchant", "is_fraud"], rows)
+    spec = guess_spec(p)
+    assert {f.column: f.kind.value for f in spec.fields}["merchant"] == "categorical"
+    assert "list of values" not in spec.description
+    # a real list column: its parts occur alone too, so it is still found, with a note saying so
+    rows2 = [r[:4] + ["web,mobile" if i % 9 == 0 else ["web", "mobile"][i % 2]] + r[5:] for i, r in enumerate(rows)]
+    p2 = write(tmp_path / "d.csv", ["txn_id", "account_no", "txn_time", "amount", "devices", "is_fraud"], rows2)
+    spec2 = guess_spec(p2)
+    assert {f.column: f.kind.value for f in spec2.fields}["devices"] == "multi_valued"
+    assert "'devices': read as a list of values separated by ','" in spec2.description
