@@ -24,8 +24,8 @@ from engine.cli_common import (  # noqa: F401 (DEMO_MODEL_HINT: re-exported)
     _read,
     _reject_report,
     _require_accepted,
-    all_rejected_hint,
     _safe,
+    _trial_read,
     _table_out,
     _unseen_notes,
     _writable,
@@ -87,40 +87,6 @@ def inspect(
         _note(n)
     _trial_read(file, spec)
     console.print(f"spec written to {escape(str(out))}: check the roles, then use --spec {escape(str(out))}")
-
-
-#: rows of the file that ``inspect`` reads with the guessed spec, to show what it would reject: the
-#: whole file up to this many (the Handbook's 1.75M rows read in about 2 s here), else the first ones
-TRIAL_ROWS = 2_000_000
-
-
-def _trial_read(file: Path, spec) -> None:
-    """Read the file (at most :data:`TRIAL_ROWS` rows, from the start) with the guessed spec and
-    warn, by reason, about the rows it would reject (a wrong guess shows here, before a long train)."""
-    from engine.data.io import read_transactions
-
-    try:
-        res = read_transactions(file, spec, max_rows=TRIAL_ROWS, label_required=False)
-    except (FileNotFoundError, ValueError) as e:
-        console.print(f"warning: the guessed spec does not read {escape(str(file))}: {escape(str(e))}")
-        return
-    rj = res.rejected
-    which = (f"the first {res.rows_read:,} rows (the most it reads)" if res.rows_read >= TRIAL_ROWS
-             else f"all {res.rows_read:,} rows")
-    if not len(rj):
-        console.print(f"read check: {which} are accepted with this spec")
-        return
-    console.print(f"[yellow]warning[/yellow]: of {which}, {len(rj):,} would be rejected "
-                  "with this spec; by reason (column: reason, rows, first row):")
-    by = rj.groupby(["column", "reason"], sort=False)["row_number"].agg(["size", "min"])
-    for (col, why), r in by.sort_values("size", ascending=False).head(8).iterrows():
-        n = int(r["size"])
-        console.print(f"  {_safe(str(col))}: {_safe(str(why))}: {n:,} row{'s' if n != 1 else ''}, first row "
-                      f"{int(r['min']):,}",
-                      markup=False, highlight=False)
-    hint = all_rejected_hint(rj, spec)
-    if hint and len(res.frame) == 0:
-        console.print(f"  hint: {hint}", markup=False)
 
 
 @app.command()
@@ -223,6 +189,8 @@ def train(
         _fail(str(e))
     t0 = time.perf_counter()
     sp, res = _read(data, spec, max_rows)
+    if sp.label is None:  # before the split checks, which would only count no frauds
+        _fail(f"training needs a label column: spec {sp.name!r} has no [label] (add its column and positive values)")
     out_existed = out.exists()
     _reject_report(res, out / "rejected.csv")  # before any refusal: every rejected row's reason is kept
     _require_accepted(res, data, sp, written=out / "rejected.csv")

@@ -191,3 +191,37 @@ def _reject_report(res, rejected_out: Path | None) -> None:
     if rejected_out:
         _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
         console.print(f"{len(res.rejected):,} rejected rows written to {escape(str(rejected_out))}")
+
+
+#: rows of the file that ``inspect`` reads with the guessed spec, to show what it would reject: the
+#: whole file up to this many (the Handbook's 1.75M rows read in about 2 s here), else the first ones
+TRIAL_ROWS = 2_000_000
+
+
+def _trial_read(file: Path, spec) -> None:
+    """Read the file (at most :data:`TRIAL_ROWS` rows, from the start) with the guessed spec and
+    warn, by reason, about the rows it would reject (a wrong guess shows here, before a long train)."""
+    from engine.data.io import read_transactions
+
+    try:
+        res = read_transactions(file, spec, max_rows=TRIAL_ROWS, label_required=False)
+    except (FileNotFoundError, ValueError) as e:
+        console.print(f"warning: the guessed spec does not read {escape(str(file))}: {escape(str(e))}")
+        return
+    rj = res.rejected
+    which = (f"the first {res.rows_read:,} rows (the most it reads)" if res.rows_read >= TRIAL_ROWS
+             else f"all {res.rows_read:,} rows")
+    if not len(rj):
+        console.print(f"read check: {which} are accepted with this spec")
+        return
+    console.print(f"[yellow]warning[/yellow]: of {which}, {len(rj):,} would be rejected "
+                  "with this spec; by reason (column: reason, rows, first row):")
+    by = rj.groupby(["column", "reason"], sort=False)["row_number"].agg(["size", "min"])
+    for (col, why), r in by.sort_values("size", ascending=False).head(8).iterrows():
+        n = int(r["size"])
+        console.print(f"  {_safe(str(col))}: {_safe(str(why))}: {n:,} row{'s' if n != 1 else ''}, first row "
+                      f"{int(r['min']):,}",
+                      markup=False, highlight=False)
+    hint = all_rejected_hint(rj, spec)
+    if hint and len(res.frame) == 0:
+        console.print(f"  hint: {hint}", markup=False)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from engine import cli
+from engine import cli_common
 from engine.cli import app
 
 runner = CliRunner()
@@ -346,7 +346,7 @@ def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp
     assert "all 3,000 rows are accepted" in " ".join(r.output.split()) and "would be rejected" not in r.output
     df.loc[2990, "Amount"] = "twelve"  # far past the 50,000-row head the check read before: the whole file is read
     df.to_csv(data, index=False)
-    monkeypatch.setattr(cli, "TRIAL_ROWS", 2995)
+    monkeypatch.setattr(cli_common, "TRIAL_ROWS", 2995)
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
     assert "of the first 2,995 rows (the most it reads), 1 would be rejected" in " ".join(r.output.split()), r.output
 
@@ -384,3 +384,25 @@ def test_the_all_rejected_hint_tells_a_thousands_comma_from_a_decimal_comma():
     assert "numeric field reads no grouping" in all_rejected_hint(rej(["1,500"], col="Zip"), spec)
     assert all_rejected_hint(rej(["twelve", "1,5"]), spec) is None  # under 80 % look like numbers with a comma
     assert all_rejected_hint(rej(["$12.5.3"]), spec) is None
+
+
+def test_train_with_a_spec_without_label_says_so_first(tmp_path):
+    """It printed three fraud-count warnings of the split check before 'training needs a label
+    column' (new-user trial)."""
+    from engine.data.spec import load_spec
+
+    spec = load_spec("demo").model_dump(mode="json")
+    spec["label"] = None
+    spec["name"] = "nolabel"
+    from engine.data.spec import spec_from_dict
+
+    path = tmp_path / "nolabel.toml"
+    path.write_text(spec_from_dict(spec).to_toml(), encoding="utf-8")
+    data = tmp_path / "d.csv"
+    _demo_rows(tmp_path, 600).to_csv(data, index=False)
+    r = runner.invoke(app, ["train", "--data", str(data), "--spec", str(path), "--out", str(tmp_path / "m"),
+                            "--no-progress"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert "training needs a label column: spec 'nolabel' has no [label]" in text
+    assert "frauds" not in text

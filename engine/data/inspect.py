@@ -45,6 +45,10 @@ _LOW_CARDINALITY = 100
 
 _LABEL_TOKENS = {"fraud", "fraudulent", "label", "target", "class", "isfraud", "chargeback"}
 _LEAK_TOKENS = {"fraud", "fraudulent", "scenario", "chargeback", "label", "target"}
+#: name tokens of a two-valued column that may be an outcome under another name: without a label
+#: column it is proposed as passthrough, never a model input (it may be the answer)
+_LABEL_HINT_TOKENS = {"suspicious", "suspect", "flag", "flagged", "alert", "alerted", "scam", "dispute",
+                      "disputed", "cbk", "reported", "confirmed", "outcome", "bad", "risky", "compromised"}
 _ENTITY_TOKENS = {"customer", "cust", "client", "user", "card", "account", "acct", "cardholder",
                   "member", "holder", "pan", "ccnum", "cc"}
 _ENTITY_BLOCKERS = {"type", "kind", "brand", "category", "present", "chip", "country", "state", "city",
@@ -469,6 +473,12 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
             passthrough.append(c)
             take(c)
             notes.append(f"{c!r} looks like part of the answer (fraud/label): passthrough, never model input")
+        elif label is None and d.tokens & _LABEL_HINT_TOKENS and (pair := _binary_pair(d)):
+            passthrough.append(c)
+            take(c)
+            notes.append(f"{c!r} has two values ({pair[0]!r} / {pair[1]!r}) and a name like an outcome: passthrough, "
+                         f"never a model input; if it is the fraud label, set [label] column = {c!r}, positive = "
+                         f"[{pair[0]!r}], negative = [{pair[1]!r}]")
         elif c.strip() == "" or c.startswith("Unnamed") or c.lower() in {"index", "level_0"}:
             ignored.append(c)
             take(c)

@@ -338,3 +338,18 @@ def test_one_comma_cell_among_few_merchants_stays_categorical(tmp_path):
     spec2 = guess_spec(p2)
     assert {f.column: f.kind.value for f in spec2.fields}["devices"] == "multi_valued"
     assert "'devices': read as a list of values separated by ','" in spec2.description
+
+
+@pytest.mark.parametrize(("name", "pos", "neg"), [("suspicious", "yes", "no"), ("flagged", "Y", "N"),
+                                                  ("suspicious", "1", "0")])
+def test_a_two_valued_outcome_under_another_name_is_never_a_model_input(tmp_path, name, pos, neg):
+    """Without a label column, 'suspicious' (yes/no) was proposed as a categorical model input
+    (new-user trial): it may be the answer itself."""
+    rows = [[f"T{i}", f"acc{i % 40}", f"2024-01-{1 + i % 28:02d} 10:{i % 60:02d}:00", f"{5 + i % 50}.00",
+             ["web", "pos"][i % 2], pos if i % 50 == 0 else neg] for i in range(3000)]
+    p = write(tmp_path / "s.csv", ["txn_id", "account_no", "txn_time", "amount", "channel", name], rows)
+    spec = guess_spec(p)
+    assert spec.label is None
+    assert name in spec.passthrough and name not in {f.column for f in spec.fields}
+    assert f"set [label] column = {name!r}, positive = [{pos!r}]" in spec.description
+    assert {f.column for f in spec.fields} == {"channel"}  # an ordinary two-valued input stays one
