@@ -9,7 +9,11 @@ disposition history, trust reasons) plus the analyst's own narrative from the ca
 * ``subject`` - the entity (pseudonym), the case, the data file;
 * ``transactions`` - the *transactions involved* (definition below) with why each is in;
 * ``activity`` - the first and last time of the transactions involved (UTC);
-* ``total_suspicious_amount`` - the sum of their amounts (the data file's currency);
+* ``total_suspicious_amount`` - the sum of the amounts of the *suspicious* ones among them: flagged
+  (own probability at or above the review threshold) or a known fraud (label 1), never a
+  transaction that is only cited (an attribution ranks evidence, legitimate purchases too) or the
+  explained one when it is neither (the data file's currency; ``None`` when none is);
+  ``suspicious_count`` how many they are;
 * ``reasons`` - plain-language reasons: the trust checks' reason codes when the report has them,
   else one sentence per transaction the attributions cite towards fraud;
 * ``analyst_narrative`` - the analyst's text (``None`` until one is written);
@@ -19,7 +23,8 @@ Transactions involved (``INVOLVED_RULE``)
     the explained (query) transaction; every context transaction whose own fraud probability
     reaches the review threshold (*flagged*); and every earlier transaction that an attribution
     method (integrated gradients, SHAP, occlusion) ranks in its top reasons *towards fraud*
-    (*cited*). Attention weights never make a transaction involved (they are not attributions).
+    (*cited*); and every transaction in the context already known as fraud (label 1: *known_fraud*).
+    Attention weights never make a transaction involved (they are not attributions).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from engine.cases.fmt import format_amount, format_signed, format_ts
 
 INVOLVED_RULE = ("the explained transaction, every transaction in its context whose own fraud probability "
                  "reaches the review threshold (flagged), and every earlier transaction an attribution method "
-                 "cites towards fraud among its top reasons (cited)")
+                 "cites towards fraud among its top reasons (cited), and every one labelled fraud (known_fraud); the "
+                 "suspicious amount sums the flagged and known-fraud ones only")
 _METHOD_WORDS = {"integrated_gradients": "integrated gradients", "shap": "SHAP", "occlusion": "occlusion"}
 
 
@@ -43,7 +49,7 @@ def _fraud_type_label(code: str | None) -> str | None:
 
 def involved_transactions(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The transactions involved (see the module docstring), time order, each with ``why``
-    (a list of ``"explained"``, ``"flagged"``, ``"cited"``)."""
+    (a list of ``"explained"``, ``"flagged"``, ``"cited"``, ``"known_fraud"``)."""
     review = float(report["score"]["thresholds"]["review"])
     cited: set[str] = set()
     for e in report["explanations"].values():
@@ -62,6 +68,8 @@ def involved_transactions(report: dict[str, Any]) -> list[dict[str, Any]]:
             why.append("flagged")
         if str(t["transaction_id"]) in cited:
             why.append("cited")
+        if t.get("known_label") == 1:
+            why.append("known_fraud")
         if why:
             out.append({"transaction_id": t["transaction_id"], "timestamp": t.get("timestamp"),
                         "amount": t.get("amount"), "currency": t.get("currency") or "",
@@ -105,7 +113,8 @@ def narrative_section(report: dict[str, Any], analyst_narrative: dict[str, Any] 
     from engine.cases.redact import mask_card_number
 
     inv = involved_transactions(report)
-    amounts = [t["amount"] for t in inv if t["amount"] is not None]
+    suspicious = [t for t in inv if {"flagged", "known_fraud"} & set(t["why"])]
+    amounts = [t["amount"] for t in suspicious if t["amount"] is not None]
     times = sorted(t["timestamp"] for t in inv if t["timestamp"])
     trust_reasons = [r for r in ((report.get("trust") or {}).get("reasons") or []) if isinstance(r, dict)]
     if trust_reasons:
@@ -134,6 +143,7 @@ def narrative_section(report: dict[str, Any], analyst_narrative: dict[str, Any] 
         "involved_rule": INVOLVED_RULE,
         "transactions": inv,
         "total_suspicious_amount": round(float(sum(amounts)), 2) if amounts else None,
+        "suspicious_count": len(suspicious),
         "currency": report["dataset"].get("currency") or "",
         "reasons": reasons,
         "analyst_narrative": an,

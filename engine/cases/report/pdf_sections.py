@@ -59,7 +59,8 @@ def narrative_section(doc: Any, report: dict[str, Any]) -> None:
              ("Data", f"{s.get('data_file') or '-'} (spec {s.get('spec') or '-'})"),
              ("Activity", f"{format_ts(a.get('from'))} to {format_ts(a.get('to'))}"),
              ("Total suspicious amount", f"{format_amount(n.get('total_suspicious_amount'), cur)} over "
-                                          f"{len(n['transactions'])} transaction(s)"),
+                                          f"{n.get('suspicious_count', 0)} flagged or known-fraud transaction(s) of the "
+                                          f"{len(n['transactions'])} involved, up to the explained one"),
              ("Case state", _STATES.get(report["case"]["state"], report["case"]["state"]))]
     if d:
         pairs += [("Disposition", f"{_OUTCOMES.get(d['outcome'], d['outcome'])} by {d.get('analyst') or '-'}, "
