@@ -473,18 +473,23 @@ def explain(
                                     ig_steps=ig_steps, seed=seed)
     except ValueError as e:
         _fail(str(e))
+    first = next(iter(expls.values()))
+    prob = float(bundle.probability([first.score_logit])[0])  # what the thresholds apply to
     doc = {
         "schema": "fraudlens-explanation/1",
         "model": {"name": bundle.meta.get("name"), "sha256": bundle.sha256},
         "data": str(data),
         "entity_id": entity,
         "query": {"transaction_id": tid, "row_number": int(hit["row_number"].iloc[0])},
+        # the explanations' score_probability is sigmoid(logit), the explainers' units; this is the
+        # model's answer: calibrated when the checkpoint is, and the thresholds that apply to it
+        "score": {"logit": first.score_logit, "probability": prob, "calibrated": bool(bundle.calibrated),
+                  "review_threshold": float(bundle.threshold), "flagged": prob >= float(bundle.threshold),
+                  "thresholds": bundle.meta.get("thresholds")},
         "explanations": {k: v.to_dict() for k, v in expls.items()},
     }
     _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
-    first = next(iter(expls.values()))
-    value = (f"probability {float(bundle.probability([first.score_logit])[0]):.4f}" if bundle.calibrated
-             else f"score {first.score_probability:.4f} (uncalibrated)")
+    value = f"probability {prob:.4f}" if bundle.calibrated else f"score {prob:.4f} (uncalibrated)"
     console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))
     for k, e in expls.items():

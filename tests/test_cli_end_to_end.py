@@ -105,6 +105,11 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     doc = json.loads(out.read_text())
     ex = doc["explanations"]
     assert set(ex) == {"attention", "attention_rollout", "integrated_gradients", "shap", "occlusion"}
+    # the model's answer as `score` wrote it (calibrated), not the explainers' sigmoid(logit) (new-user trial)
+    assert doc["score"]["probability"] == pytest.approx(float(top["probability"]), abs=1e-6)
+    assert doc["score"]["calibrated"] is True
+    assert doc["score"]["flagged"] == bool(float(top["probability"]) >= doc["score"]["review_threshold"])
+    assert doc["score"]["review_threshold"] > 0
     for e in ex.values():
         assert e["query_transaction_id"] == str(top["transaction_id"])
         assert e["transaction_ids"][-1] == str(top["transaction_id"])
