@@ -151,12 +151,51 @@ def case_lead(loaded: Any, transaction_id: str) -> Lead:
     return _lead(sha, spec, max_rows, model_sha, str(transaction_id), loaded)
 
 
-def evidence_sentence(ev: Any, w: str) -> str:
-    """ "Without these 8 earlier transactions the score would be 0.12 (now 0.91)." — numbers
-    from :class:`engine.trust.evidence.KeyEvidence` (``output_*``), ``w`` its word."""
+def _two(a: float, b: float) -> tuple[str, str]:
+    """``a``, ``b`` with the fewest decimals (2 to 6; at least 2 significant digits of the smaller
+    one) that tell them apart ("0.00 (now 0.00)" said nothing), else 2 significant digits."""
+    small = min((abs(v) for v in (a, b) if v), default=1.0)
+    first = 2 if small >= 0.01 else min(6, 1 - math.floor(math.log10(small)))  # 2 significant digits
+    for d in range(first, 7):
+        if f"{a:.{d}f}" != f"{b:.{d}f}":
+            return f"{a:.{d}f}", f"{b:.{d}f}"
+    return f"{a:.2g}", f"{b:.2g}"
+
+
+def evidence_sentence(ev: Any, w: str, review: float | None = None) -> str:
+    """ "Without these 8 earlier transactions the score would be 0.12 (now 0.91): below the review
+    threshold 0.50, so not flagged." — numbers from :class:`engine.trust.evidence.KeyEvidence`
+    (``output_*``, shown with the decimals that tell them apart), ``w`` its word, ``review`` the
+    review threshold in force (same units; None: no threshold clause)."""
     n = len(ev.transaction_ids)
     these = "this earlier transaction" if n == 1 else f"these {n} earlier transactions"
-    return f"Without {these} the {w} would be {ev.output_without:.2f} (now {ev.output_with:.2f})."
+    without, now = _two(float(ev.output_without), float(ev.output_with))
+    s = f"Without {these} the {w} would be {without} (now {now})"
+    if review is None or not math.isfinite(float(review)):
+        return s + "."
+    from engine.cases.fmt import format_threshold
+
+    r = format_threshold(review)
+    was, still = float(ev.output_with) >= float(review), float(ev.output_without) >= float(review)
+    if was and not still:
+        return s + f": below the review threshold {r}, so it would not be flagged."
+    if was:
+        return s + f": still at or above the review threshold {r}, so it would still be flagged."
+    return s + f" (review threshold {r}: not flagged either way)."
+
+
+def flag_heading(loaded: Any, query: str) -> str:
+    """"Why it was flagged" for a transaction at or above the review threshold in force, else
+    "Why it scores as it does (not flagged)": a case page opened on an unflagged transaction
+    said it was flagged."""
+    s = loaded.scores
+    hit = s.loc[s["transaction_id"].astype(str) == str(query), "probability"]
+    p = float(hit.iloc[0]) if len(hit) else float("nan")
+    if math.isfinite(p) and p >= float(loaded.threshold):
+        return "Why it was flagged"
+    from engine.cases.fmt import format_threshold
+
+    return f"What drives its {word(loaded)} (not flagged: below the review threshold {format_threshold(loaded.threshold)})"
 
 
 def agreement_sentence(a: dict | None) -> str:
@@ -181,7 +220,7 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
         return None
     w = word(loaded)
     box = st.container(border=True, key="case_lead")
-    box.markdown("#### Why it was flagged" + (f": {md(cv.mask(query))} · {md(when)}" if when else ""))
+    box.markdown(f"#### {md(flag_heading(loaded, query))}" + (f": {md(cv.mask(query))} · {md(when)}" if when else ""))
     if lead.reasons:
         for i, r in enumerate(lead.reasons):
             wt = "" if not math.isfinite(r.weight) else f" · {logit_reading(loaded, lead.logit, r.weight)}"
@@ -191,7 +230,7 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
                     f"{w} towards fraud in a pattern the reason rules describe.")
     ev = lead.evidence
     if ev is not None and ev.transaction_ids:
-        box.markdown(f"**Key evidence.** {md(evidence_sentence(ev, w))}")
+        box.markdown(f"**Key evidence.** {md(evidence_sentence(ev, w, loaded.threshold))}")
         rows = lead.rows
         ids = [str(t) for t in rows["transaction_id"]]
         pos = {t: i for i, t in enumerate(ids)}
@@ -215,4 +254,4 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
 
 
 __all__ = ["AGREE_RHO", "EVIDENCE_K", "Lead", "agreement_sentence", "build_lead", "case_lead", "evidence_sentence",
-           "logit_reading", "output", "render_lead", "word"]
+           "flag_heading", "logit_reading", "output", "render_lead", "word"]

@@ -310,15 +310,18 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
                        f"(Spearman ρ ≥ {ag.bound}) or the correlation is undefined.")
 
     # ---- reasons, and the smallest change that clears the flag (dashboard/components/counterfactual.py) ----
-    render_reasons(res, currency, key=f"trust_reason_{query}")
+    from dashboard.components.lead import flag_heading
+
+    render_reasons(res, currency, key=f"trust_reason_{query}", heading=flag_heading(loaded, query))
     from dashboard.components.counterfactual import render_counterfactual
 
     render_counterfactual(loaded, query, res)
 
 
-def render_reasons(res: dict[str, Any], currency: str, key: str) -> None:
-    """The reason codes, each with the transactions it cites; picking one highlights its rows."""
-    st.markdown("#### Why it was flagged (reason codes)")
+def render_reasons(res: dict[str, Any], currency: str, key: str, heading: str = "Why it was flagged") -> None:
+    """The reason codes, each with the transactions it cites; picking one highlights its rows.
+    ``heading``: :func:`dashboard.components.lead.flag_heading` of the query."""
+    st.markdown(f"#### {md(heading)} (reason codes)")
     reasons = res["reasons"]
     if not reasons:
         st.caption("No reason code: no earlier transaction pushed the score towards fraud in a pattern the reason "

@@ -123,7 +123,7 @@ def test_reasons_and_key_evidence_come_first_with_engine_numbers(env):
     if ev.transaction_ids:
         n = len(ev.transaction_ids)
         these = "this earlier transaction" if n == 1 else f"these {n} earlier transactions"
-        want = f"Without {these} the {ev.word} would be {ev.output_without:.2f} (now {ev.output_with:.2f})."
+        want = f"Without {these} the {ev.word} would be "
         assert any(want in t.replace("\\", "") for t in texts), [t for t in texts if "Key evidence" in t]
         tab = next(d.value for d in at.dataframe if "amount" in getattr(d.value, "columns", []) and
                    "time" in d.value.columns)
@@ -375,3 +375,34 @@ def test_the_pause_after_the_reasons_box_reads_its_environment_variable(monkeypa
         assert state.lead_pause_s() == want, raw
     monkeypatch.delenv("FRAUDLENS_LEAD_PAUSE_S")
     assert state.lead_pause_s() == state.LEAD_PAUSE_S_DEFAULT == 0.1
+
+
+def test_evidence_sentence_tells_the_two_numbers_apart_and_says_what_the_flag_does():
+    """'would be 0.00 (now 0.00)' and 'would be 1.00 (now 1.00)' said nothing (new-user trial)."""
+    from types import SimpleNamespace as NS
+
+    from dashboard.components.lead import evidence_sentence
+
+    ev = NS(transaction_ids=["a", "b"], output_without=0.0000412, output_with=0.000231)
+    s = evidence_sentence(ev, "probability", 0.989)
+    assert "would be 0.000041 (now 0.000231)" in s and "(review threshold 0.989: not flagged either way)" in s
+    ev = NS(transaction_ids=["a"], output_without=0.99712, output_with=0.99994)
+    s = evidence_sentence(ev, "probability", 0.5)
+    assert "this earlier transaction" in s and "would be 0.997 (now 1.000)" in s and "would still be flagged" in s
+    ev = NS(transaction_ids=["a", "b", "c"], output_without=0.12, output_with=0.91)
+    assert evidence_sentence(ev, "score", 0.5).endswith("would be 0.12 (now 0.91): below the review threshold "
+                                                       "0.500, so it would not be flagged.")
+    assert evidence_sentence(ev, "score") == "Without these 3 earlier transactions the score would be 0.12 (now 0.91)."
+
+
+def test_the_lead_heading_says_flagged_only_for_a_flagged_transaction():
+    from types import SimpleNamespace as NS
+
+    import pandas as pd
+
+    from dashboard.components.lead import flag_heading
+
+    loaded = NS(scores=pd.DataFrame({"transaction_id": ["t1", "t2"], "probability": [0.9, 0.0002]}), threshold=0.5,
+                bundle=NS(calibrated=True))
+    assert flag_heading(loaded, "t1") == "Why it was flagged"
+    assert flag_heading(loaded, "t2") == "What drives its probability (not flagged: below the review threshold 0.500)"
