@@ -130,8 +130,9 @@ def _require_accepted(res, data: Path, spec=None, written: Path | None = None, o
         top = rj["reason"].value_counts().index[0] if len(rj) else ""
         col = rj.loc[rj["reason"] == top, "column"].iloc[0] if len(rj) else ""
         hint = all_rejected_hint(rj, spec)
+        where = f"column {col!r}" if col else "the whole record"
         _fail(f"{data}: no transaction accepted (all {res.rows_read:,} rows rejected; most common reason: "
-              f"column {col!r}: {top})" + (f". Hint: {hint}" if hint else "")
+              f"{where}: {top})" + (f". Hint: {hint}" if hint else "")
               + (f". Every row's reason is in {written}" if written else
                  f". {option} FILE writes every row's reason" if option else ""))
 
@@ -219,7 +220,7 @@ def _trial_read(file: Path, spec) -> None:
     by = rj.groupby(["column", "reason"], sort=False)["row_number"].agg(["size", "min"])
     for (col, why), r in by.sort_values("size", ascending=False).head(8).iterrows():
         n = int(r["size"])
-        console.print(f"  {_safe(str(col))}: {_safe(str(why))}: {n:,} row{'s' if n != 1 else ''}, first row "
+        console.print(f"  {_safe(str(col) or '(whole record)')}: {_safe(str(why))}: {n:,} row{'s' if n != 1 else ''}, first row "
                       f"{int(r['min']):,}",
                       markup=False, highlight=False)
     hint = all_rejected_hint(rj, spec)

@@ -345,6 +345,10 @@ def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp
     assert "of all 3,000 rows, 4 would be rejected" in text
     assert "Amount: amount is not a number: 3 rows, first row 6" in text  # row numbers are the file's (1 = first)
     assert "Year: timestamp part year is not a whole number: 1 row, first row 21" in text
+    dup = pd.concat([df, df.iloc[[30]]], ignore_index=True)  # a reason of the whole record names no column
+    dup.to_csv(data, index=False)
+    r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
+    assert "(whole record): exact duplicate of row 31: 1 row, first row 3,001" in " ".join(r.output.split()), r.output
     df = _demo_rows(tmp_path, 3000)
     df.to_csv(data, index=False)
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
