@@ -225,6 +225,14 @@ def _parses_as_datetime(c: _Col) -> tuple[bool, str | None]:
     return False, None
 
 
+def _both_orders_parse(c: _Col, fmt: str) -> bool:
+    """Whether the sample also reads with day and month swapped in ``fmt`` (no day above 12 seen:
+    the order is a guess); a value such as 01/30/2026 settles it, and no note is needed then."""
+    other = fmt.replace("%d", "\0").replace("%m", "%d").replace("\0", "%m")
+    vals = pd.Series(c.nonempty[:2000], dtype=object)
+    return bool(pd.to_datetime(vals, format=other, errors="coerce", utc=True).notna().mean() >= 0.99)
+
+
 def _is_multi_valued(c: _Col, sep: str = ",", distinct_values: bool = False) -> bool:
     """A list column: some cell's parts each occur alone as a cell (TabFormer "Errors?"); or,
     over rows (never over ``distinct_values``, where one odd cell among 11 merchants is 9 %),
@@ -375,8 +383,9 @@ def guess_spec(path: str | Path, name: str | None = None, *, sample_rows: int = 
                 ok, fmt = _parses_as_datetime(d)
                 if ok:
                     timestamp = {"column": c, **({"format": fmt} if fmt else {})}
-                    if fmt and fmt.startswith(("%d/", "%m/")):
-                        notes.append(f"timestamp {c!r}: format {fmt!r} guessed; day/month order may be the other way")
+                    if fmt and fmt.startswith(("%d/", "%m/")) and _both_orders_parse(d, fmt):
+                        notes.append(f"timestamp {c!r}: format {fmt!r} guessed; day/month order may be the other way "
+                                     "(no value in the sample has a day above 12)")
                     break
     if timestamp is None:
         for c in left:

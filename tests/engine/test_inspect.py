@@ -353,3 +353,15 @@ def test_a_two_valued_outcome_under_another_name_is_never_a_model_input(tmp_path
     assert name in spec.passthrough and name not in {f.column for f in spec.fields}
     assert f"set [label] column = {name!r}, positive = [{pos!r}]" in spec.description
     assert {f.column for f in spec.fields} == {"channel"}  # an ordinary two-valued input stays one
+
+
+def test_the_day_month_note_only_when_the_order_is_a_guess(tmp_path):
+    """It was printed even when values like 01/30/2026 settle the order (new-user trial)."""
+    def spec_of(days):
+        rows = [[f"T{i}", f"acc{i % 5}", f"01/{days[i % len(days)]:02d}/2026 10:{i % 60:02d}", "5.00", "1" if i % 9 else "0"]
+                for i in range(300)]
+        return guess_spec(write(tmp_path / "t.csv", ["txn_id", "account_no", "txn_time", "amount", "is_fraud"], rows))
+    settled = spec_of(list(range(1, 31)))
+    assert settled.timestamp.format == "%m/%d/%Y %H:%M" and "day/month order" not in settled.description
+    guess = spec_of(list(range(1, 13)))
+    assert "day/month order may be the other way" in guess.description
