@@ -415,3 +415,24 @@ def test_train_with_a_spec_without_label_says_so_first(tmp_path):
     assert r.exit_code == 2, r.output
     assert "training needs a label column: spec 'nolabel' has no [label]" in text
     assert "frauds" not in text
+
+
+def test_a_failing_baseline_never_costs_the_trained_model(handbook_slice, tmp_path, monkeypatch):
+    """The LightGBM comparison failed after the transformer had trained and the whole run ended in
+    a traceback with no model written (new-user trial): now a warning, and the checkpoint is saved."""
+    import lightgbm as lgb
+
+    from engine.model import train as train_mod
+
+    def refuse(*a, **k):
+        raise lgb.basic.LightGBMError("Do not support special JSON characters in feature name.")
+
+    monkeypatch.setattr(train_mod, "compare_with_baseline", refuse)
+    data, _, _ = handbook_slice
+    model_dir = tmp_path / "model"
+    r = runner.invoke(app, tiny_train(data, model_dir))
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "warning: the LightGBM baseline could not be trained (LightGBMError: Do not support" in text
+    assert (model_dir / "model.safetensors").exists()
+    assert "baseline" not in json.loads((model_dir / "metrics.json").read_text())

@@ -462,9 +462,17 @@ def train(
               "operating_point": op, "calibration": cal_report}
     if baseline is not None:
         log("baseline: LightGBM over causal per-entity features, same split and test rows")
-        cmp, pb = compare_with_baseline(frame, spec, split, test_rows, pt, baseline, seed=cfg.seed)
-        bundle.meta["baseline"] = report["baseline"] = cmp
-        report["baseline_test_probability"] = pb
+        import lightgbm as lgb
+
+        try:  # the comparison is a report: its failure never throws away the trained transformer
+            cmp, pb = compare_with_baseline(frame, spec, split, test_rows, pt, baseline, seed=cfg.seed)
+        except (ValueError, lgb.basic.LightGBMError) as e:
+            report["baseline_error"] = f"{type(e).__name__}: {e}"
+            log(f"warning: the LightGBM baseline could not be trained ({report['baseline_error'][:300]}); the "
+                "model is saved without the comparison")
+        else:
+            bundle.meta["baseline"] = report["baseline"] = cmp
+            report["baseline_test_probability"] = pb
     report["test_rows"], report["test_probability"] = test_rows, pt
     return bundle, report
 
