@@ -209,6 +209,11 @@ def _trial_read(file: Path, spec) -> None:
     except (FileNotFoundError, ValueError) as e:
         console.print(f"warning: the guessed spec does not read {escape(str(file))}: {escape(str(e))}")
         return
+    from engine.model.split_checks import date_outliers
+
+    far = date_outliers(res.frame, hint="fix or remove them, or give train --train-end / --val-end") if len(res.frame) else None
+    if far:
+        console.print(f"[yellow]warning[/yellow]: {_safe(far)}")
     rj = res.rejected
     which = (f"the first {res.rows_read:,} rows (the most it reads)" if res.rows_read >= TRIAL_ROWS
              else f"all {res.rows_read:,} rows")

@@ -349,6 +349,12 @@ def test_inspect_reads_the_file_with_its_guess_and_warns_about_rejected_rows(tmp
     dup.to_csv(data, index=False)
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
     assert "(whole record): exact duplicate of row 31: 1 row, first row 3,001" in " ".join(r.output.split()), r.output
+    far = df.copy()  # a transaction dated decades away: train and score warned about it, inspect did not
+    far.loc[40, "Year"] = "1970"
+    far.to_csv(data, index=False)
+    r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
+    assert "1 transaction is dated far outside the file's dates" in " ".join(r.output.split()), r.output
+    assert "row 41 at 1970-" in r.output
     df = _demo_rows(tmp_path, 3000)
     df.to_csv(data, index=False)
     r = runner.invoke(app, ["inspect", str(data), "--out", str(tmp_path / "s.toml"), "--force"])
