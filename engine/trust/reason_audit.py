@@ -460,8 +460,8 @@ def _audit_common_point(c: _Checker, r, frame: pd.DataFrame, ctx, ids, cited, on
 def audit_markdown(res: pd.DataFrame, n_cases: int) -> str:
     """Markdown of :func:`audit_reasons` rows of ``n_cases`` cases (concatenated, with a ``query``
     column naming each case): per reason kind, reasons audited, checks passed / failed, reasons not
-    recomputed, then every failed check (at most 30). The ``(all)`` row is the ranking check, one
-    per case."""
+    recomputed, then every failed check (at most 30). The ``(all)`` kind is the ranking check of
+    each case's list (one per case, not a reason): shown as "(order of each case's list)"."""
     if res.empty:
         return "No reason to audit."
     lines = [f"Reason codes of {n_cases} cases, every number recomputed from the rows (engine/trust/reason_audit.py).",
@@ -469,7 +469,8 @@ def audit_markdown(res: pd.DataFrame, n_cases: int) -> str:
     for kind, g in res.groupby("kind", sort=True):
         rec = g[g["check"] != "not recomputed"]
         n_r = len(g.drop_duplicates(["query", "reason_index"] if "query" in g else ["reason_index"]))
-        lines.append(f"| {kind} | {n_r} | {len(rec)} | {int((rec['ok'] == True).sum())} | "  # noqa: E712
+        name, n_txt = (("(order of each case's list)", f"- ({n_r} lists)") if kind == "(all)" else (kind, str(n_r)))
+        lines.append(f"| {name} | {n_txt} | {len(rec)} | {int((rec['ok'] == True).sum())} | "  # noqa: E712
                      f"{int((rec['ok'] == False).sum())} | {int((g['check'] == 'not recomputed').sum())} |")  # noqa: E712
     bad = res[res["ok"] == False]  # noqa: E712
     lines += ["", f"Failed checks: {len(bad)} of {int(res['ok'].notna().sum())}."]
