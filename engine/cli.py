@@ -352,7 +352,8 @@ def score(
     if engine == "ray":
         from engine.distributed.ray_score import score_command
 
-        res, run = score_command(bundle, data, spec, out, workers, address, read=partial(_read, demo_model=demo),
+        res, run = score_command(bundle, data, spec, out, workers, address,
+                                 read=partial(_read, demo_model=demo, label_required=False),
                                  fail=_fail, log=console.print)
         prob = run.probability
     else:
@@ -394,12 +395,15 @@ def _score_partitioned(bundle, data, spec, out, rejected, partitions, memory_lim
     from engine.cases.fmt import format_threshold
     from engine.cases.thresholds import thresholds_in_force
     from engine.data.spec import load_spec
+    from engine.data.io import spec_for_scoring
     from engine.distributed.partition import score_partitioned
     from engine.model.split_checks import history_warning_from_sizes
 
     thr = thresholds_in_force(bundle)
     try:
-        sp = load_spec(spec) if spec else bundle.spec
+        sp, unlabelled = spec_for_scoring(data, load_spec(spec) if spec else bundle.spec)
+        if unlabelled:
+            _note(unlabelled)
         run = _write(lambda: score_partitioned(bundle, data, sp, out, partitions=partitions,
                                                review_threshold=thr["review"], memory_limit=memory_limit,
                                                tmp_dir=tmp_dir, log=plain_log), out, "--out")

@@ -94,7 +94,7 @@ def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model
           label_required: bool = True):
     """Read ``data`` with ``spec`` (a built-in name, a TOML path, or a DatasetSpec); print the
     accounting and notes (detected delimiter, columns not read). A file without data rows, or
-    without one accepted row, is an error (exit 2). ``reader(data, spec)``: instead of read_transactions.
+    without one accepted row, is an error (exit 2). ``reader(data, spec, label_required=)``: instead of read_transactions.
     ``demo_model``: the spec is the demo model's because no --model was given; a file that lacks its
     columns then says so (:data:`DEMO_MODEL_HINT`). ``label_required=False`` (score, explain): a file
     without the spec's label column is read without labels (engine.data.io.read_transactions)."""
@@ -103,8 +103,8 @@ def _read(data: Path, spec, max_rows: int | None = None, reader=None, demo_model
 
     try:
         spec = spec if isinstance(spec, DatasetSpec) else load_spec(spec)
-        res = reader(data, spec) if reader else read_transactions(data, spec, max_rows=max_rows,
-                                                                 label_required=label_required)
+        res = (reader(data, spec, label_required=label_required) if reader else
+               read_transactions(data, spec, max_rows=max_rows, label_required=label_required))
     except (FileNotFoundError, ValueError) as e:
         missing = "columns required by spec" in str(e) or "column required by spec" in str(e)
         _fail(f"{e}. Note: {DEMO_MODEL_HINT}" if demo_model and missing else str(e))

@@ -261,6 +261,13 @@ def test_score_and_explain_read_a_file_without_the_label_column(tmp_path):
     a, b = pd.read_parquet(tmp_path / "bare.parquet"), pd.read_parquet(tmp_path / "lab.parquet")
     assert len(a) == len(b) == len(df) and "label" not in a.columns and "label" in b.columns
     assert np.allclose(a["probability"].to_numpy(), b["probability"].to_numpy(), atol=1e-6)
+    # partition by partition too (it needed the label column)
+    r = runner.invoke(app, ["score", "--data", str(bare), "--out", str(tmp_path / "parts.parquet"), "--partitions", "3"])
+    assert r.exit_code == 0, r.output
+    assert "no label column 'Is Fraud?': read as unlabelled" in " ".join(r.output.split())
+    c = pd.read_parquet(tmp_path / "parts.parquet").set_index("transaction_id").loc[b["transaction_id"]]
+    assert "label" not in c.columns
+    assert np.allclose(c["probability"].to_numpy(), b["probability"].to_numpy(), atol=1e-6)
     r = runner.invoke(app, ["explain", "--data", str(bare), "--entity", "0:0", "--position", "-1", "--methods", "attention",
                             "--out", str(tmp_path / "e.json")])
     assert r.exit_code == 0, r.output

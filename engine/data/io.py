@@ -109,7 +109,7 @@ from engine.data.validate import (
     table_format,
 )
 
-__all__ = ["LoadResult", "read_transactions", "read_raw", "REJECTED_COLUMNS", "detect_format",
+__all__ = ["LoadResult", "read_transactions", "spec_for_scoring", "read_raw", "REJECTED_COLUMNS", "detect_format",
            "MAX_CELL_CHARS", "MAX_ABS_AMOUNT", "table_format"]
 
 REJECTED_COLUMNS = ["file", "row_number", "transaction_id", "entity_id", "column", "value", "reason"]
@@ -378,6 +378,17 @@ def _id_reuse_note(p: Path, id_col: str, n_reused: int, n: int) -> str | None:
     return (f"{p.name}: {n_reused:,} rows ({n_reused / n:.1%}) were rejected because their {id_col!r} was already "
             f"used by an earlier row: if {id_col!r} is not a unique transaction id, remove `id = {id_col!r}` "
             "from the spec (rows are then identified by their row number)")
+
+
+def spec_for_scoring(path: str | Path, spec: DatasetSpec) -> tuple[DatasetSpec, str | None]:
+    """``spec`` for scoring ``path`` (``score --partitions``, which reads the file in parts): without
+    its label when the file has no label column, with the note saying so, as
+    :func:`read_transactions` with ``label_required=False``. Raises like it (no such file, not CSV /
+    Parquet, no label column while the spec has aggregates)."""
+    p = Path(path)
+    pr = probe(p, spec.format)
+    return _without_absent_label(p, spec, _csv_header(p, pr) if pr.format == "csv" else
+                                 list(parquet_file(p).schema_arrow.names))
 
 
 def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None,

@@ -88,8 +88,10 @@ def _concat_parquet(files: list[Path], dest: Path) -> np.ndarray:
     return np.asarray(counts, dtype=np.int64)
 
 
-def read_dataset(data: str | Path, spec: DatasetSpec) -> LoadResult:
-    """Read every record of the dataset ``data`` (see :func:`dataset_files`) through ``spec``.
+def read_dataset(data: str | Path, spec: DatasetSpec, *, label_required: bool = True) -> LoadResult:
+    """Read every record of the dataset ``data`` (see :func:`dataset_files`) through ``spec``
+    (``label_required=False``: files without the label column are read unlabelled, as
+    :func:`engine.data.io.read_transactions`).
 
     One file: exactly :func:`engine.data.io.read_transactions`. Several: one table in sorted path
     order (see the module doc); ``rows_read`` is the dataset's record count and
@@ -101,11 +103,11 @@ def read_dataset(data: str | Path, spec: DatasetSpec) -> LoadResult:
     """
     files = dataset_files(data)
     if len(files) == 1:
-        return read_transactions(files[0], spec)
+        return read_transactions(files[0], spec, label_required=label_required)
     with tempfile.TemporaryDirectory(prefix="fraudlens-dataset-") as tmp:
         joined = Path(tmp) / "dataset.parquet"
         counts = _concat_parquet(files, joined)
-        res = read_transactions(joined, spec)
+        res = read_transactions(joined, spec, label_required=label_required)
     ends = np.cumsum(counts)
     if len(res.rejected):
         which = np.searchsorted(ends, res.rejected["row_number"].to_numpy() - 1, side="right")

@@ -150,3 +150,27 @@ def test_dataset_files_and_schema_mismatch(tmp_path):
     assert [p.name for p in dataset_files(tmp_path / "*.parquet")] == ["a.parquet", "b.parquet"]
     with pytest.raises(ValueError, match=r"b.parquet: column 'amt' is \w*string, but double"):
         read_dataset(tmp_path, tiny_spec())
+
+
+def test_ray_scores_a_dataset_without_the_label_column(ray_local, tiny_dataset, tmp_path):
+    """Production files carry no label: `score --engine ray` needed the column (the local path did not)."""
+    from typer.testing import CliRunner
+
+    from engine.cli import app
+
+    bundle, d, n = tiny_dataset
+    (tmp_path / "bare").mkdir()
+    for p in sorted((d / "data").glob("*.parquet")):
+        pd.read_parquet(p).drop(columns=["y"]).to_parquet(tmp_path / "bare" / p.name, index=False)
+    outs = {}
+    for name, src in (("bare", tmp_path / "bare"), ("labelled", d / "data")):
+        r = CliRunner().invoke(app, ["score", "--data", str(src), "--engine", "ray", "--workers", "1",
+                                     "--model", str(bundle.path), "--out", str(tmp_path / f"s-{name}")])
+        assert r.exit_code == 0, r.output
+        outs[name] = pq.read_table(tmp_path / f"s-{name}").to_pandas().sort_values("row_number").reset_index(drop=True)
+        if name == "bare":
+            assert "no label column 'y': read as unlabelled" in " ".join(r.output.split())
+    a, b = outs["bare"], outs["labelled"]
+    assert len(a) == len(b) == n and "label" not in a.columns
+    s = b["status"] == "scored"
+    assert np.abs(a.loc[s, "logit"].to_numpy() - b.loc[s, "logit"].to_numpy()).max() <= 1e-6
