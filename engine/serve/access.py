@@ -54,7 +54,7 @@ _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._@+-]{0,127}")
 _LOOPBACK_NAMES = {"localhost"}
 #: sign-in throttle: at most this many wrong passwords per user name and client within the window (s)
 MAX_FAILURES, FAILURE_WINDOW_S = 5, 900.0
-#: ... and this many failed sign-ins per client address over all names; counters kept at most
+#: ... and this many failed sign-ins per client address over names that are not users; counters kept at most
 MAX_CLIENT_FAILURES, MAX_THROTTLE_KEYS = 20, 10_000
 
 
@@ -262,33 +262,39 @@ class _Throttle:
     """Wrong-password counters of this process. Keyed by (client address, user name):
     :data:`MAX_FAILURES` within :data:`FAILURE_WINDOW_S` seconds lock that name *for that client*
     until the window has passed, so nobody can lock another person out from their own address;
-    and per client over all names: :data:`MAX_CLIENT_FAILURES` lock the client (guessing many
-    names, each a costly argon2 check). Without a client address (``None``) the name alone is
-    the key. At most :data:`MAX_THROTTLE_KEYS` counters are kept (expired ones dropped first,
-    then the least recently failed), so unknown names cannot grow it without bound."""
+    and per client over the names that are *not* users: :data:`MAX_CLIENT_FAILURES` lock the
+    client's guesses of unknown names (spraying names, each a costly argon2 check), never a real
+    user's sign-in (behind a reverse proxy every browser has the proxy's address: a per-address
+    lock over all names would lock every user out). Without a client address (``None``) the name
+    alone is the key. At most :data:`MAX_THROTTLE_KEYS` counters are kept (expired ones dropped
+    first, then the least recently failed), so unknown names cannot grow it without bound."""
 
     def __init__(self) -> None:
         self._fails: dict[tuple, list[float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, name: str, client: str | None = None) -> None:
+    def check(self, name: str, client: str | None = None, known: bool = True) -> None:
         """Reserve one attempt for ``name`` from ``client`` (counted as a failure until
-        :meth:`clear`), or raise :class:`SignInError` when the name (for this client) or the
-        client is over its count within the window. Reserving before the hash is checked bounds
-        attempts made in parallel too (40 at once: 5 checked)."""
+        :meth:`clear`), or raise :class:`SignInError` when the name (for this client) or, for a
+        name that is not a user (``known`` False), the client is over its count within the window.
+        Reserving before the hash is checked bounds attempts made in parallel too (40 at once: 5
+        checked)."""
         now = time.monotonic()
         keys = {("name", client, name): (MAX_FAILURES, "too many wrong passwords for this user: try again later")}
-        if client is not None:
+        if client is not None and not known:
             keys[("client", client)] = (MAX_CLIENT_FAILURES, "too many failed sign-ins from this address: try "
                                                              "again later")
         with self._lock:
             for key, (limit, why) in keys.items():
                 recent = [t for t in self._fails.get(key, []) if now - t < FAILURE_WINDOW_S]
-                self._fails[key] = recent
+                if recent:
+                    self._fails[key] = recent
+                else:  # a refused attempt never adds a counter
+                    self._fails.pop(key, None)
                 if len(recent) >= limit:
                     raise SignInError(why)
             for key in keys:
-                self._fails[key].append(now)
+                self._fails.setdefault(key, []).append(now)
             if len(self._fails) > MAX_THROTTLE_KEYS:
                 self._shrink(now)
 
@@ -299,17 +305,16 @@ class _Throttle:
             del self._fails[key]
 
     def clear(self, name: str, client: str | None = None) -> None:
-        """Forget the failures of ``name`` from ``client`` (a successful sign-in: the client's
-        reserved attempt is returned too); ``client`` None: of ``name`` from every client."""
+        """Forget the failures of ``name`` from ``client`` only (a successful sign-in there: one
+        from localhost never unlocks a remote address)."""
         with self._lock:
-            if client is None:
-                for key in [k for k in self._fails if k[0] == "name" and k[2] == name]:
-                    del self._fails[key]
-                return
             self._fails.pop(("name", client, name), None)
-            mine = self._fails.get(("client", client))
-            if mine:
-                mine.pop()
+
+    def reset(self, name: str) -> None:
+        """Forget the failures of ``name`` from every client (an administrator's unlock)."""
+        with self._lock:
+            for key in [k for k in self._fails if k[0] == "name" and k[2] == name]:
+                del self._fails[key]
 
     def __len__(self) -> int:
         return len(self._fails)
@@ -331,7 +336,7 @@ def authenticate(path: str | Path, name: str, password: str, client: str | None 
     """
     users = load_users(path)
     key = name if isinstance(name, str) else ""
-    THROTTLE.check(key, client)
+    THROTTLE.check(key, client, known=key in users)
     from argon2.exceptions import InvalidHashError, VerificationError
 
     rec = users.get(key)

@@ -36,7 +36,7 @@ def world(tmp_path, monkeypatch):
     secret.write_text(f"{SECRET}\n", encoding="utf-8")
     users = tmp_path / "users.toml"
     ac.add_user(users, "alice", "analyst", PW)
-    ac.THROTTLE.clear("alice")
+    ac.THROTTLE.reset("alice")
     monkeypatch.setenv("FRAUDLENS_TEST_SECRET", SECRET)
     monkeypatch.setenv(sp.ENV_DATA_ROOTS, str(root))
     monkeypatch.setenv("FRAUDLENS_USERS", str(users))

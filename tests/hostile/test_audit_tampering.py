@@ -383,3 +383,18 @@ def test_a_whole_working_day_verifies(tmp_path):
         v = s.verify_audit_chain()
         assert v.ok, v
         assert s.get_case(1)["state"] == "confirmed_fraud"
+
+
+def test_rerunning_migration_5_does_not_adopt_a_forged_case(db):
+    """Review finding: a case written into a v5 store, then user_version rewound to 4, was adopted by
+    migration 5 at the next open and verified ok."""
+    conn = _raw(db)
+    conn.execute(_FORGED_CASE.format(id=9))
+    conn.execute("DELETE FROM schema_version WHERE version = 5")
+    conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    with pytest.warns(AuditTamperWarning, match="case 9 has no audit row"):
+        s = CaseStore(db, four_eyes=False)
+    with s:
+        assert s.schema_version == 5 and not s.audit_verdict.ok
+        assert "case_adopted" not in set(s.audit_log().action)

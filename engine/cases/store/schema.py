@@ -296,14 +296,20 @@ _ADOPTED = ("state", "assignee", "pending_by", "version", "source_id", "entity_i
 
 def _migration_5_adopt_unlogged_cases(conn: sqlite3.Connection) -> None:
     """v5: every case has an audit row of its creation: a case made before the log recorded
-    creations (schema < 3) gets one ``case_adopted`` row with its state, identity, scores and
-    creation time as they are now, so the verifier requires one for every case."""
+    creations (schema < 3: an id below the first ``case_created`` case) gets one ``case_adopted``
+    row with its state, identity, scores and creation time as they are now, so the verifier
+    requires one for every case."""
     from engine.cases.store.chain import chain_head, row_hash, set_head
     from engine.cases.store.common import _json
 
+    # only the cases made before the first one the log records the creation of (ids from 1 up,
+    # below it): a case written into the table later, by anyone but the store, is never adopted,
+    # even when the migration is made to run again (user_version rewound)
+    first = conn.execute("SELECT min(case_id) FROM audit_log WHERE action = 'case_created'").fetchone()[0]
     rows = conn.execute(
-        f"SELECT id, model_sha256, {', '.join(_ADOPTED)} FROM cases c WHERE NOT EXISTS (SELECT 1 FROM audit_log a "
-        "WHERE a.case_id = c.id AND a.action IN ('case_created', 'case_adopted')) ORDER BY id").fetchall()
+        f"SELECT id, model_sha256, {', '.join(_ADOPTED)} FROM cases c WHERE id >= 1 AND id < ? AND NOT EXISTS "
+        "(SELECT 1 FROM audit_log a WHERE a.case_id = c.id AND a.action IN ('case_created', 'case_adopted')) "
+        "ORDER BY id", (int(first) if first is not None else 2**62,)).fetchall()
     ts = _utcnow()
     for r in rows:
         new_id, prev = chain_head(conn)
