@@ -477,8 +477,11 @@ def explain(
                                     ig_steps=ig_steps, seed=seed)
     except ValueError as e:
         _fail(str(e))
+    from engine.cases.thresholds import thresholds_in_force
+
     first = next(iter(expls.values()))
     prob = float(bundle.probability([first.score_logit])[0])  # what the thresholds apply to
+    thr = thresholds_in_force(bundle)  # the case store's when a supervisor set them, as score uses
     doc = {
         "schema": "fraudlens-explanation/1",
         "model": {"name": bundle.meta.get("name"), "sha256": bundle.sha256},
@@ -488,8 +491,8 @@ def explain(
         # the explanations' score_probability is sigmoid(logit), the explainers' units; this is the
         # model's answer: calibrated when the checkpoint is, and the thresholds that apply to it
         "score": {"logit": first.score_logit, "probability": prob, "calibrated": bool(bundle.calibrated),
-                  "review_threshold": float(bundle.threshold), "flagged": prob >= float(bundle.threshold),
-                  "thresholds": bundle.meta.get("thresholds")},
+                  "review_threshold": float(thr["review"]), "decline_threshold": float(thr["decline"]),
+                  "thresholds_source": str(thr["source"]), "flagged": prob >= float(thr["review"])},
         "explanations": {k: v.to_dict() for k, v in expls.items()},
     }
     _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")

@@ -110,6 +110,20 @@ def test_train_score_explain_end_to_end(handbook_slice, tmp_path):
     assert doc["score"]["calibrated"] is True
     assert doc["score"]["flagged"] == bool(float(top["probability"]) >= doc["score"]["review_threshold"])
     assert doc["score"]["review_threshold"] > 0
+    # thresholds a supervisor set in the case store apply, as `score` uses them (review finding)
+    from engine.cases.store import CaseStore, default_db_path
+
+    with CaseStore(default_db_path()) as cs:
+        cs.set_thresholds(meta["sha256"], 0.001, 0.002, actor="carol")
+    r = runner.invoke(app, ["explain", "--data", str(data), "--spec", "handbook", "--model", str(model_dir),
+                            "--entity", str(top["entity_id"]), "--row", str(int(top["row_number"])),
+                            "--out", str(out), "--methods", "attention"])
+    assert r.exit_code == 0, r.output
+    sc = json.loads(out.read_text())["score"]
+    assert (sc["review_threshold"], sc["decline_threshold"]) == (0.001, 0.002) and "carol" in sc["thresholds_source"]
+    assert sc["flagged"] == bool(float(top["probability"]) >= 0.001)
+    with CaseStore(default_db_path()) as cs:  # back to the checkpoint's for what follows
+        cs.set_thresholds(meta["sha256"], *[meta["thresholds"][k] for k in ("review", "decline")], actor="carol")
     for e in ex.values():
         assert e["query_transaction_id"] == str(top["transaction_id"])
         assert e["transaction_ids"][-1] == str(top["transaction_id"])

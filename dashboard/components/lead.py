@@ -154,8 +154,12 @@ def case_lead(loaded: Any, transaction_id: str) -> Lead:
 def _two(a: float, b: float) -> tuple[str, str]:
     """``a``, ``b`` with the fewest decimals (2 to 6; at least 2 significant digits of the smaller
     one) that tell them apart ("0.00 (now 0.00)" said nothing), else 2 significant digits."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return f"{a:.2f}", f"{b:.2f}"
     small = min((abs(v) for v in (a, b) if v), default=1.0)
-    first = 2 if small >= 0.01 else min(6, 1 - math.floor(math.log10(small)))  # 2 significant digits
+    first = 2 if small >= 0.01 else 1 - math.floor(math.log10(small))  # 2 significant digits
+    if first > 6:
+        return f"{a:.2g}", f"{b:.2g}"
     for d in range(first, 7):
         if f"{a:.{d}f}" != f"{b:.{d}f}":
             return f"{a:.{d}f}", f"{b:.{d}f}"
@@ -181,6 +185,8 @@ def evidence_sentence(ev: Any, w: str, review: float | None = None) -> str:
         return s + f": below the review threshold {r}, so it would not be flagged."
     if was:
         return s + f": still at or above the review threshold {r}, so it would still be flagged."
+    if still:
+        return s + f": at or above the review threshold {r}, so without them it would be flagged."
     return s + f" (review threshold {r}: not flagged either way)."
 
 

@@ -29,9 +29,11 @@ OWASP_CSV_INJECTION_URL = "https://owasp.org/www-community/attacks/CSV_Injection
 #: U+FF0D, U+FF20) that some spreadsheet locales fold to their ASCII forms on input).
 CSV_FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "\x00", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 #: a trigger after leading white space (any Unicode space, line feed included) or invisible
-#: characters (BOM U+FEFF, zero-width U+200B-U+200D, word joiner U+2060, U+180E) counts too: some
+#: characters (BOM U+FEFF, zero-width and direction marks U+200B-U+200F, bidi embeddings U+202A-U+202E,
+#: U+2060-U+2064, U+180E, soft hyphen U+00AD, U+034F) counts too: some
 #: importers trim those before deciding that a cell is a formula
-_FORMULA_START = re.compile("[\\s\ufeff\u200b-\u200d\u2060\u180e]*[" + re.escape("".join(CSV_FORMULA_TRIGGERS)) + "]")
+_FORMULA_START = re.compile("[\\s\ufeff\u200b-\u200f\u202a-\u202e\u2060-\u2064\u180e\u00ad\u034f]*["
+                            + re.escape("".join(CSV_FORMULA_TRIGGERS)) + "]")
 
 
 def neutralise_csv_cell(value: Any) -> Any:

@@ -47,8 +47,8 @@ _LABEL_TOKENS = {"fraud", "fraudulent", "label", "target", "class", "isfraud", "
 _LEAK_TOKENS = {"fraud", "fraudulent", "scenario", "chargeback", "label", "target"}
 #: name tokens of a two-valued column that may be an outcome under another name: without a label
 #: column it is proposed as passthrough, never a model input (it may be the answer)
-_LABEL_HINT_TOKENS = {"suspicious", "suspect", "flag", "flagged", "alert", "alerted", "scam", "dispute",
-                      "disputed", "cbk", "reported", "confirmed", "outcome", "bad", "risky", "compromised"}
+_LABEL_HINT_TOKENS = {"suspicious", "suspect", "flagged", "alerted", "scam", "dispute", "disputed", "cbk",
+                      "outcome", "compromised"}  # not "flag" / "bad": card_present_flag, bad_pin are inputs
 _ENTITY_TOKENS = {"customer", "cust", "client", "user", "card", "account", "acct", "cardholder",
                   "member", "holder", "pan", "ccnum", "cc"}
 _ENTITY_BLOCKERS = {"type", "kind", "brand", "category", "present", "chip", "country", "state", "city",

@@ -393,6 +393,14 @@ def test_evidence_sentence_tells_the_two_numbers_apart_and_says_what_the_flag_do
     assert evidence_sentence(ev, "score", 0.5).endswith("would be 0.12 (now 0.91): below the review threshold "
                                                        "0.500, so it would not be flagged.")
     assert evidence_sentence(ev, "score") == "Without these 3 earlier transactions the score would be 0.12 (now 0.91)."
+    # review findings: removing them raises the score above the threshold; NaN; a tiny number
+    ev = NS(transaction_ids=["a", "b"], output_without=0.62, output_with=0.40)
+    assert evidence_sentence(ev, "score", 0.5).endswith(": at or above the review threshold 0.500, so without them "
+                                                        "it would be flagged.")
+    ev = NS(transaction_ids=["a"], output_without=float("nan"), output_with=0.4)
+    assert "would be nan (now 0.40)" in evidence_sentence(ev, "score")
+    ev = NS(transaction_ids=["a"], output_without=1e-9, output_with=0.3)
+    assert "would be 1e-09 (now 0.3)" in evidence_sentence(ev, "score")
 
 
 def test_the_lead_heading_says_flagged_only_for_a_flagged_transaction():

@@ -346,13 +346,16 @@ def test_a_two_valued_outcome_under_another_name_is_never_a_model_input(tmp_path
     """Without a label column, 'suspicious' (yes/no) was proposed as a categorical model input
     (new-user trial): it may be the answer itself."""
     rows = [[f"T{i}", f"acc{i % 40}", f"2024-01-{1 + i % 28:02d} 10:{i % 60:02d}:00", f"{5 + i % 50}.00",
-             ["web", "pos"][i % 2], pos if i % 50 == 0 else neg] for i in range(3000)]
-    p = write(tmp_path / "s.csv", ["txn_id", "account_no", "txn_time", "amount", "channel", name], rows)
+             ["web", "pos"][i % 2], "Y" if i % 3 else "N", "1" if i % 7 == 0 else "0", pos if i % 50 == 0 else neg]
+            for i in range(3000)]
+    p = write(tmp_path / "s.csv", ["txn_id", "account_no", "txn_time", "amount", "channel", "card_present_flag",
+                                   "bad_pin", name], rows)
     spec = guess_spec(p)
     assert spec.label is None
     assert name in spec.passthrough and name not in {f.column for f in spec.fields}
     assert f"set [label] column = {name!r}, positive = [{pos!r}]" in spec.description
-    assert {f.column for f in spec.fields} == {"channel"}  # an ordinary two-valued input stays one
+    # ordinary two-valued inputs stay inputs (review: *_flag and bad_* columns were made passthrough)
+    assert {f.column for f in spec.fields} == {"channel", "card_present_flag", "bad_pin"}
 
 
 def test_the_day_month_note_only_when_the_order_is_a_guess(tmp_path):

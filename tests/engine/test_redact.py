@@ -115,7 +115,8 @@ def test_pseudonym_length_bounds(length):
 @pytest.mark.parametrize(
     "value",
     ["=1+2", "+1", "-2+3", "@SUM(A1)", "\t=cmd", "\r=cmd", "=HYPERLINK(\"http://x\",\"y\")",
-     "-12.50", " =1+1", "\n=1+1", "\u00a0=1+1", "\ufeff=1+1", "\u200b=2+2", "\u3000=1+1", "  \t@x"],
+     "-12.50", " =1+1", "\n=1+1", "\u00a0=1+1", "\ufeff=1+1", "\u200b=2+2", "\u3000=1+1", "  \t@x",
+     "\u200e=1", "\u202e=1", "\u2061=1", "\u00ad=1", "\u034f+1"],
 )
 def test_formula_like_strings_get_a_leading_quote(value):
     assert neutralise_csv_cell(value) == "'" + value
