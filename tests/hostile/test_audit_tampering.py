@@ -398,3 +398,18 @@ def test_rerunning_migration_5_does_not_adopt_a_forged_case(db):
     with s:
         assert s.schema_version == 5 and not s.audit_verdict.ok
         assert "case_adopted" not in set(s.audit_log().action)
+
+
+def test_the_due_time_is_exact_for_a_case_made_since_schema_4(tmp_path):
+    """Review finding: after a rescoring from P1 to P3 the due time could be moved from +24 h to
+    +168 h unseen (the check allowed the range up to the current level's SLA)."""
+    path = tmp_path / "sla.sqlite3"
+    with CaseStore(path, four_eyes=False) as s:
+        s.upsert_cases(SHA, _summary(1))                                   # 0.9: P1, due in 24 h
+        s.upsert_cases(SHA, _summary(1).assign(max_probability=0.1))       # P3 now; the due time stays
+        assert s.verify_audit_chain().ok
+    conn = _raw(path)
+    conn.execute("UPDATE cases SET sla_due_at = strftime('%Y-%m-%dT%H:%M:%f000', created_at, '+168 hours')")
+    v = verify_chain(conn)
+    conn.close()
+    assert not v.ok and "SLA due time" in v.reason, v

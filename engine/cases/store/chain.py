@@ -189,6 +189,7 @@ class _Recorded:
         self.sla_hours: dict[int, list[float]] = {}  # case -> SLA hours of every score it had
         self.records: dict[tuple, list[tuple[int, dict]]] = {}  # (table, case, ts, actor, kind) -> rows
         self.thresholds: dict[str, tuple[int, dict | None]] = {}
+        self._v4: "dt.datetime | None" = None
 
     def add(self, r: Sequence[Any]) -> None:
         rid, ts, actor, action, case_id, model, after_json = r[0], r[1], r[2], r[3], r[4], r[5], r[7]
@@ -233,6 +234,11 @@ class _Recorded:
         cols = [c for c in (*CASE_RECORDED, *CASE_IDENTITY, "model_sha256", "created_at", "priority", "sla_due_at")
                 if c in present]
         seen: set[int] = set()
+        v4 = None  # cases created since migration 4 have their due time from creation on: exact
+        if "schema_version" in have:
+            r4 = conn.execute("SELECT applied_at FROM schema_version WHERE version = 4").fetchone()
+            v4 = _naive_utc(r4[0]) if r4 else None
+        self._v4 = v4
         for row in conn.execute(f"SELECT id, {', '.join(cols)} FROM cases ORDER BY id"):
             cid, got = int(row[0]), dict(zip(cols, row[1:]))
             seen.add(cid)
@@ -268,7 +274,9 @@ class _Recorded:
             if created is not None:  # due = creation + the shortest SLA of any score it had (never later)
                 hours = None if due is None else (due - created).total_seconds() / 3600.0
                 lo = min(self.sla_hours.get(cid, [sla_hours(prio)]), default=sla_hours(prio))
-                if hours is None or not lo - 1e-6 <= hours <= sla_hours(prio) + 1e-6:
+                exact = self._v4 is not None and created >= self._v4
+                hi = lo if exact else sla_hours(prio)  # before v4: backfilled from the score it had then
+                if hours is None or not lo - 1e-6 <= hours <= hi + 1e-6:
                     return None, (f"case {cid}'s SLA due time is {got.get('sla_due_at')!r}, not what its creation "
                                   f"({got.get('created_at')}) and its scores give: the cases table was changed "
                                   "outside the store")
