@@ -112,8 +112,8 @@ def test_bench_explanations_reasons_only_writes_only_the_reason_accuracy_section
     text = out.read_text()
     assert text.count("<!-- bench:") == 1 and "|reasons -->" in text and "| method | cases | deletion" not in text
     assert "Reason codes of 3 cases, every number recomputed" in text and "| reason kind | reasons | checks |" in text
-    checks = [line for line in text.splitlines() if line.startswith("| (all) |")]
-    assert checks == ["| (all) | 3 | 3 | 3 | 0 | 0 |"]  # the ranking check, one per case
+    checks = [line for line in text.splitlines() if line.startswith("| (order of each case's list) |")]
+    assert checks == ["| (order of each case's list) | - (3 lists) | 3 | 3 | 0 | 0 |"]  # the ranking check, one per case
     both = CliRunner().invoke(app, ["bench", "explanations", "--model", str(tmp_path / "model"), "--out",
                                     str(tmp_path / "z.md"), "--planted-only", "--reasons-only"])
     assert both.exit_code == 2 and "choose one" in both.output, both.output
