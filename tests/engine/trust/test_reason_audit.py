@@ -34,7 +34,7 @@ def test_the_reason_module_s_reasons_pass_every_check(case):
     assert len(checked) >= 25 and set(checked["kind"]) >= {"burst", "new_values", "errors", "amount", "query_amount"}
     md = audit_markdown(res.assign(query="q1"), 1)
     assert "Failed checks: 0 of" in md and "| burst | 1 |" in md
-    assert "| (order of each case's list) | - (1 lists) | 1 | 1 | 0 | 0 |" in md and "| (all) |" not in md
+    assert "| (order of each case's list) | - (1 list) | 1 | 1 | 0 | 0 |" in md and "| (all) |" not in md
 
 
 @pytest.mark.parametrize("kind,key,delta", [("burst", "n_transactions", -2), ("new_values", "n_new_merchant", -1),
