@@ -469,7 +469,8 @@ def audit_markdown(res: pd.DataFrame, n_cases: int) -> str:
     for kind, g in res.groupby("kind", sort=True):
         rec = g[g["check"] != "not recomputed"]
         n_r = len(g.drop_duplicates(["query", "reason_index"] if "query" in g else ["reason_index"]))
-        name, n_txt = (("(order of each case's list)", f"- ({n_r} list{'s' if n_r != 1 else ''})") if kind == "(all)" else (kind, str(n_r)))
+        name, n_txt = (kind, str(n_r)) if kind != "(all)" else (
+            "(order of each case's list)", f"- ({n_r} list{'s' if n_r != 1 else ''})")
         lines.append(f"| {name} | {n_txt} | {len(rec)} | {int((rec['ok'] == True).sum())} | "  # noqa: E712
                      f"{int((rec['ok'] == False).sum())} | {int((g['check'] == 'not recomputed').sum())} |")  # noqa: E712
     bad = res[res["ok"] == False]  # noqa: E712
