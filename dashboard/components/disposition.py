@@ -146,7 +146,7 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     if case["state"] == "pending_approval":
         proposed = store.pending_disposition(case["id"]) or "confirmed_fraud"
         st.warning(f"{DISPOSITION_LABELS.get(proposed, proposed)} proposed by **{md(cv.mask(case['pending_by']))}**, "
-                   "waiting for a second analyst (four-eyes).")
+                   "waiting for a different supervisor to approve it (four-eyes).")
         if who is not None and who == case["pending_by"]:
             st.caption("You proposed this disposition: a different signed-in supervisor must approve it.")
         elif ac.can(ident, ac.APPROVE):

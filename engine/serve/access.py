@@ -280,10 +280,11 @@ class _Throttle:
         Reserving before the hash is checked bounds attempts made in parallel too (40 at once: 5
         checked)."""
         now = time.monotonic()
-        keys = {("name", client, name): (MAX_FAILURES, "too many wrong passwords for this user: try again later")}
+        keys = {("name", client, name): (MAX_FAILURES, "too many wrong passwords for this user: try again in "
+                                                       f"{FAILURE_WINDOW_S / 60:.0f} minutes")}
         if client is not None and not known:
             keys[("client", client)] = (MAX_CLIENT_FAILURES, "too many failed sign-ins from this address: try "
-                                                             "again later")
+                                                             f"again in {FAILURE_WINDOW_S / 60:.0f} minutes")
         with self._lock:
             for key, (limit, why) in keys.items():
                 recent = [t for t in self._fails.get(key, []) if now - t < FAILURE_WINDOW_S]
