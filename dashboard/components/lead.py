@@ -163,7 +163,7 @@ def _two(a: float, b: float) -> tuple[str, str]:
     for d in range(first, 7):
         if f"{a:.{d}f}" != f"{b:.{d}f}":
             return f"{a:.{d}f}", f"{b:.{d}f}"
-    return f"{a:.2g}", f"{b:.2g}"
+    return f"{a:.{first}f}", f"{b:.{first}f}"  # equal to 6 decimals: "1.00 (now 1.00)", never "1 (now 1)"
 
 
 def evidence_sentence(ev: Any, w: str, review: float | None = None) -> str:

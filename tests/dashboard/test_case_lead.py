@@ -401,6 +401,8 @@ def test_evidence_sentence_tells_the_two_numbers_apart_and_says_what_the_flag_do
     assert "would be nan (now 0.40)" in evidence_sentence(ev, "score")
     ev = NS(transaction_ids=["a"], output_without=1e-9, output_with=0.3)
     assert "would be 1e-09 (now 0.3)" in evidence_sentence(ev, "score")
+    ev = NS(transaction_ids=["a"], output_without=0.99999991, output_with=0.99999996)  # analyst trial: "1 (now 1)"
+    assert "would be 1.00 (now 1.00)" in evidence_sentence(ev, "probability")
 
 
 def test_the_lead_heading_says_flagged_only_for_a_flagged_transaction():
