@@ -190,14 +190,12 @@ def evidence_sentence(ev: Any, w: str, review: float | None = None) -> str:
     return s + f" (review threshold {r}: not flagged either way)."
 
 
-def flag_heading(loaded: Any, query: str) -> str:
-    """"Why it was flagged" for a transaction at or above the review threshold in force, else
-    "Why it scores as it does (not flagged)": a case page opened on an unflagged transaction
-    said it was flagged."""
-    s = loaded.scores
-    hit = s.loc[s["transaction_id"].astype(str) == str(query), "probability"]
-    p = float(hit.iloc[0]) if len(hit) else float("nan")
-    if math.isfinite(p) and p >= float(loaded.threshold):
+def flag_heading(loaded: Any, output_now: float) -> str:
+    """"Why it was flagged" for a query whose output (:func:`output` of its logit: the probability
+    the thresholds apply to) is at or above the review threshold in force, else "What drives its
+    probability (not flagged: ...)": a case page opened on an unflagged transaction said it was
+    flagged."""
+    if math.isfinite(output_now) and output_now >= float(loaded.threshold):
         return "Why it was flagged"
     from engine.cases.fmt import format_threshold
 
@@ -226,7 +224,8 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
         return None
     w = word(loaded)
     box = st.container(border=True, key="case_lead")
-    box.markdown(f"#### {md(flag_heading(loaded, query))}" + (f": {md(cv.mask(query))} · {md(when)}" if when else ""))
+    heading = flag_heading(loaded, output(loaded, lead.logit))
+    box.markdown(f"#### {md(heading)}" + (f": {md(cv.mask(query))} · {md(when)}" if when else ""))
     if lead.reasons:
         for i, r in enumerate(lead.reasons):
             wt = "" if not math.isfinite(r.weight) else f" · {logit_reading(loaded, lead.logit, r.weight)}"

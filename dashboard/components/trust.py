@@ -310,9 +310,9 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
                        f"(Spearman ρ ≥ {ag.bound}) or the correlation is undefined.")
 
     # ---- reasons, and the smallest change that clears the flag (dashboard/components/counterfactual.py) ----
-    from dashboard.components.lead import flag_heading
+    from dashboard.components.lead import flag_heading, output
 
-    render_reasons(res, currency, key=f"trust_reason_{query}", heading=flag_heading(loaded, query))
+    render_reasons(res, currency, key=f"trust_reason_{query}", heading=flag_heading(loaded, output(loaded, res["logit"])))
     from dashboard.components.counterfactual import render_counterfactual
 
     render_counterfactual(loaded, query, res)

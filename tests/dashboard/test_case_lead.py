@@ -408,11 +408,10 @@ def test_evidence_sentence_tells_the_two_numbers_apart_and_says_what_the_flag_do
 def test_the_lead_heading_says_flagged_only_for_a_flagged_transaction():
     from types import SimpleNamespace as NS
 
-    import pandas as pd
-
     from dashboard.components.lead import flag_heading
 
-    loaded = NS(scores=pd.DataFrame({"transaction_id": ["t1", "t2"], "probability": [0.9, 0.0002]}), threshold=0.5,
-                bundle=NS(calibrated=True))
-    assert flag_heading(loaded, "t1") == "Why it was flagged"
-    assert flag_heading(loaded, "t2") == "What drives its probability (not flagged: below the review threshold 0.500)"
+    loaded = NS(threshold=0.5, bundle=NS(calibrated=True))
+    assert flag_heading(loaded, 0.9) == "Why it was flagged"
+    assert flag_heading(loaded, 0.5) == "Why it was flagged"  # at the threshold: flagged
+    assert flag_heading(loaded, 0.0002) == "What drives its probability (not flagged: below the review threshold 0.500)"
+    assert flag_heading(loaded, float("nan")).startswith("What drives")
