@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.cases.store.common import ChainVerdict
+from engine.cases.store.priority import priority_score, sla_hours
 
 GENESIS = "0" * 64
 _DOMAIN = b"fraudlens-audit-v1\n"
@@ -189,7 +190,6 @@ class _Recorded:
         self.sla_hours: dict[int, list[float]] = {}  # case -> SLA hours of every score it had
         self.records: dict[tuple, list[tuple[int, dict]]] = {}  # (table, case, ts, actor, kind) -> rows
         self.thresholds: dict[str, tuple[int, dict | None]] = {}
-        self._v4: "dt.datetime | None" = None
 
     def add(self, r: Sequence[Any]) -> None:
         rid, ts, actor, action, case_id, model, after_json = r[0], r[1], r[2], r[3], r[4], r[5], r[7]
@@ -207,8 +207,6 @@ class _Recorded:
             if action in actions:
                 self.records.setdefault((table, case_id, ts, actor, actions[action]), []).append((int(rid), after))
         if "max_probability" in after:
-            from engine.cases.store.priority import priority_score, sla_hours
-
             self.sla_hours.setdefault(case_id, []).append(
                 sla_hours(priority_score(after["max_probability"], after.get("max_amount"))))
         cols = self.case.setdefault(case_id, {})
@@ -238,7 +236,6 @@ class _Recorded:
         if "schema_version" in have:
             r4 = conn.execute("SELECT applied_at FROM schema_version WHERE version = 4").fetchone()
             v4 = _naive_utc(r4[0]) if r4 else None
-        self._v4 = v4
         for row in conn.execute(f"SELECT id, {', '.join(cols)} FROM cases ORDER BY id"):
             cid, got = int(row[0]), dict(zip(cols, row[1:]))
             seen.add(cid)
@@ -246,7 +243,7 @@ class _Recorded:
             if made is None:
                 return None, (f"case {cid} has no audit row of its creation: it was added outside the store "
                               "(the cases table was written directly)")
-            found = self._case_row(cid, got, made)
+            found = self._case_row(cid, got, made, v4)
             if found is not None:
                 return found
         for cid in sorted(set(self.created) - seen):
@@ -254,7 +251,7 @@ class _Recorded:
                                           "created it)")
         return None
 
-    def _case_row(self, cid: int, got: dict, made: tuple) -> tuple[int | None, str] | None:
+    def _case_row(self, cid: int, got: dict, made: tuple, v4: "dt.datetime | None") -> tuple[int | None, str] | None:
         rec = self.case.get(cid, {})
         rid, created_at, model, after = made
         fixed = {k: (rid, after[k]) for k in CASE_IDENTITY if k in after}
@@ -264,8 +261,6 @@ class _Recorded:
                 return arid, (f"case {cid}'s {k} is {got[k]!r} but its audit row ({arid}) recorded {want!r}: the "
                               "cases table was changed outside the store")
         if "priority" in got:
-            from engine.cases.store.priority import priority_score, sla_hours
-
             prio = priority_score(got.get("max_probability"), got.get("max_amount"))
             if not _same(round(float(got["priority"]), 6), prio):
                 return None, (f"case {cid}'s priority is {got['priority']!r} but its score and amount give {prio!r}: "
@@ -274,7 +269,7 @@ class _Recorded:
             if created is not None:  # due = creation + the shortest SLA of any score it had (never later)
                 hours = None if due is None else (due - created).total_seconds() / 3600.0
                 lo = min(self.sla_hours.get(cid, [sla_hours(prio)]), default=sla_hours(prio))
-                exact = self._v4 is not None and created >= self._v4
+                exact = v4 is not None and created >= v4
                 hi = lo if exact else sla_hours(prio)  # before v4: backfilled from the score it had then
                 if hours is None or not lo - 1e-6 <= hours <= hi + 1e-6:
                     return None, (f"case {cid}'s SLA due time is {got.get('sla_due_at')!r}, not what its creation "

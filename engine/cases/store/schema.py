@@ -299,8 +299,7 @@ def _migration_5_adopt_unlogged_cases(conn: sqlite3.Connection) -> None:
     creations (schema < 3: an id below the first ``case_created`` case) gets one ``case_adopted``
     row with its state, identity, scores and creation time as they are now, so the verifier
     requires one for every case."""
-    from engine.cases.store.chain import chain_head, row_hash, set_head
-    from engine.cases.store.common import _json
+    from engine.cases.store.audit import AuditMixin
 
     # only the cases made before the first one the log records the creation of (ids from 1 up,
     # below it): a case written into the table later, by anyone but the store, is never adopted,
@@ -311,14 +310,9 @@ def _migration_5_adopt_unlogged_cases(conn: sqlite3.Connection) -> None:
         "(SELECT 1 FROM audit_log a WHERE a.case_id = c.id AND a.action IN ('case_created', 'case_adopted')) "
         "ORDER BY id", (int(first) if first is not None else 2**62,)).fetchall()
     ts = _utcnow()
-    for r in rows:
-        new_id, prev = chain_head(conn)
-        values = (new_id, ts, MIGRATION_ACTOR, "case_adopted", int(r[0]), r[1], None,
-                  _json(dict(zip(_ADOPTED, tuple(r)[2:]))), prev)
-        h = row_hash(values)
-        conn.execute("INSERT INTO audit_log(id, ts, actor, action, case_id, model_sha256, before_json, after_json, "
-                     "prev_hash, row_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*values, h))
-        set_head(conn, new_id, h)
+    for r in rows:  # one chained row each, written as the store writes every audit row
+        AuditMixin._audit(conn, ts, MIGRATION_ACTOR, "case_adopted", case_id=int(r[0]), model_sha256=r[1],
+                          after=dict(zip(_ADOPTED, tuple(r)[2:])))
 
 
 #: Ordered migrations; ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1``.
