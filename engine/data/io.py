@@ -386,9 +386,13 @@ def spec_for_scoring(path: str | Path, spec: DatasetSpec) -> tuple[DatasetSpec, 
     :func:`read_transactions` with ``label_required=False``. Raises like it (no such file, not CSV /
     Parquet, no label column while the spec has aggregates)."""
     p = Path(path)
-    pr = probe(p, spec.format)
-    return _without_absent_label(p, spec, _csv_header(p, pr) if pr.format == "csv" else
-                                 list(parquet_file(p).schema_arrow.names))
+    return _without_absent_label(p, spec, _file_columns(p, probe(p, spec.format))[1])
+
+
+def _file_columns(p: Path, pr: Probe) -> "tuple[pa.Schema | None, list[str]]":
+    """``(Parquet schema or None for a CSV, column names)``: the header or the schema, read once."""
+    schema = None if pr.format == "csv" else parquet_file(p).schema_arrow
+    return schema, (_csv_header(p, pr) if schema is None else list(schema.names))
 
 
 def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | None = None,
@@ -416,8 +420,7 @@ def read_transactions(path: str | Path, spec: DatasetSpec, *, max_rows: int | No
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"max_rows must be >= 0, got {max_rows}")
     pr = probe(p, spec.format)
-    schema = None if pr.format == "csv" else parquet_file(p).schema_arrow
-    names = _csv_header(p, pr) if schema is None else list(schema.names)
+    schema, names = _file_columns(p, pr)
     label_note = None
     if not label_required:
         spec, label_note = _without_absent_label(p, spec, names)
