@@ -158,7 +158,7 @@ def precompute_job(data_sha: str, spec: str, max_rows: int | None, model_sha: st
     tag = f"{data_sha[:12]}-{model_sha[:12]}-{uuid.uuid4().hex[:12]}"
     status = work / f"{tag}.status.json"
     job_file = work / f"{tag}.job.json"
-    spec_name, spec_sha = state.spec_arg(spec), str(spec).partition(state._SPEC_SHA)[2]
+    spec_name, spec_sha = state.spec_parts(spec)
     spec_path = Path(spec_name).expanduser()
     spec_is_file = spec_path.suffix == ".toml" and spec_path.is_file()
     pj.write_json_atomic(job_file, {  # the spec content the source was read with (its ref's sha256)

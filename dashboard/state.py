@@ -336,7 +336,13 @@ def spec_ref(spec: str) -> str:
 
 def spec_arg(ref: str) -> str:
     """The spec name or path of a :func:`spec_ref`."""
-    return str(ref).split(_SPEC_SHA, 1)[0]
+    return spec_parts(ref)[0]
+
+
+def spec_parts(ref: str) -> tuple[str, str]:
+    """``(spec name or path, content sha256 or "")`` of a :func:`spec_ref`."""
+    name, _, sha = str(ref).partition(_SPEC_SHA)
+    return name, sha
 
 
 @st.cache_resource(show_spinner="Reading the data…", max_entries=4)
