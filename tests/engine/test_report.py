@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import jsonschema
 import pandas as pd
@@ -309,6 +310,82 @@ def test_narrative_from_store_and_disposition_details(world):
     bad = {**r, "narrative": {**n, "total_suspicious_amount": -1.0}}
     with pytest.raises(jsonschema.ValidationError):
         rp.validate(bad)
+
+
+def _four_eyes_report(world, store, cid):
+    return rp.build_report(case=store.get_case(cid), entity_id=world["entity"], model=world["bundle"],
+                           dataset={"spec": "demo", "file_name": "tx.csv", "file_sha256": None, "max_rows": None,
+                                    "currency": "USD"}, expls=world["expls"], context=world["ctx"],
+                           thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+                           history=store.history(cid), notes=store.notes(cid), salt="test-salt")
+
+
+def test_four_eyes_disposition_names_proposer_and_approver_in_every_export(world, tmp_path):
+    """PDF, CSV and JSON give one disposition record: the proposer with their note, then the
+    approver with theirs (before: the PDF named the proposer only, the CSV's disposition_note was
+    the approver's note and the JSON had no approver)."""
+    b, case = world["bundle"], world["case"]
+    s = CaseStore(tmp_path / "fe.sqlite3", four_eyes=True)
+    s.upsert_cases(b.sha256, pd.DataFrame([{
+        "entity_id": world["entity"], "max_probability": float(case["max_probability"]),
+        "max_transaction_id": world["query"], "first_ts": world["tl"]["timestamp"].min(),
+        "last_ts": world["tl"]["timestamp"].max(), "max_amount": 10.0, "n_transactions": len(world["tl"]),
+        "n_known_fraud": 0}]))
+    cid = int(s.queue(b.sha256, 0.0).case_id.iloc[0])
+    s.record_disposition(cid, "confirmed_fraud", "card holder denies the purchases", analyst="alice",
+                         fraud_type="card_not_present", loss_amount=40.0)
+    pending = _four_eyes_report(world, s, cid)
+    rp.validate(pending)
+    d = pending["narrative"]["disposition"]
+    assert (d["analyst"], d["note"], d["approval"], d["pending"]) == (
+        "alice", "card holder denies the purchases", None, True)
+    flat = " ".join(" ".join(_pdf_text(rp.to_pdf(pending))).split())
+    assert "Confirmed fraud, proposed by alice" in flat and "awaiting a supervisor's approval" in flat
+    assert "Approval note" not in flat
+
+    s.approve(cid, "checked the call recording", analyst="sam")
+    r = _four_eyes_report(world, s, cid)
+    rp.validate(r)
+    d = json.loads(rp.to_json(r))["narrative"]["disposition"]
+    assert (d["outcome"], d["analyst"], d["note"], d["pending"]) == (
+        "confirmed_fraud", "alice", "card holder denies the purchases", False)
+    assert (d["approval"]["analyst"], d["approval"]["note"]) == ("sam", "checked the call recording")
+    assert d["loss_amount"] == 40.0  # the proposal's details, not the approval row's empty ones
+    flat = " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split())
+    assert re.search(r"Confirmed fraud, proposed by alice [^,]+, approved by sam", flat)
+    assert "Disposition note card holder denies the purchases By alice" in flat
+    assert "Approval note checked the call recording By sam" in flat
+    df = pd.read_csv(io.BytesIO(rp.to_csv(r)), dtype=str, keep_default_na=False)
+    row = df.iloc[0]
+    assert (row["disposition"], row["disposition_by"], row["disposition_note"], row["approved_by"],
+            row["approval_note"], row["disposition_state"]) == (
+        "confirmed_fraud", "alice", "card holder denies the purchases", "sam", "checked the call recording",
+        "confirmed_fraud")
+    # a reversal proposed after the approval waits again: the earlier approval is not carried over
+    s.record_disposition(cid, "false_positive", "merchant refunded, card holder agrees", analyst="bob")
+    d = _four_eyes_report(world, s, cid)["narrative"]["disposition"]
+    assert (d["outcome"], d["analyst"], d["approval"], d["pending"]) == ("false_positive", "bob", None, True)
+
+
+def test_activity_dates_cover_suspicious_transactions_only(world):
+    """A cited legitimate purchase months earlier does not stretch the suspicious activity."""
+    r = world["report"]
+    n = r["narrative"]
+    sus = [t["timestamp"] for t in n["transactions"] if {"flagged", "known_fraud"} & set(t["why"])]
+    expected = sorted(sus) if sus else [t["timestamp"] for t in n["transactions"] if "explained" in t["why"]]
+    assert (n["activity"]["from"], n["activity"]["to"]) == (expected[0], expected[-1])
+    # a report where only the explained transaction is suspicious and an old one is cited
+    from engine.cases.report.narrative import narrative_section
+    fake = {**r, "transactions": [
+        {**r["transactions"][0], "transaction_id": "old", "timestamp": "2020-01-01T00:00:00+00:00",
+         "probability": 0.01, "known_label": 0, "is_query": False},
+        {**r["transactions"][-1], "transaction_id": "q", "timestamp": "2024-05-01T10:00:00+00:00",
+         "probability": 0.99, "known_label": None, "is_query": True}],
+        "explanations": {"shap": {"is_attribution": True, "top_reasons": [
+            {"transaction_id": "old", "is_query": False, "value": 0.7}]}}}
+    got = narrative_section(fake, None, [])
+    assert [t["why"] for t in got["transactions"]] == [["cited"], ["explained", "flagged"]]
+    assert got["activity"] == {"from": "2024-05-01T10:00:00+00:00", "to": "2024-05-01T10:00:00+00:00"}
 
 
 def test_report_file_names_differ_per_transaction(world):

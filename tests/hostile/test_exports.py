@@ -147,13 +147,18 @@ def test_report_csv_is_neutralised(hostile_world):
     rep = {"report_id": "=r", "report_sha256": "+s", "case": {"case_id": 1, "entity_pseudonym": "@p"},
            "model": {"sha256": "-m"}, "explanations": {"occlusion": {"is_attribution": True, "values": [0.5]}},
            "disposition": {"state": "open", "history": [], "notes": [{"text": FORMULAS["equals"]}]},
+           "narrative": {"disposition": {"outcome": "confirmed_fraud", "analyst": FORMULAS["minus"],
+                                         "note": FORMULAS["equals"], "approval": {"analyst": FORMULAS["at"],
+                                                                                  "note": FORMULAS["tab"]}}},
            "transactions": [{"position": 0, "transaction_id": FORMULAS["tab"], "is_query": True,
                              "timestamp": "2024-01-01T00:00:00", "amount": -5.0, "currency": "USD",
                              "probability": 0.9, "known_label": None,
                              "details": {"merchant_state": FORMULAS["fullwidth_equals"]}}]}
     data = rp.to_csv(rep)
     _assert_safe(data)
-    assert "'" + FORMULAS["equals"] in _cells(data) and "'" + FORMULAS["fullwidth_equals"] in _cells(data)
+    cells = _cells(data)
+    assert "'" + FORMULAS["equals"] in cells and "'" + FORMULAS["fullwidth_equals"] in cells
+    assert "'" + FORMULAS["minus"] in cells and "'" + FORMULAS["at"] in cells  # disposition_by, approved_by
 
 
 def test_simulator_csv_is_neutralised_and_the_demo_data_unchanged():

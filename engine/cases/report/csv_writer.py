@@ -13,13 +13,20 @@ from engine.data.csv_writer import csv_bytes
 def to_csv(report: dict[str, Any]) -> bytes:
     """One row per context transaction: ids, time, amount, own probability, details, and one
     signed attribution column per method (``attr:<method>``, logits; attention as
-    ``attn:<method>`` weights), plus report id/sha, case id, pseudonym and the latest
-    disposition and note. Written by :func:`engine.data.csv_writer.csv_bytes` (every text cell
+    ``attn:<method>`` weights), plus report id/sha, case id, pseudonym, the case state and the
+    latest disposition as the report's narrative records it (:func:`engine.cases.report.narrative.
+    disposition_summary`): ``disposition``, ``disposition_by`` / ``disposition_note`` (who
+    recorded or proposed it, their note), ``approved_by`` / ``approval_note`` (the four-eyes
+    approval; empty when none). Written by :func:`engine.data.csv_writer.csv_bytes` (every text cell
     neutralised against formula injection)."""
     rows = []
     exps = report["explanations"]
     disp = report["disposition"]
-    last_note = disp["history"][-1]["note"] if disp["history"] else (disp["notes"][-1]["text"] if disp["notes"] else None)
+    nd = report["narrative"]["disposition"] or {}
+    ap = nd.get("approval") or {}
+    case_cols = {"disposition_state": disp["state"], "disposition": nd.get("outcome"),
+                 "disposition_by": nd.get("analyst"), "disposition_note": nd.get("note"),
+                 "approved_by": ap.get("analyst"), "approval_note": ap.get("note")}
     for t in report["transactions"]:
         r = {
             "report_id": report["report_id"], "report_sha256": report["report_sha256"],
@@ -35,7 +42,6 @@ def to_csv(report: dict[str, Any]) -> bytes:
             col = ("attr:" if e["is_attribution"] else "attn:") + m
             vals = e["values"]
             r[col] = vals[t["position"]] if t["position"] < len(vals) else None
-        r["disposition_state"] = disp["state"]
-        r["disposition_note"] = last_note
+        r.update(case_cols)
         rows.append(r)
     return csv_bytes(pd.DataFrame(rows))

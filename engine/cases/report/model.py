@@ -24,7 +24,7 @@ from engine.cases.fmt import format_amount, format_ts
 from engine.cases.redact import escape_markup, mask_card_number, pseudonymise
 from engine.cases.thresholds import BANDS, decision_band  # noqa: F401 - the one band rule, re-exported
 
-SCHEMA_VERSION = "fraudlens-report/2"
+SCHEMA_VERSION = "fraudlens-report/3"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 ENV_SALT = "FRAUDLENS_PSEUDONYM_SALT"
 SALT_FILENAME = "pseudonym_salt"

@@ -8,7 +8,9 @@ disposition history, trust reasons) plus the analyst's own narrative from the ca
 
 * ``subject`` - the entity (pseudonym), the case, the data file;
 * ``transactions`` - the *transactions involved* (definition below) with why each is in;
-* ``activity`` - the first and last time of the transactions involved (UTC);
+* ``activity`` - the first and last time of the *suspicious* transactions among them (below; the
+  explained transaction alone when none is), UTC: a cited legitimate purchase months earlier does
+  not stretch the suspicious activity's dates;
 * ``total_suspicious_amount`` - the sum of the amounts of the *suspicious* ones among them: flagged
   (own probability at or above the review threshold) or a known fraud (label 1), never a
   transaction that is only cited (an attribution ranks evidence, legitimate purchases too) or the
@@ -17,7 +19,9 @@ disposition history, trust reasons) plus the analyst's own narrative from the ca
 * ``reasons`` - plain-language reasons: the trust checks' reason codes when the report has them,
   else one sentence per transaction the attributions cite towards fraud;
 * ``analyst_narrative`` - the analyst's text (``None`` until one is written);
-* ``disposition`` - the latest outcome with its fraud type, loss and exposure amounts.
+* ``disposition`` - the latest outcome with its fraud type, loss and exposure amounts, who
+  recorded (proposed) it with their note, and the four-eyes approval that applied it
+  (:func:`disposition_summary`).
 
 Transactions involved (``INVOLVED_RULE``)
     the explained (query) transaction; every context transaction whose own fraud probability
@@ -115,7 +119,7 @@ def narrative_section(report: dict[str, Any], analyst_narrative: dict[str, Any] 
     inv = involved_transactions(report)
     suspicious = [t for t in inv if {"flagged", "known_fraud"} & set(t["why"])]
     amounts = [t["amount"] for t in suspicious if t["amount"] is not None]
-    times = sorted(t["timestamp"] for t in inv if t["timestamp"])
+    times = sorted(t["timestamp"] for t in (suspicious or [t for t in inv if "explained" in t["why"]]) if t["timestamp"])
     trust_reasons = [r for r in ((report.get("trust") or {}).get("reasons") or []) if isinstance(r, dict)]
     if trust_reasons:
         reasons = [{"text": str(r.get("text", "")), "transaction_ids": [str(x) for x in r.get("transaction_ids") or []],
@@ -123,14 +127,7 @@ def narrative_section(report: dict[str, Any], analyst_narrative: dict[str, Any] 
     else:
         reasons = _generated_reasons(report)
     hist = history if history is not None else report["disposition"]["history"]
-    last = next((h for h in reversed(hist) if h.get("kind") == "disposition"), None)
-    disp = None
-    if last is not None:
-        disp = {"outcome": last["disposition"], "state": report["case"]["state"], "analyst": last.get("analyst"),
-                "ts": last.get("ts"), "note": last.get("note"), "fraud_type": last.get("fraud_type"),
-                "fraud_type_label": _fraud_type_label(last.get("fraud_type")),
-                "loss_amount": last.get("loss_amount"), "exposure_amount": last.get("exposure_amount"),
-                "currency": last.get("currency") or report["dataset"].get("currency") or ""}
+    disp = disposition_summary(hist, report["case"]["state"], report["dataset"].get("currency") or "")
     an = None
     if analyst_narrative and str(analyst_narrative.get("text") or "").strip():
         an = {"text": mask_card_number(str(analyst_narrative["text"])),
@@ -149,6 +146,31 @@ def narrative_section(report: dict[str, Any], analyst_narrative: dict[str, Any] 
         "analyst_narrative": an,
         "disposition": disp,
     }
+
+
+def disposition_summary(history: list[dict[str, Any]], state: str | None, currency: str = "") -> dict[str, Any] | None:
+    """The case's latest disposition as one record, or ``None`` when none was recorded.
+
+    ``history``: the report's disposition history entries, oldest first (``kind`` is
+    ``"disposition"`` or ``"approval"``). The record is the latest ``"disposition"`` entry
+    (``analyst`` / ``ts`` / ``note``: who proposed or recorded it, when, and their note; its
+    fraud type, loss and exposure) with ``approval``: the ``"approval"`` entry that applied it
+    (``{"analyst", "ts", "note"}``), or ``None`` (four-eyes off, or still waiting: then
+    ``pending`` is true). Every export (PDF narrative, CSV columns, JSON) reads this one record,
+    so the three never name different people or notes for one disposition."""
+    idx = next((i for i in range(len(history) - 1, -1, -1) if history[i].get("kind") == "disposition"), None)
+    if idx is None:
+        return None
+    last = history[idx]
+    ap = next((h for h in history[idx + 1:] if h.get("kind") == "approval"), None)
+    return {"outcome": last["disposition"], "state": state, "analyst": last.get("analyst"),
+            "ts": last.get("ts"), "note": last.get("note"), "fraud_type": last.get("fraud_type"),
+            "fraud_type_label": _fraud_type_label(last.get("fraud_type")),
+            "loss_amount": last.get("loss_amount"), "exposure_amount": last.get("exposure_amount"),
+            "currency": last.get("currency") or currency or "",
+            "approval": ({"analyst": ap.get("analyst"), "ts": ap.get("ts"), "note": ap.get("note")}
+                         if ap is not None else None),
+            "pending": state == "pending_approval"}
 
 
 def _slug(text: Any, n: int) -> str:

@@ -63,8 +63,7 @@ def narrative_section(doc: Any, report: dict[str, Any]) -> None:
                                           f"{len(n['transactions'])} involved, up to the explained one"),
              ("Case state", _STATES.get(report["case"]["state"], report["case"]["state"]))]
     if d:
-        pairs += [("Disposition", f"{_OUTCOMES.get(d['outcome'], d['outcome'])} by {d.get('analyst') or '-'}, "
-                                  f"{format_ts(d.get('ts'))}"),
+        pairs += [("Disposition", disposition_line(d)),
                   ("Fraud type", d.get("fraud_type_label") or "not recorded"),
                   ("Loss", format_amount(d.get("loss_amount"), d.get("currency") or cur)
                    if d.get("loss_amount") is not None else "not recorded"),
@@ -89,12 +88,33 @@ def narrative_section(doc: Any, report: dict[str, Any]) -> None:
     if d and d.get("note"):
         doc.h3("Disposition note")
         doc.para(d["note"])
+        doc.para(f"By {d.get('analyst') or '-'}, {format_ts(d.get('ts'))}.", 7.5)
+    ap = (d or {}).get("approval")
+    if ap and ap.get("note"):
+        doc.h3("Approval note")
+        doc.para(ap["note"])
+        doc.para(f"By {ap.get('analyst') or '-'}, {format_ts(ap.get('ts'))}.", 7.5)
 
     doc.h3("Transactions involved")
     doc.table(["Time", "Transaction", "Amount", "P(fraud)", "Why"],
               [[format_ts(t["timestamp"]), t["transaction_id"], format_amount(t["amount"], t.get("currency") or cur),
                 _p(t["probability"]), ", ".join(_WHY.get(w, w) for w in t["why"])] for t in n["transactions"]],
               [30, 42, 26, 16, 56])
+
+
+def disposition_line(d: dict[str, Any]) -> str:
+    """``report["narrative"]["disposition"]`` in one line: the outcome, who recorded (or
+    proposed) it and when, and the four-eyes approval that applied it or that it still waits,
+    e.g. ``"Confirmed fraud, proposed by alice 2026-12-07 10:01 UTC, approved by sam
+    2026-12-07 10:20 UTC"``."""
+    what = _OUTCOMES.get(d["outcome"], d["outcome"])
+    ap = d.get("approval")
+    who = f"{d.get('analyst') or '-'} {format_ts(d.get('ts'))}"
+    if ap:
+        return f"{what}, proposed by {who}, approved by {ap.get('analyst') or '-'} {format_ts(ap.get('ts'))}"
+    if d.get("pending"):
+        return f"{what}, proposed by {who}, awaiting a supervisor's approval"
+    return f"{what}, recorded by {who}"
 
 
 def _tx_label(t: dict[str, Any], cur: str) -> str:
