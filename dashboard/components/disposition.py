@@ -15,6 +15,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard import components as comp
+from dashboard.components import lead
 from dashboard.components.safe import md
 import pandas as pd
 
@@ -126,10 +127,12 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
         return
     thr = loaded.thresholds  # in force (engine.cases.thresholds.thresholds_in_force): one source
     e = next(iter(v for v in expls.values() if hasattr(v, "score_logit")), None)
-    prob = float(e.score_probability) if e is not None else float(case["max_probability"])
+    # the model's output (calibrated when the checkpoint is): the number the thresholds apply to and
+    # the transaction panel shows; e.score_probability is sigmoid(logit), the explainers' units
+    prob = lead.output(loaded, e.score_logit) if e is not None else float(case["max_probability"])
     band = decision_band(prob, thr["review"], thr["decline"])
     m = st.columns(5)
-    m[0].metric("Query fraud probability", f"{prob:.3f}")
+    m[0].metric(f"Query fraud {lead.word(loaded)}", f"{prob:.3f}")
     m[1].metric("Review threshold", format_threshold(thr['review']), help=md(thr["source"]))
     m[2].metric("Decline threshold", format_threshold(thr['decline']), help=md(thr["source"]))
     m[3].metric("Decision band", comp.BAND_LABELS[band],

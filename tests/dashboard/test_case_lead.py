@@ -33,7 +33,9 @@ def world(tmp_path_factory):
     data = demo_slice(d / "tx.csv", 1500)
     spec = cv.demo_spec_name()
     src = cv.load_source(data, spec)
-    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-lead", "thresholds": {"review": 0.5}})
+    # a calibration map (Platt), so a panel that shows sigmoid(logit) instead of the model's output differs
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-lead", "thresholds": {"review": 0.5},
+                                                       "calibration": {"method": "platt", "a": 0.7, "b": -0.6}})
     bundle = cv.load_model(d / "model")
     scores = cv.score_source(bundle, src.frame)
     pos = scores.groupby("entity_id", sort=False).cumcount()
@@ -145,6 +147,12 @@ def test_words_rule_follows_calibration(env):
     q = env["scores"].set_index("transaction_id").loc[env["query"]]
     shown = float(next(m.value for m in at.metric if m.label == f"Fraud {w}"))
     assert abs(shown - float(q["probability"])) < 1.5e-3
+    # the disposition panel shows the same number (it showed sigmoid(logit), 0.999 beside 1.000)
+    assert env["bundle"].calibrated
+    sig = 1.0 / (1.0 + np.exp(-float(q["logit"])))
+    assert abs(sig - float(q["probability"])) > 0.01  # the two differ for this model
+    panel = float(next(m.value for m in at.metric if m.label == f"Query fraud {w}"))
+    assert abs(panel - float(q["probability"])) < 1.5e-3
 
 
 def test_second_open_reads_the_cache(env):

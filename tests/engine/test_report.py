@@ -367,6 +367,36 @@ def test_four_eyes_disposition_names_proposer_and_approver_in_every_export(world
     assert (d["outcome"], d["analyst"], d["approval"], d["pending"]) == ("false_positive", "bob", None, True)
 
 
+def test_calibrated_model_reports_the_calibrated_probability_everywhere(world):
+    """score.probability is the model's output (the calibration map's), the number the explained
+    transaction's row and the thresholds use; before it was sigmoid(logit) (0.999 beside 1.000)."""
+    import dataclasses
+
+    import numpy as np
+
+    b = world["bundle"]
+    cal = dataclasses.replace(b, meta={**b.meta, "calibration": {"method": "platt", "a": 0.6, "b": -1.2}})
+    assert cal.calibrated
+    e = world["expls"]
+    logit = float(next(iter(e.values())).score_logit)
+    want = float(cal.probability(np.array([logit]))[0])
+    assert abs(want - 1.0 / (1.0 + np.exp(-logit))) > 0.01
+    r = rp.build_report(case=world["case"], entity_id=world["entity"], model=cal,
+                        dataset={"spec": "demo", "file_name": "tx.csv", "file_sha256": None, "max_rows": None,
+                                 "currency": "USD"}, expls=e, context=world["ctx"],
+                        thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+                        probabilities={world["query"]: want}, salt="test-salt")
+    rp.validate(r)
+    assert r["score"]["probability"] == pytest.approx(want) and r["score"]["calibrated"] is True
+    assert r["score"]["decision_band"] == rp.decision_band(want, 0.5, 0.8)
+    q = next(t for t in r["transactions"] if t["is_query"])
+    assert q["probability"] == pytest.approx(r["score"]["probability"])
+    flat = " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split())
+    assert f"Fraud probability {want:.3f}" in flat
+    assert world["report"]["score"]["calibrated"] is False
+    assert "Fraud score (uncalibrated)" in " ".join(" ".join(_pdf_text(rp.to_pdf(world["report"]))).split())
+
+
 def test_activity_dates_cover_suspicious_transactions_only(world):
     """A cited legitimate purchase months earlier does not stretch the suspicious activity."""
     r = world["report"]

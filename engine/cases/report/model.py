@@ -307,7 +307,11 @@ def build_report(
     q = next(iter(expls.values()))
     query = str(q.query_transaction_id)
     logit = float(q.score_logit)
-    prob = 1.0 / (1.0 + math.exp(-logit))
+    # the model's output: calibrated when the checkpoint is (what the thresholds apply to and the
+    # scored file holds); the explanations' score_probability is sigmoid(logit), the explainers' units
+    to_prob = getattr(model, "probability", None)
+    calibrated = bool(getattr(model, "calibrated", False))
+    prob = float(to_prob([logit])[0]) if callable(to_prob) else 1.0 / (1.0 + math.exp(-logit))
     review = float(thresholds["review"])
     decline = _num(thresholds.get("decline"))
     meta = dict(getattr(model, "meta", {}) or {})
@@ -386,6 +390,7 @@ def build_report(
             "transaction_id": _text(query),
             "logit": logit,
             "probability": prob,
+            "calibrated": calibrated,
             "thresholds": {"review": review, "decline": decline, "source": str(thresholds.get("source", ""))},
             "decision_band": decision_band(prob, review, decline),
         },

@@ -130,7 +130,8 @@ def evidence_section(doc: Any, report: dict[str, Any]) -> list[list[str]]:
     doc.h2("2. Evidence")
     sc, th = report["score"], report["score"]["thresholds"]
     cur = report["dataset"].get("currency") or ""
-    doc.kv([("Explained transaction", sc["transaction_id"]), ("Fraud probability", _p(sc["probability"])),
+    word = "Fraud probability" if sc.get("calibrated") else "Fraud score (uncalibrated)"
+    doc.kv([("Explained transaction", sc["transaction_id"]), (word, _p(sc["probability"])),
             ("Score (logit)", format_signed(sc["logit"], 3)),
             ("Thresholds", f"review {_p(th['review'])} · decline {_p(th['decline'])} ({th['source']})"),
             ("Decision band", sc["decision_band"].replace("_", " "))])
