@@ -59,7 +59,8 @@ def _record(store, case: dict, currency: str = "") -> None:
         return _flash("warning", md(e))
     except (CaseStoreError, ValueError) as e:
         return _flash("error", md(e))
-    ss["disp_note"] = ""
+    # a recorded disposition clears the form: a second click must not propose the same again
+    ss["disp_note"], ss["disp_fraud_type"], ss["disp_loss"], ss["disp_exposure"] = "", NO_TYPE, None, None
     extra = "".join([f" · {FRAUD_TYPES[ftype].lower()}" if ftype else "",
                      f" · loss {fmt.format_amount(loss, currency)}" if loss is not None else "",
                      f" · exposure {fmt.format_amount(exposure, currency)}" if exposure is not None else ""])
@@ -93,6 +94,29 @@ def notes_timeline(hist: pd.DataFrame, notes: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(sorted(rows, key=lambda r: str(r[0])), columns=["ts", "analyst", "kind", "note"])
     out.insert(0, "time", out.pop("ts").map(fmt.format_ts))
     return out
+
+
+def proposal_details(hist: pd.DataFrame, currency: str = "") -> None:
+    """What a pending four-eyes approval would apply: the latest proposal's outcome, fraud type,
+    loss, exposure, proposer, time and note (``hist``: :meth:`CaseStore.history`), shown before
+    the Approve button so the supervisor approves what they read. Names and the note are shown as
+    text (masked card numbers), never as markdown."""
+    props = hist[hist["kind"] == "disposition"]
+    if not len(props):
+        return
+    p = props.iloc[-1]
+
+    def money(a: Any, c: Any) -> str:
+        return fmt.format_amount(a, c or currency) if a is not None and not pd.isna(a) else "not recorded"
+
+    view = pd.DataFrame({"": ["Outcome", "Fraud type", "Loss", "Exposure", "Proposed by", "Proposed at", "Note"],
+                         "proposal": [DISPOSITION_LABELS.get(p["disposition"], p["disposition"]),
+                                      FRAUD_TYPES.get(p["fraud_type"], "not recorded") if p["fraud_type"] else
+                                      "not recorded", money(p["loss_amount"], p["currency"]),
+                                      money(p["exposure_amount"], p["currency"]), str(p["analyst"]),
+                                      fmt.format_ts(p["ts"]), str(p["note"])]})
+    st.dataframe(cv.mask_frame(view), hide_index=True, key="pending_proposal",
+                 column_config={"proposal": st.column_config.TextColumn("Proposal to approve", width="large")})
 
 
 def _approve(store, case: dict) -> None:
@@ -145,11 +169,14 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     msg = st.session_state.pop(MSG, None)
     if msg:
         getattr(st, msg[0])(msg[1])
+        if msg[0] == "success":  # also where the analyst is: the message above may be out of view
+            st.toast(msg[1], icon=":material/check_circle:")
 
     if case["state"] == "pending_approval":
         proposed = store.pending_disposition(case["id"]) or "confirmed_fraud"
         st.warning(f"{DISPOSITION_LABELS.get(proposed, proposed)} proposed by **{md(cv.mask(case['pending_by']))}**, "
                    "waiting for a different supervisor to approve it (four-eyes).")
+        proposal_details(store.history(case["id"]), currency=str(getattr(loaded.source, "currency", "") or ""))
         if who is not None and who == case["pending_by"]:
             st.caption("You proposed this disposition: a different signed-in supervisor must approve it.")
         elif ac.can(ident, ac.APPROVE):

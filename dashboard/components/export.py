@@ -33,6 +33,7 @@ from engine.cases.store import CaseStoreError
 from engine.serve import access as ac
 
 PREPARED = "export_prepared"  # session state: the key of the exports prepared in this session
+EXPORT_AUDIT_ERROR = "export_audit_error"  # session state: a download the audit log could not record
 PREPARE_NOW = "prepare-now"  # PREPARED after a click on "Prepare the exports", until the run that builds them
 _LOCK = threading.Lock()
 _CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
@@ -107,6 +108,9 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
                f"transaction {md(cv.mask(query))}; card numbers masked, entity pseudonymised. The PDF carries the "
                "JSON report's id and sha256.")
     ss = st.session_state
+    err = ss.pop(EXPORT_AUDIT_ERROR, None)
+    if err:
+        st.error(md(err))
     if ss.get(PREPARED) == PREPARE_NOW:  # the key of this run, not of the run that drew the button: a what-if
         ss[PREPARED] = key  # edit reruns only its fragment (dashboard/components/whatif.py), not this button
     if ss.get(PREPARED) != key:
@@ -131,13 +135,27 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
         js = _cached(key + ("json",), lambda: rp.to_json(report))
         csv = _cached(key + ("csv",), lambda: rp.to_csv(report))
     c = st.columns(3)
-    c[0].download_button("Download PDF", pdf, file_name=rp.report_filename(report, "pdf"), mime=MIME["pdf"],
-                         key="dl_pdf", on_click="ignore", icon=":material/picture_as_pdf:")
-    c[1].download_button("Download JSON", js, file_name=rp.report_filename(report, "json"), mime=MIME["json"],
-                         key="dl_json", on_click="ignore", icon=":material/data_object:")
-    c[2].download_button("Download CSV", csv, file_name=rp.report_filename(report, "csv"), mime=MIME["csv"],
-                         key="dl_csv", on_click="ignore", icon=":material/table:")
-    st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])}")
+    for col, (kind, label, data, icon) in zip(c, (("pdf", "Download PDF", pdf, ":material/picture_as_pdf:"),
+                                                  ("json", "Download JSON", js, ":material/data_object:"),
+                                                  ("csv", "Download CSV", csv, ":material/table:"))):
+        col.download_button(label, data, file_name=rp.report_filename(report, kind), mime=MIME[kind],
+                            key=f"dl_{kind}", on_click=_audit_export, args=(int(case["id"]), report, kind),
+                            icon=icon)
+    st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])} · every "
+               "download is recorded in the audit log with the report's id and sha256")
+
+
+def _audit_export(case_id: int, report: dict, kind: str) -> None:
+    """Download callback: the export goes into the audit log (``report_exported``) under the
+    signed-in user (engine.cases.store.AuditMixin.record_export). It does not move the case's
+    audit mark, so the prepared exports stay current."""
+    ident = comp.signed_in()
+    try:
+        who = ac.require(ident, ac.VIEW_CASES).name
+        comp.get_store().record_export(case_id, report_id=report["report_id"], report_sha256=report["report_sha256"],
+                                       fmt=kind, analyst=who)
+    except (ac.AccessDenied, CaseStoreError, ValueError) as e:
+        st.session_state[EXPORT_AUDIT_ERROR] = f"The {kind.upper()} download was not recorded in the audit log: {e}"
 
 
 NARRATIVE_MSG = "narrative_msg"

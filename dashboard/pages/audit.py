@@ -1,6 +1,6 @@
 """Audit: who did what and when. The case store's append-only audit log (times as
-"2026-12-01 14:05:09 UTC", a plain-words summary of each action), filtered by case, analyst and
-action, with the
+"2026-12-01 14:05:09 UTC", a plain-words summary of each action), newest first, filtered by case,
+analyst and action, with the
 hash-chain verdict (verified now, on this page run) and a CSV export (card numbers masked, every
 text cell neutralised against formula injection: engine.cases.store.audit_csv).
 
@@ -87,8 +87,15 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
             if a.get(k) is not None:
                 parts.append(f"{k.split('_')[0]} {fmt.format_amount(a[k], a.get('currency') or '')}")
         return ", ".join(parts)
-    if action in ("approved", "approval_refused"):
-        return "approved: confirmed fraud" if action == "approved" else "self-approval refused (four-eyes)"
+    if action == "approved":
+        d = a.get("disposition") or "confirmed_fraud"
+        by = f", proposed by {a['proposed_by']}" if a.get("proposed_by") else ""
+        return f"approved: {d.replace('_', ' ')} -> {a.get('state')}{by}"
+    if action == "approval_refused":
+        return "self-approval refused (four-eyes)"
+    if action == "report_exported":
+        return (f"report {str(a.get('report_id') or '')[:8]} exported as {str(a.get('format') or '').upper()} "
+                f"(sha256 {str(a.get('report_sha256') or '')[:12]})")
     if action == "note_added":
         return "note added"
     if action == "narrative_saved":
@@ -102,6 +109,7 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
     return action.replace("_", " ")
 
 
+log = log.iloc[::-1].reset_index(drop=True)  # newest first: the latest actions, not the first scoring run
 view = pd.DataFrame({
     "id": log["id"], "ts": log["ts"].map(lambda t: fmt.format_ts(t, seconds=True)), "actor": log["actor"],
     "action": log["action"],
@@ -129,7 +137,8 @@ st.dataframe(
 _stamp = pd.Timestamp.now(tz="UTC").strftime("%Y%m%dT%H%M%SZ")
 _scope = "-".join(x for x in (f"case{kw['case_id']}" if "case_id" in kw else "",
                               "filtered" if ("actor" in kw or "action" in kw) else "") if x)
-st.download_button("Download as CSV", data=audit_csv(log),
+st.download_button("Download as CSV", data=audit_csv(log.iloc[::-1]),
                    file_name=f"fraudlens-audit-log{'-' + _scope if _scope else ''}-{_stamp}.csv",
                    mime="text/csv", key="audit_csv", icon=":material/download:",
-                   help="The rows shown; card numbers masked, cells neutralised against formula injection.")
+                   help="The rows shown, oldest first (chain order); card numbers masked, cells neutralised against "
+                        "formula injection.")

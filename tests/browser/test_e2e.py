@@ -66,7 +66,7 @@ def _scroll_to(locator, tries: int = 5) -> None:
                 raise
 
 
-def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
+def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path, e2e_world):
     ctx = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
     page = ctx.new_page()
     page.set_default_timeout(T)
@@ -131,7 +131,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     page.get_by_text("Escalate", exact=True).click()
     page.get_by_role("textbox", name="Note (required)").fill(note)
     page.get_by_role("button", name="Record disposition").click()
-    page.get_by_text("Recorded escalate by e2e").wait_for()
+    page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded escalate by e2e").wait_for()
     page.get_by_role("button", name="Prepare the exports").click()  # built in the session's script run
     # building (trust checks, charts through kaleido, PDF) took this long at download time before
     page.get_by_role("button", name=re.compile("Download JSON")).wait_for(timeout=3 * T)
@@ -162,4 +162,16 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path):
     assert report["report_sha256"][:32] in text.replace(" ", "")
     assert "<b>checked</b> e2e note" in text
     (output_dir / "case_report.pdf").write_bytes(ppath.read_bytes())
+
+    # each download is in the audit log under the signed-in user, with the report's id and sha256
+    from engine.cases.store import CaseStore
+
+    with CaseStore(e2e_world["dir"] / "store" / "cases.sqlite3") as store:
+        cid = report["case"]["case_id"]
+        rows = _until(lambda: store.audit_log(cid, action="report_exported"), lambda r: len(r) >= 2, timeout_s=30)
+        assert [a["format"] for a in rows["after"]] == ["json", "pdf"]
+        assert set(rows["actor"]) == {"e2e"}
+        assert {(a["report_id"], a["report_sha256"]) for a in rows["after"]} == {
+            (report["report_id"], report["report_sha256"])}
+        assert store.verify_audit_chain().ok
     ctx.close()

@@ -63,11 +63,13 @@ def test_claim_next_case_then_disposition_with_fraud_type(app_url, page, output_
     page.get_by_role("spinbutton", name=re.compile(r"^Exposure")).fill("5000")
     page.get_by_role("textbox", name="Note (required)").fill("3 small test charges then a large one")
     page.get_by_role("button", name="Record disposition").click()
-    page.get_by_text(re.compile(r"Recorded confirmed fraud by e2e · card testing · loss 1,234.50")).wait_for()
+    page.get_by_test_id("stAlertContentSuccess").get_by_text(
+        re.compile(r"Recorded confirmed fraud by e2e · card testing · loss 1,234.50")).wait_for()
     # a note without a disposition
     page.get_by_role("textbox", name="Add a note (no disposition needed)").fill("card holder called back")
     page.get_by_role("button", name="Add note").click()
-    page.get_by_text("Note added by e2e").wait_for()
+    page.get_by_test_id("stAlertContentSuccess").get_by_text("Note added by e2e").wait_for()
+    page.get_by_test_id("stToastText").get_by_text("Note added by e2e").wait_for()  # seen where the form is
     assert page.get_by_text("No notes yet").count() == 0
     _shot(page, output_dir, "case_disposition_fraud_type.png")
 

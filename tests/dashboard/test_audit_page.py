@@ -51,13 +51,13 @@ def test_audit_page_lists_filters_and_verifies(audit_env):
     assert at.title[0].value == "Audit log"
     assert "intact (5 rows" in at.success[0].value
     table = at.dataframe[0].value
-    assert table["id"].tolist() == [1, 2, 3, 4, 5]
+    assert table["id"].tolist() == [5, 4, 3, 2, 1]  # newest first: the latest actions open the page
     assert "4111111111111111" not in " ".join(table["after"].dropna())  # card numbers masked
     at.text_input(key="audit_analyst").set_value("ALICE").run()  # lookalikes are one person
-    assert at.dataframe[0].value["id"].tolist() == [3, 4]
+    assert at.dataframe[0].value["id"].tolist() == [4, 3]
     at.text_input(key="audit_analyst").set_value("").run()
     at.text_input(key="audit_case").set_value("2").run()
-    assert at.dataframe[0].value["id"].tolist() == [2, 4, 5]
+    assert at.dataframe[0].value["id"].tolist() == [5, 4, 2]
     at.multiselect(key="audit_actions").set_value(["assigned"]).run()
     assert at.dataframe[0].value["id"].tolist() == [5]
     at.text_input(key="audit_case").set_value("two").run()
@@ -101,6 +101,10 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
         s.record_disposition(1, "confirmed_fraud", "tested", analyst="alice", fraud_type="card_testing",
                              loss_amount=1234.5, currency="USD")                     # 9
         s.save_narrative(1, "Card tested at 3 merchants", analyst="alice")           # 10
+    with CaseStore(audit_env, four_eyes=True) as s:
+        s.record_disposition(2, "confirmed_fraud", "skimmed", analyst="alice", fraud_type="card_testing")  # 11
+        s.approve(2, "agreed", analyst="bob")                                        # 12
+        s.record_export(2, report_id="0f1e2d3c-aaaa", report_sha256="ab" * 32, fmt="pdf", analyst="erin")  # 13
     at = _audit()
     _ok(at)
     t = at.dataframe[0].value
@@ -110,11 +114,14 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
     assert what[7] == "assigned in bulk to alice (2 cases at once), was carol"
     assert what[9] == "disposition confirmed_fraud -> confirmed_fraud, card testing, loss 1,234.50 USD"
     assert what[10] == "report narrative saved"
+    assert what[12] == "approved: confirmed fraud -> confirmed_fraud, proposed by alice"
+    assert what[13] == "report 0f1e2d3c exported as PDF (sha256 abababababab)"
+    assert t["id"].tolist() == list(range(13, 0, -1))
     at.multiselect(key="audit_actions").set_value(["claimed", "bulk_assigned"]).run()
-    assert at.dataframe[0].value["id"].tolist() == [6, 7, 8]
+    assert at.dataframe[0].value["id"].tolist() == [8, 7, 6]
     at.text_input(key="audit_analyst").set_value("bob").run()
-    assert at.dataframe[0].value["id"].tolist() == [7, 8]
-    assert "intact (10 rows" in at.success[0].value
+    assert at.dataframe[0].value["id"].tolist() == [8, 7]
+    assert "intact (13 rows" in at.success[0].value
     # the export is the rows shown, through the one CSV writer
     with CaseStore(audit_env) as s:
         shown = s.audit_log(actor="bob", action=["claimed", "bulk_assigned"])

@@ -206,7 +206,16 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["Case state"] == "pending approval"
     assert not [b for b in at.button if b.label == "Approve"]  # the proposer cannot approve
+    # a recorded disposition clears the form: a second click does not propose the same again
+    assert (at.selectbox(key="disp_fraud_type").value, at.number_input(key="disp_loss").value,
+            at.text_area(key="disp_note").value) == ("", None, "")
     _as(at, "bob").run()  # another signed-in user, a supervisor
+    # the supervisor reads the proposal before approving it (as text: the formula stays literal)
+    table = next(d.value for d in at.dataframe if "proposal" in d.value.columns)
+    prop = dict(zip(table.iloc[:, 0], table["proposal"]))
+    assert (prop["Outcome"], prop["Fraud type"], prop["Proposed by"], prop["Note"]) == (
+        "Confirmed fraud", "Card testing", "alice", "=HYPERLINK(\"x\") same merchant burst")
+    assert prop["Loss"].startswith("1,234.50") and prop["Exposure"] == "not recorded"
     at.text_area(key="approve_note").set_value("agreed")
     at.button(key="FormSubmitter:approve_form-Approve").click().run()
     _ok(at)

@@ -227,6 +227,30 @@ def test_narratives_append_only_and_audited(store):
     conn.close()
 
 
+def test_report_exports_are_audited_without_moving_the_case_mark(store):
+    cid = _id(store, "top")
+    store.add_note(cid, "called the card holder", analyst="alice")
+    mark = store.case_audit_mark(cid)
+    store.record_export(cid, report_id="r-1", report_sha256="ab" * 32, fmt="pdf", analyst="sam")
+    store.record_export(cid, report_id="r-1", report_sha256="ab" * 32, fmt="csv", analyst="sam")
+    assert store.case_audit_mark(cid) == mark  # an export changes nothing a report is built from
+    a = store.audit_log(cid, action="report_exported")
+    assert a["actor"].tolist() == ["sam", "sam"]
+    assert [(x["report_id"], x["report_sha256"], x["format"]) for x in a["after"]] == [
+        ("r-1", "ab" * 32, "pdf"), ("r-1", "ab" * 32, "csv")]
+    assert store.verify_audit_chain().ok
+    store.add_note(cid, "next step", analyst="alice")
+    assert store.case_audit_mark(cid) > mark  # a write still moves it
+    for bad, err in (({"fmt": "docx"}, "format"), ({"report_sha256": "AB" * 32}, "report_sha256"),
+                     ({"report_sha256": "ab" * 31}, "report_sha256")):
+        kw = {"report_id": "r-2", "report_sha256": "ab" * 32, "fmt": "pdf", "analyst": "sam", **bad}
+        with pytest.raises(ValueError, match=err):
+            store.record_export(cid, **kw)
+    with pytest.raises(CaseNotFoundError):
+        store.record_export(99_999, report_id="r-3", report_sha256="ab" * 32, fmt="pdf", analyst="sam")
+    assert len(store.audit_log(cid, action="report_exported")) == 2  # nothing written when it raises
+
+
 def test_v3_store_migrates_to_v4(tmp_path):
     db = tmp_path / "v3.sqlite3"
     conn = connect(db)

@@ -380,6 +380,7 @@ def test_a_whole_working_day_verifies(tmp_path):
         s.save_narrative(1, "Second version.", analyst="alice")
         s.set_thresholds(SHA, 0.4, 0.9, actor="carol")
         s.set_thresholds(SHA, 0.5, 0.9, actor="carol")
+        s.record_export(1, report_id="r-1", report_sha256="ab" * 32, fmt="pdf", analyst="dave")
         v = s.verify_audit_chain()
         assert v.ok, v
         assert s.get_case(1)["state"] == "confirmed_fraud"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -16,8 +17,17 @@ from engine.cases.store.common import (
     ChainVerdict,
     _check_sha,
     _json,
+    _require_text,
+    _utcnow,
     person_key,
+    resolve_analyst,
 )
+
+#: audit actions that record a read of the case (an export), not a change to it: they do not move
+#: :meth:`AuditMixin.case_audit_mark` (a report built before the export is still current after it)
+READ_ACTIONS = ("report_exported",)
+#: the report formats :meth:`AuditMixin.record_export` accepts
+EXPORT_FORMATS = ("pdf", "json", "csv")
 
 
 def audit_csv(frame: pd.DataFrame) -> bytes:
@@ -86,9 +96,35 @@ class AuditMixin:
     def case_audit_mark(self, case_id: int) -> int:
         """The id of the case's latest audit row (0 if none): it changes with every write to the
         case (disposition, assignment, note, narrative), notes included, which do not bump the
-        case's ``version``. A cache key for anything built from the case's record (the report)."""
-        rows = self._read("SELECT coalesce(max(id), 0) FROM audit_log WHERE case_id = ?", (int(case_id),))
+        case's ``version``; exports (:data:`READ_ACTIONS`) do not move it. A cache key for
+        anything built from the case's record (the report)."""
+        rows = self._read("SELECT coalesce(max(id), 0) FROM audit_log WHERE case_id = ? "
+                          f"AND action NOT IN ({', '.join('?' * len(READ_ACTIONS))})", (int(case_id), *READ_ACTIONS))
         return int(rows[0][0])
+
+    def record_export(self, case_id: int, *, report_id: str, report_sha256: str, fmt: str,
+                      analyst: str | None = None) -> None:
+        """Audit one download of a case report as ``report_exported``: who (``analyst``, default
+        ``$FRAUDLENS_ANALYST``), when, the report's id and sha256 (which the PDF prints and the
+        JSON carries, so a file handed outside the bank is traced to this row) and its format
+        (one of :data:`EXPORT_FORMATS`). The case is unchanged.
+
+        Raises :class:`CaseNotFoundError`, :class:`MissingAnalystError`,
+        :class:`NoteRequiredError` (empty report id) and ``ValueError`` (unknown format, or a
+        ``report_sha256`` that is not 64 hex digits)."""
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"format: expected one of {list(EXPORT_FORMATS)}, got {str(fmt)[:20]!r}")
+        if not isinstance(report_sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", report_sha256):
+            raise ValueError(f"report_sha256: expected 64 lowercase hex digits, got {str(report_sha256)[:80]!r}")
+        sha = report_sha256
+        rid = _require_text(report_id, "report id")[:80]
+        analyst = resolve_analyst(analyst)
+        with self._write() as conn:
+            ts = _utcnow()
+            row = self._case_row(conn, case_id)
+            snap = self._snapshot(row)
+            self._audit(conn, ts, analyst, "report_exported", case_id=row["id"], model_sha256=row["model_sha256"],
+                        before=snap, after={**snap, "report_id": rid, "report_sha256": sha, "format": fmt})
 
     def audit_log(
         self,
