@@ -367,6 +367,30 @@ def test_four_eyes_disposition_names_proposer_and_approver_in_every_export(world
     assert (d["outcome"], d["analyst"], d["approval"], d["pending"]) == ("false_positive", "bob", None, True)
 
 
+def test_merchant_ids_are_shown_as_on_the_page_card_numbers_masked(world):
+    """A whole-number merchant id is an id (the transaction table shows it whole); a card field,
+    or a card number inside free text, is masked (before: a 19-digit merchant id was masked)."""
+    from engine.cases.report.model import _detail
+
+    assert _detail("merchant", "-4282466774399734331") == "-4282466774399734331"
+    assert _detail("mcc", 5411) == "5411"
+    assert _detail("card", "4111111111111111") == "411111******1111"
+    assert _detail("merchant", "4111 1111 1111 1111") == "4111 11** **** 1111"  # spaced digits are text: masked
+    assert _detail("merchant_city", f"card {CARD}") == "card 411111******1111"
+    assert _detail("merchant", None) is None
+    ctx = world["ctx"].copy()
+    ctx["merchant"] = ctx["merchant"].astype(object)
+    ctx.loc[ctx.index[1], "merchant"] = "-4282466774399734331"
+    r = rp.build_report(case=world["case"], entity_id=world["entity"], model=world["bundle"],
+                        dataset={"spec": "demo", "file_name": "tx.csv", "file_sha256": None, "max_rows": None,
+                                 "currency": "USD"}, expls=world["expls"], context=ctx,
+                        thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"}, salt="test-salt")
+    assert r["transactions"][1]["details"]["merchant"] == "-4282466774399734331"
+    assert r["transactions"][-1]["details"]["merchant_city"] == "card 411111******1111"
+    df = pd.read_csv(io.BytesIO(rp.to_csv(r)), dtype=str, keep_default_na=False)
+    assert df["merchant"].iloc[1] == "'-4282466774399734331"  # whole; the quote keeps it text in a spreadsheet
+
+
 def test_calibrated_model_reports_the_calibrated_probability_everywhere(world):
     """score.probability is the model's output (the calibration map's), the number the explained
     transaction's row and the thresholds use; before it was sigmoid(logit) (0.999 beside 1.000)."""
