@@ -155,7 +155,7 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     # the transaction panel shows; e.score_probability is sigmoid(logit), the explainers' units
     prob = lead.output(loaded, e.score_logit) if e is not None else float(case["max_probability"])
     band = decision_band(prob, thr["review"], thr["decline"])
-    m = st.columns(5)
+    m = st.columns([1, 1, 1, 1.1, 1.6])  # the state ("pending approval") needs the widest column
     m[0].metric(f"Query fraud {lead.word(loaded)}", f"{prob:.3f}")
     m[1].metric("Review threshold", format_threshold(thr['review']), help=md(thr["source"]))
     m[2].metric("Decline threshold", format_threshold(thr['decline']), help=md(thr["source"]))

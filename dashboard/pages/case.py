@@ -12,7 +12,7 @@ from dashboard import state, timing
 from dashboard.components import lead as lead_ui
 from dashboard.components import tx_table as tx_ui
 from dashboard.components.safe import csv_download, error_text, md
-from engine.cases.fmt import format_threshold
+from engine.cases.fmt import format_gap, format_threshold
 from engine.cases import timeline_table as tt
 from engine.cases import view as cv
 from engine.cases import figures as fig
@@ -175,7 +175,7 @@ m[2].metric("Decision", cv.BAND_LABELS[cv.decision_band(q_out, thr, thresholds["
                  f"decline: {WORD} ≥ {format_threshold(thresholds['decline'])}")
 m[3].metric("Known label", {None: "unknown", 1: "fraud", 0: "legitimate"}[qs.known_label])
 ig_delta = qs.convergence.get("integrated_gradients")
-m[4].metric("IG gap", "—" if ig_delta is None else f"{ig_delta:+.4f}",
+m[4].metric("IG gap", "—" if ig_delta is None else format_gap(ig_delta),  # never "-0.0000"
             help="IG convergence delta: sum of IG attributions − (f(x) − f(baseline)), in logits; near 0 = "
                  "complete attribution")
 m[5].metric("Context", f"{qs.context_length}",

@@ -135,8 +135,10 @@ if msg:
         st.toast(msg[1], icon=":material/check_circle:")
 
 # ------------------------------------------------------------------------------------ filters
-st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · cases created "
-           f"{synced['created']}, updated {synced['updated']} at {fmt.format_ts(synced['scored_at'])}")
+st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · at "
+           f"{fmt.format_ts(synced['scored_at'])}: {synced['created']:,} cases created, {synced['updated']:,} updated "
+           "(one case per entity scored; the open views list those with a transaction at or above the review "
+           "threshold)")
 VIEWS = {"mine": "My open cases", "unassigned": "Unassigned open cases", "open": "All open cases",
          "all": "All cases, closed included"}
 if "work_view" not in ss:

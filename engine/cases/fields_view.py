@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.cases.fmt import format_threshold
 from engine.cases.figures import FRAUD_COLOR, LEGIT_COLOR, _layout, plain_text
 from engine.cases.redact import mask_card_number
 from engine.cases.view import field_value_texts
@@ -154,7 +155,7 @@ def history_caption(fields: dict[str, Any]) -> str:
     w = h["word"]
     return (f"Alone (no earlier transaction): {w} {h['alone']:.3f} (logit {h['alone_logit']:+.3f}) · with its "
             f"{h['n_history']} earlier transaction(s): {h['with_history']:.3f} (logit {h['with_logit']:+.3f}) · "
-            f"difference {h['difference']:+.3f} · review threshold {h['threshold']:.3f}.")
+            f"difference {h['difference']:+.3f} · review threshold {format_threshold(h['threshold'])}.")
 
 
 def reference_caption(fields: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.cases.fmt import format_ts
+from engine.cases.fmt import format_threshold, format_ts
 
 if TYPE_CHECKING:  # figures stay importable without the explainers (and torch)
     from engine.explain.base import Explanation
@@ -264,7 +264,7 @@ def timeline_figure(
     if y == "probability":
         fig.add_hline(
             y=threshold, line=dict(color=THRESHOLD_COLOR, dash="dash", width=1),
-            annotation_text=f"review threshold {threshold:.2f}", annotation_position="top left",
+            annotation_text=f"review threshold {format_threshold(threshold)}", annotation_position="top left",
         )
         fig.update_yaxes(title_text="fraud probability", range=[-0.03, 1.05])
     else:
@@ -560,7 +560,7 @@ def score_distribution(
         fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False))
     fig.add_vline(
         x=threshold, line=dict(color=THRESHOLD_COLOR, dash="dash", width=1),
-        annotation_text=f"review threshold {threshold:.2f}", annotation_position="top",
+        annotation_text=f"review threshold {format_threshold(threshold)}", annotation_position="top",
     )
     fig.update_xaxes(title_text="fraud probability", range=[0, 1])
     fig.update_yaxes(title_text="transactions (log scale)", type="log")

@@ -94,6 +94,20 @@ def format_signed(value: Any, decimals: int = 2) -> str:
     return f"{v:+.{decimals}f}"
 
 
+def format_gap(value: Any, decimals: int = 4) -> str:
+    """A small signed difference that must not read as zero when it is not (an IG convergence
+    delta, in logits): ``format_signed`` with ``decimals``, but a non-zero value that would
+    round to zero in scientific notation (``-3.2e-06``, never ``"-0.0000"``); exactly 0 ->
+    ``"0.0000"``; missing -> ``"-"``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return MISSING
+    if math.isfinite(v) and v != 0 and round(v, decimals) == 0:
+        return f"{v:+.1e}"
+    return format_signed(v, decimals)
+
+
 def format_threshold(value: Any) -> str:
     """A review / decline threshold (a probability in [0, 1]) as text: 3 decimals (``"0.200"``),
     or 3 significant digits when it is above 0 and below 0.001 (``"6.8e-06"``); ``"-"`` if missing."""

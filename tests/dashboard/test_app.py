@@ -261,7 +261,9 @@ def test_choosing_an_entity_and_a_transaction_shows_its_explanations(env):
     # the one band rule (checkpoint thresholds 0.5 / 0.8), as the disposition panel and the export
     assert metrics["Decision"] == cv.BAND_LABELS[cv.decision_band(p, 0.5, 0.8)]
     assert metrics["Decision band"] == metrics["Decision"]
-    assert re.fullmatch(r"[+-]\d\.\d{4}", metrics["IG gap"])
+    # 4 decimals, or a tiny non-zero gap in scientific notation (never "+0.0000")
+    assert re.fullmatch(r"[+-]\d\.\d{4}|[+-]\d\.\de[+-]\d\d|0\.0000", metrics["IG gap"])
+    assert metrics["IG gap"] not in ("+0.0000", "-0.0000")
     assert int(metrics["Context"]) > 5
     assert len(_charts_of_every_tab(at)) == N_CASE_CHARTS
     # the context table has the query last, with its attributions

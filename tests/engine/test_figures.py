@@ -193,6 +193,10 @@ def test_timeline_markers_follow_the_scores_with_the_threshold_line():
     assert list(fraud.y) == [0.95]
     assert list(fig.data[2].y) == [0.4] and fig.data[2].marker.color == F.QUERY_COLOR
     assert fig.layout.yaxis.title.text == "fraud probability"
+    # the line's label reads as the metrics do (format_threshold: 0.014, never 0.01)
+    assert [a.text for a in F.timeline_figure(tl, 0.014).layout.annotations] == ["review threshold 0.014"]
+    assert [a.text for a in F.score_distribution(tl["probability"], 0.014).layout.annotations] == [
+        "review threshold 0.014"]
 
 
 def test_timeline_by_amount_has_no_threshold_line():

@@ -296,6 +296,8 @@ def test_v3_store_migrates_to_v4(tmp_path):
 
 
 def test_formatters():
+    assert [fmt.format_gap(v) for v in (-3.2e-6, 4e-5, 0.0, 0.01234, -0.5, None)] == [
+        "-3.2e-06", "+4.0e-05", "0.0000", "+0.0123", "-0.5000", "-"]  # never "-0.0000"
     assert fmt.format_ts("2026-12-01T14:05:09.123456+00:00") == "2026-12-01 14:05 UTC"
     assert fmt.format_ts("2026-12-01T15:05:09+01:00") == "2026-12-01 14:05 UTC"
     assert fmt.format_ts(pd.Timestamp("2026-12-01 14:05:09")) == "2026-12-01 14:05 UTC"  # naive = UTC
