@@ -243,6 +243,25 @@ def test_pdf_wraps_long_text_across_pages(hostile_world, tmp_path, attack, note_
         assert text.count("§") == 5_000
 
 
+def test_pdf_shows_characters_its_font_lacks_as_code_points(hostile_world, tmp_path):
+    """A note with a character the PDF font has no glyph for ("\ufdfd", an emoji) was blank in the
+    PDF: the text was lost without a sign. It is written as [U+FDFD]; covered text is unchanged."""
+    from pypdf import PdfReader
+
+    from engine.cases import report as rp
+    from engine.cases.report.pdf_writer import Doc
+
+    note = "caller said \ufdfd then \U0001f642 – café Ünïcode ok"
+    rep = _report_of(hostile_world, note, "Zürich", tmp_path)
+    doc = Doc(rep)
+    if not doc.unicode:
+        pytest.skip("DejaVu fonts not installed: the core font's rule (latin-1) applies")
+    assert doc.clean(note) == "caller said [U+FDFD] then [U+1F642] – café Ünïcode ok"
+    text = " ".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(rep))).pages)
+    assert text.count("caller said [U+FDFD] then [U+1F642]") >= 2  # the disposition note and the notes table
+    assert "Zürich" in text
+
+
 # ------------------------------------------------------------------------------------ markdown / HTML payloads
 def _rendered(markdown_source: str) -> str:
     """HTML a CommonMark renderer (raw HTML allowed: the worst case) makes of ``markdown_source``."""

@@ -129,6 +129,7 @@ class Doc:
             self.font = "DejaVu"
         else:  # core font: latin-1 only
             self.font = "Helvetica"
+        self._coverage: dict[int, bool] = {}
         pdf.set_title(f"fraudlens case report {rid}")
         pdf.set_creator(f"fraudlens {report['app']['version']}")
         pdf.set_auto_page_break(True, margin=15)
@@ -136,9 +137,21 @@ class Doc:
         self.W = pdf.epw
 
     def clean(self, s: Any) -> str:
+        """``s`` as the PDF can show it: control characters removed; a character the font has no
+        glyph for (the core font: anything outside latin-1) written as ``[U+FDFD]``, so no text
+        of a note or a field is silently lost as a blank."""
         s = "" if s is None else str(s)
         s = "".join(ch for ch in s if ch in "\t\n" or ord(ch) >= 32)
-        return s if self.unicode else s.encode("latin-1", "replace").decode("latin-1")
+        covered = self._covered
+        return "".join(ch if ch in "\t\n" or covered(ord(ch)) else f"[U+{ord(ch):04X}]" for ch in s)
+
+    def _covered(self, cp: int) -> bool:
+        """True when every style of the font in use has a glyph for code point ``cp``."""
+        if not self.unicode:
+            return cp < 256
+        if cp not in self._coverage:
+            self._coverage[cp] = all(cp in f.cmap for f in self.pdf.fonts.values() if hasattr(f, "cmap"))
+        return self._coverage[cp]
 
     def _multi(self, h: float, t: str) -> None:
         from fpdf.enums import XPos, YPos
