@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboard import components as comp
 from dashboard import state, timing
+from dashboard.components import deeplink
 from dashboard.components import lead as lead_ui
 from dashboard.components import tx_table as tx_ui
 from dashboard.components.safe import csv_download, error_text, md
@@ -48,6 +49,7 @@ if not len(ranking):
 
 # ------------------------------------------------------------------------------------- entity
 entity_ids = ranking["entity_id"].tolist()
+link_problem = deeplink.restore(loaded)  # once per session: the case in the address (a reload, a bookmark)
 if ss.get(state.ENTITY) not in set(entity_ids):
     state.set_entity(entity_ids[0])  # default: the highest-ranked entity
 entity = ss[state.ENTITY]
@@ -61,6 +63,8 @@ tx_ui.apply_selection(entity, tl)  # a row selected in the transaction table: it
 if ss.get(state.QUERY) not in set(ids):
     state.set_query(cv.default_query(tl))  # default: the highest-scored transaction
 query = ss[state.QUERY]
+comp.sync_cases(loaded)  # once per process and source (cached): the entity's case exists before it is linked
+deeplink.publish((comp.case_for_entity(loaded, entity) or {}).get("id"), query)
 timer.mark("timeline")
 try:
     expls, expl_error = state.get_explanations(loaded, query), None
@@ -89,6 +93,8 @@ pick.selectbox(
 if expl_error is None:
     lead_ui.render_lead(loaded, query, currency, when=str(tl.iloc[ids.index(query)]["when"]))
 title_slot.title(f"Case {md(cv.mask(entity))}")
+if link_problem:
+    st.warning(md(link_problem), icon=":material/link_off:")
 timer.mark("lead drawn")
 pause_s = timing.lead_pause_s()
 if expl_error is None and pause_s > 0:  # the reasons go out and are painted before the rest

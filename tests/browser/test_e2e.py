@@ -174,4 +174,12 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path, 
         assert {(a["report_id"], a["report_sha256"]) for a in rows["after"]} == {
             (report["report_id"], report["report_sha256"])}
         assert store.verify_audit_chain().ok
+
+    # a reload is a new session (signed out); signed in again, the same case and transaction open
+    shown = _subheader(page)
+    url = page.url
+    assert f"case={cid}" in url, url
+    sign_in(page, url, "e2e")
+    page.get_by_text("Disposition", exact=True).first.wait_for()
+    assert _subheader(page) == shown
     ctx.close()
