@@ -571,6 +571,9 @@ def dashboard(
 
 
 from engine.serve.launch_checks import port_free, secrets_have_auth  # noqa: E402
+from engine.cli_report import report  # noqa: E402 (fraudlens report: a case's compliance report)
+
+app.command()(report)
 from engine.serve.users_commands import users_app  # noqa: E402 (fraudlens users add / list)
 
 app.add_typer(users_app, name="users")

@@ -27,7 +27,6 @@ from dashboard import components as comp
 from dashboard.components.safe import md
 from engine.cases import fmt
 from engine.cases import view as cv
-from engine.data.spec import source_spec_key
 from engine.cases import report as rp
 from engine.cases.store import CaseStoreError
 from engine.serve import access as ac
@@ -67,24 +66,15 @@ def report_key(loaded: Any, case: dict, query: str, thresholds: dict, who: str |
 def build_case_report(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,
                       scored_at: str | None, who: str | None, trust: dict | None = None,
                       fields: dict | None = None) -> dict:
-    """The report model (engine.cases.report.build_report) from what the case page holds
-    (``fields``: history effect and per-field attributions, engine.cases.fields_view)."""
-    store = comp.get_store()
-    src = loaded.source
-    ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, src.frame)
-    return rp.build_report(
-        case=case, entity_id=entity, model=loaded.bundle,
-        dataset={"spec": source_spec_key(src.spec), "file_name": str(loaded.src.get("label", "")),
-                 "file_sha256": src.file_sha256 or None, "max_rows": loaded.src.get("max_rows"),
-                 "currency": src.currency},
-        expls=expls, context=ctx, thresholds=thresholds,
-        history=store.history(case["id"]), notes=store.notes(case["id"]), scored_at=scored_at,
-        narrative=store.narrative(case["id"]),
-        probabilities=dict(zip(tl["transaction_id"].astype(str), tl["probability"])),
-        trust=trust, exported_by=who, fields=fields,
-        threshold_quality=rp.threshold_metrics(loaded.scores, {"review": thresholds["review"],
-                                                               "decline": thresholds["decline"]}, loaded.bundle.meta),
-    )
+    """The report model from what the case page holds (``fields``: history effect and per-field
+    attributions, engine.cases.fields_view), by the path ``fraudlens report`` takes too
+    (:func:`engine.cases.report.case_export.case_report`)."""
+    from engine.cases.report.case_export import case_report
+
+    return case_report(comp.get_store(), case, entity_id=entity, source=loaded.source, bundle=loaded.bundle,
+                       scores=loaded.scores, expls=expls, thresholds=thresholds, exported_by=who,
+                       file_label=str(loaded.src.get("label", "")), max_rows=loaded.src.get("max_rows"),
+                       scored_at=scored_at, trust=trust, fields=fields)
 
 
 def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, thresholds: dict,

@@ -1,0 +1,147 @@
+"""``fraudlens report``: a case's compliance report from the command line, signed in with the
+credentials file, each file an audited download; the report equals the dashboard's path
+(engine.cases.report.case_export) and verifies; refusals write nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from pypdf import PdfReader
+from typer.testing import CliRunner
+
+from engine.cases import report as rp
+from engine.cases import view as cv
+from engine.cases.store import CaseStore, source_id
+from engine.cli import app
+from engine.data.spec import source_spec_key
+from engine.serve import access as ac
+from tiny_models import demo_slice, tiny_checkpoint
+
+PW = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli-report")
+    data = demo_slice(d / "tx.csv", 400)
+    src = cv.load_source(data, cv.demo_spec_name())
+    tiny_checkpoint(src.frame, src.spec, d / "model", {"name": "tiny-cli-report", "thresholds": {"review": 0.5}},
+                    context_length=8, min_history=4)
+    bundle = cv.load_model(d / "model")
+    scores = cv.score_source(bundle, src.frame)
+    rk = cv.rank_entities(scores, bundle.threshold)
+    users = d / "users.toml"
+    for name, role in (("alice", "analyst"), ("erin", "auditor"), ("root", "admin")):
+        ac.add_user(users, name, role, PW)
+    return {"dir": d, "data": data, "src": src, "bundle": bundle, "scores": scores, "ranking": rk, "users": users}
+
+
+@pytest.fixture
+def env(world, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("FRAUDLENS_USERS", str(world["users"]))
+    monkeypatch.setenv("FRAUDLENS_PSEUDONYM_SALT", "t")
+    (tmp_path / "store").mkdir()
+    rk, src, b = world["ranking"], world["src"], world["bundle"]
+    rows = pd.DataFrame({"entity_id": rk["entity_id"].astype(str), "max_probability": rk["max_probability"],
+                         "max_transaction_id": rk["top_transaction_id"].astype(str), "first_ts": rk["first_seen"],
+                         "last_ts": rk["last_seen"], "max_amount": 10.0, "n_transactions": rk["n_transactions"],
+                         "n_known_fraud": rk["known_frauds"]})
+    db = tmp_path / "store" / "cases.sqlite3"
+    with CaseStore(db, four_eyes=False) as s:
+        s.upsert_cases(b.sha256, rows, source_id=source_id(src.file_sha256, source_spec_key(src.spec)))
+        cid = int(s.find_case(b.sha256, source_id(src.file_sha256, source_spec_key(src.spec)),
+                              str(rk["entity_id"].iloc[0]))["id"])
+        s.record_disposition(cid, "escalate", "called the card holder", analyst="alice")
+    return {**world, "db": db, "case": cid, "out": tmp_path / "out", "entity": str(rk["entity_id"].iloc[0])}
+
+
+def _run(env, user="alice", password=PW, *extra):
+    args = ["report", "--case", str(env["case"]), "--data", str(env["data"]), "--model", str(env["dir"] / "model"),
+            "--out", str(env["out"]), "--user", user, "--password-stdin", *extra]
+    return CliRunner().invoke(app, args, input=password + "\n")
+
+
+def test_report_writes_three_verified_files_and_audits_each(env):
+    res = _run(env)
+    assert res.exit_code == 0, res.output
+    files = sorted(env["out"].iterdir())
+    assert [f.suffix for f in files] == [".csv", ".json", ".pdf"]
+    doc = json.loads(next(f for f in files if f.suffix == ".json").read_text(encoding="utf-8"))
+    rp.validate(doc)
+    assert rp.verify_report(doc)
+    assert doc["exported_by"] == "alice" and doc["case"]["case_id"] == env["case"]
+    assert doc["score"]["transaction_id"] == cv.mask(env["ranking"]["top_transaction_id"].iloc[0])  # the riskiest
+    assert doc["narrative"]["disposition"]["note"] == "called the card holder"
+    assert env["entity"] not in json.dumps(doc["case"])  # pseudonymised
+    text = " ".join(p.extract_text() for p in PdfReader(str(next(f for f in files if f.suffix == ".pdf"))).pages)
+    assert doc["report_id"] in text and "by alice" in text
+    with CaseStore(env["db"]) as s:
+        a = s.audit_log(env["case"], action="report_exported")
+        assert a["actor"].tolist() == ["alice"] * 3
+        assert sorted(x["format"] for x in a["after"]) == ["csv", "json", "pdf"]
+        assert {x["report_sha256"] for x in a["after"]} == {doc["report_sha256"]}
+        assert s.verify_audit_chain().ok
+    # the dashboard's path gives the same report content (ids and export time aside)
+    from engine.cases.report.case_export import case_report
+    from engine.cases.thresholds import thresholds_in_force
+
+    with CaseStore(env["db"]) as s:
+        expls = cv.explain_query(env["bundle"], env["src"].frame, str(env["ranking"]["top_transaction_id"].iloc[0]))
+        again = case_report(s, s.get_case(env["case"]), entity_id=env["entity"], source=env["src"],
+                            bundle=env["bundle"], scores=env["scores"], expls=expls,
+                            thresholds=thresholds_in_force(env["bundle"], s), exported_by="alice",
+                            file_label=env["data"].name)
+    strip = ("report_id", "report_sha256", "exported_at", "library_versions")
+
+    def same(d):  # run times differ between two computations
+        d = {k: v for k, v in d.items() if k not in strip}
+        d["explanations"] = {m: {k: v for k, v in e.items() if k != "elapsed_s"} for m, e in d["explanations"].items()}
+        return d
+
+    assert same(json.loads(rp.to_json(again))) == same(doc)
+
+
+def test_report_explains_the_transaction_asked_for_and_only_the_formats_asked_for(env):
+    tx = env["scores"].loc[env["scores"]["entity_id"].astype(str) == env["entity"], "transaction_id"].astype(str)
+    res = _run(env, "erin", PW, "--transaction", tx.iloc[-2], "--formats", "json")  # an auditor views cases
+    assert res.exit_code == 0, res.output
+    (f,) = list(env["out"].iterdir())
+    assert json.loads(f.read_text(encoding="utf-8"))["score"]["transaction_id"] == cv.mask(tx.iloc[-2])
+
+
+@pytest.mark.parametrize("user, password, extra, words", [
+    ("alice", "wrong", (), "unknown user or wrong password"),
+    ("mallory", PW, (), "unknown user or wrong password"),
+    ("root", PW, (), "may not view cases"),
+    ("alice", PW, ("--formats", "docx"), "--formats"),
+    ("alice", PW, ("--transaction", "no-such-tx"), "is not one of case"),
+])
+def test_refusals_write_nothing(env, user, password, extra, words):
+    res = _run(env, user, password, *extra)
+    assert res.exit_code == 2 and words in " ".join(res.output.split()), res.output
+    assert not env["out"].exists() or not list(env["out"].iterdir())
+    with CaseStore(env["db"]) as s:
+        assert not len(s.audit_log(env["case"], action="report_exported"))
+
+
+def test_a_case_of_another_file_or_model_is_refused(env, tmp_path):
+    other = demo_slice(tmp_path / "other.csv", 300)
+    res = CliRunner().invoke(app, ["report", "--case", str(env["case"]), "--data", str(other), "--model",
+                                   str(env["dir"] / "model"), "--out", str(env["out"]), "--user", "alice",
+                                   "--password-stdin"], input=PW + "\n")
+    assert res.exit_code == 2 and "belongs to another data file or model" in " ".join(res.output.split()), res.output
+    res = _run(env, "alice", PW)
+    assert res.exit_code == 0  # the case's own file
+    res = CliRunner().invoke(app, ["report", "--case", "99999", "--data", str(env["data"]), "--model",
+                                   str(env["dir"] / "model"), "--out", str(tmp_path / "o2"), "--user", "alice",
+                                   "--password-stdin"], input=PW + "\n")
+    assert res.exit_code == 2 and "not in the case store" in res.output
+
+
+def test_no_credentials_file_no_report(env, monkeypatch):
+    monkeypatch.delenv("FRAUDLENS_USERS")
+    res = _run(env)
+    assert res.exit_code == 2 and "needs sign-in" in res.output
