@@ -14,6 +14,7 @@ page says so and opens nothing from the address.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import streamlit as st
@@ -39,13 +40,13 @@ def restore(loaded: Any) -> str | None:
     raw = st.query_params.get(CASE_PARAM)
     if raw is None:
         return None
-    try:
-        cid = int(str(raw).strip())
-    except ValueError:
-        return f"The address names case {str(raw)[:20]!r}: not a case number."
+    text = str(raw).strip()
+    if not re.fullmatch(r"[0-9]{1,18}", text):  # ASCII digits only: no "1_0", no other scripts' digits
+        return f"The address names case {text[:20]!r}: not a case number."
+    cid = int(text)
     try:
         case = comp.get_store().get_case(cid)
-    except CaseStoreError:
+    except (CaseStoreError, OverflowError):
         return f"Case {cid} is not in the case store."
     if case.get("model_sha256") != loaded.bundle.sha256 or case.get("source_id") != comp.data_source_id(loaded):
         return (f"Case {cid} belongs to another data file or model than the one loaded here: open it from the "

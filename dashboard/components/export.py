@@ -32,7 +32,6 @@ from engine.cases.store import CaseStoreError
 from engine.serve import access as ac
 
 PREPARED = "export_prepared"  # session state: the key of the exports prepared in this session
-EXPORT_AUDIT_ERROR = "export_audit_error"  # session state: a download the audit log could not record
 PREPARE_NOW = "prepare-now"  # PREPARED after a click on "Prepare the exports", until the run that builds them
 _LOCK = threading.Lock()
 _CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
@@ -98,9 +97,6 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
                f"transaction {md(cv.mask(query))}; card numbers masked, entity pseudonymised. The PDF carries the "
                "JSON report's id and sha256.")
     ss = st.session_state
-    err = ss.pop(EXPORT_AUDIT_ERROR, None)
-    if err:
-        st.error(md(err))
     if ss.get(PREPARED) == PREPARE_NOW:  # the key of this run, not of the run that drew the button: a what-if
         ss[PREPARED] = key  # edit reruns only its fragment (dashboard/components/whatif.py), not this button
     if ss.get(PREPARED) != key:
@@ -125,27 +121,34 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
         js = _cached(key + ("json",), lambda: rp.to_json(report))
         csv = _cached(key + ("csv",), lambda: rp.to_csv(report))
     c = st.columns(3)
+    ident, store = comp.signed_in(), comp.get_store()
     for col, (kind, label, data, icon) in zip(c, (("pdf", "Download PDF", pdf, ":material/picture_as_pdf:"),
                                                   ("json", "Download JSON", js, ":material/data_object:"),
                                                   ("csv", "Download CSV", csv, ":material/table:"))):
-        col.download_button(label, data, file_name=rp.report_filename(report, kind), mime=MIME[kind],
-                            key=f"dl_{kind}", on_click=_audit_export, args=(int(case["id"]), report, kind),
-                            icon=icon)
+        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data),
+                            file_name=rp.report_filename(report, kind), mime=MIME[kind], key=f"dl_{kind}",
+                            on_click="ignore", icon=icon)
     st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])} · every "
                "download is recorded in the audit log with the report's id and sha256")
 
 
-def _audit_export(case_id: int, report: dict, kind: str) -> None:
-    """Download callback: the export goes into the audit log (``report_exported``) under the
-    signed-in user (engine.cases.store.AuditMixin.record_export). It does not move the case's
-    audit mark, so the prepared exports stay current."""
-    ident = comp.signed_in()
-    try:
-        who = ac.require(ident, ac.VIEW_CASES).name
-        comp.get_store().record_export(case_id, report_id=report["report_id"], report_sha256=report["report_sha256"],
-                                       fmt=kind, analyst=who)
-    except (ac.AccessDenied, CaseStoreError, ValueError) as e:
-        st.session_state[EXPORT_AUDIT_ERROR] = f"The {kind.upper()} download was not recorded in the audit log: {e}"
+def audited_download(store: Any, ident: Any, case_id: int, report: dict, kind: str, data: bytes) -> Callable[[], bytes]:
+    """The deferred data of one download button: Streamlit calls it when the user clicks (no
+    bytes are served before), and it writes the ``report_exported`` audit row
+    (engine.cases.store.AuditMixin.record_export) *before* it returns the prepared bytes; if the
+    row cannot be written, or the user is no longer one whose role views cases (the credentials
+    file read now: a removed user's page still shows the button), it raises and nothing is
+    served. Runs outside the script run (no session state): the identity and the store are
+    taken when the button is drawn."""
+
+    def make() -> bytes:
+        now = ac.still_signed_in(ac.users_path(), ident) if ident is not None else None
+        who = ac.require(now, ac.VIEW_CASES).name
+        store.record_export(case_id, report_id=report["report_id"], report_sha256=report["report_sha256"],
+                            fmt=kind, analyst=who)
+        return data
+
+    return make
 
 
 NARRATIVE_MSG = "narrative_msg"

@@ -1,9 +1,9 @@
-"""Which values the Case page masks: PAN-like text of card fields only.
-
-Merchant ids, MCCs, cities and transaction ids are not card numbers (a TabFormer merchant id is a
-19-digit number that :func:`engine.cases.redact.mask_card_number` would mask), so they are shown as
-in the what-if form. A column is a *card field* when its name contains one of :data:`CARD_WORDS`;
-its PAN-like digit runs are masked (first 6 / last 4 kept, PCI DSS display rule).
+"""Which values the Case page masks (:func:`engine.cases.redact.mask_field_value`, the rule the
+report uses too): a *card field* (its name contains one of :data:`CARD_WORDS`) has its PAN-like
+digit runs masked (first 6 / last 4 kept, PCI DSS display rule); any other field (merchant ids,
+MCCs, cities, transaction ids) only its 13-19 digit runs that pass the Luhn check, so a TabFormer
+merchant id (a 19-digit number) reads whole 9 times in 10 while a card number in the wrong column
+is still masked.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ CARD_WORDS, is_card_field, mask_card_fields = cv.CARD_WORDS, cv.is_card_field, c
 
 
 def mask_value(field: str, value: Any) -> Any:
-    """``value`` masked when ``field`` is a card field, else unchanged."""
-    return cv.mask(value) if is_card_field(field) else value
+    """``value`` masked by the one field rule (:func:`engine.cases.view.mask_field_value`): a card
+    field's card-number-like runs, elsewhere only Luhn-valid ones."""
+    return cv.mask_field_value(field, value)
 
 
 __all__ = ["CARD_WORDS", "edits_table", "is_card_field", "mask_card_fields", "mask_value"]

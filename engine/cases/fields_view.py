@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from engine.cases.fmt import format_threshold
 from engine.cases.figures import FRAUD_COLOR, LEGIT_COLOR, _layout, plain_text
-from engine.cases.redact import mask_card_number
+from engine.cases.redact import mask_field_value
 from engine.cases.view import field_value_texts
 
 #: the sentence shown for every method's per-field values
@@ -94,16 +94,16 @@ def query_fields(bundle, frame: pd.DataFrame, transaction_id: str, *, cells: boo
         vals[fa.field_names.index(name)] = text
     d = fa.to_dict()
     d["values"] = vals
-    from engine.cases.view import is_card_field  # merchant ids are not PANs: card fields only
 
-    d["reference"] = {k: mask_card_number(str(v)) if is_card_field(k) else str(v) for k, v in d["reference"].items()}
+
+    d["reference"] = {k: mask_field_value(k, str(v)) for k, v in d["reference"].items()}
     if "amount_vs_history" in fa.field_names:  # its reference is 0 = the entity's usual amount
         d["reference"].setdefault("amount_vs_history", "the entity's usual amount")
     if fa.cells is not None:
         d["cell_labels"] = {str(p): f"{str(rows['timestamp'].iloc[p])[:16]} · {rows['amount'].iloc[p]:.2f} {currency}".strip()
                             for p in fa.cells.positions}
-        d["cell_values"] = {f"{p}:{f}": (mask_card_number if is_card_field(f) else str)(
-                                field_value_texts(rows.iloc[p], [f], currency)[0]) for p, f in fa.cells.cells}
+        d["cell_values"] = {f"{p}:{f}": mask_field_value(f, str(field_value_texts(rows.iloc[p], [f], currency)[0]))
+                            for p, f in fa.cells.cells}
     return {"history_effect": he.to_dict(), "field_attribution": d}
 
 

@@ -162,17 +162,66 @@ def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transact
     return out
 
 
-#: column-name parts that make a column a card field (its PAN-like values are masked in tables)
-CARD_WORDS = ("card", "pan", "account_number")
+#: column-name parts that make a column a card field (its PAN-like values are masked in tables);
+#: ``cc_num`` is the card-number column of the widely used Kaggle credit-card fraud simulations
+CARD_WORDS = ("card", "pan", "account_number", "cc_num", "ccnum", "cc_number")
+
+# 13-19 digits (single spaces or dashes between them), not part of a longer digit run: a card
+# number's length (ISO/IEC 7812)
+_PAN_RE = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn (mod 10) check every card number passes (ISO/IEC 7812-1, Annex B):
+    ``"4111111111111111"`` -> True. Non-digits are ignored."""
+    ds = [int(c) for c in digits if c.isdigit()]
+    total = 0
+    for i, d in enumerate(reversed(ds)):
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return bool(ds) and total % 10 == 0
+
+
+def mask_luhn_pans(text: Any) -> Any:
+    """Mask only the digit runs that could be card numbers: 13-19 digits that pass the Luhn check
+    (first 6 / last 4 kept, as :func:`mask_card_number`). A random 19-digit merchant id passes in
+    1 case of 10 and is then masked too (the safe side); the other 9 are shown whole. A Python
+    ``int`` is converted to text first; anything else is returned unchanged."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str):
+        return text
+    return _PAN_RE.sub(lambda m: _mask_match(m) if luhn_valid(m.group(0)) else m.group(0), text)
 
 
 def is_card_field(name: Any) -> bool:
-    """True when column ``name`` holds card numbers (contains one of :data:`CARD_WORDS`).
-    Merchant ids, MCCs and transaction ids are not card numbers and are shown in full."""
+    """True when column ``name`` holds card numbers (contains one of :data:`CARD_WORDS`)."""
     n = str(name).lower()
     return any(w in n for w in CARD_WORDS)
 
 
+def mask_field_value(field: Any, value: Any) -> Any:
+    """One rule for a transaction field's value wherever it is shown or exported (tables, the
+    what-if form, the report's transaction details): a card field (:func:`is_card_field`) has every
+    card-number-like run masked (:func:`mask_card_number`); any other field (merchant, MCC, city,
+    transaction id) only its Luhn-valid 13-19 digit runs (:func:`mask_luhn_pans`), so a merchant
+    id reads whole while a card number that landed in another column is still masked."""
+    return mask_card_number(value) if is_card_field(field) else mask_luhn_pans(value)
+
+
 def mask_card_fields(df: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``df`` with PAN-like values masked in its card fields only (:func:`is_card_field`)."""
-    return mask_frame(df, skip=tuple(c for c in df.columns if not is_card_field(c)))
+    """Copy of ``df`` masked by :func:`mask_field_value` per column (text and integer columns; an
+    integer column is turned into text only when one of its values is masked), control characters
+    shown as text (:func:`engine.data.csv_writer.show_controls`)."""
+    out = df.copy()
+    for c in out.columns:
+        col = out[c]
+        if pd.api.types.is_object_dtype(col) or pd.api.types.is_string_dtype(col):
+            out[c] = col.map(lambda v, c=c: show_controls(mask_field_value(c, v)) if isinstance(v, (str, int))
+                             and not isinstance(v, bool) else v)
+        elif pd.api.types.is_integer_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            masked = col.map(lambda v, c=c: mask_field_value(c, int(v)) if pd.notna(v) else v)
+            if (masked.astype(str) != col.astype(str)).any():
+                out[c] = masked
+    return out

@@ -37,6 +37,7 @@ from engine.cases.redact import (  # noqa: F401 - masking lives with the other r
     CARD_WORDS,
     is_card_field,
     mask_card_fields,
+    mask_field_value,
     mask_card_number,
     mask_frame,
 )
@@ -385,7 +386,7 @@ def field_value_texts(row: pd.Series, field_names: list[str], currency: str = ""
         else:
             v = "—"  # a field the model derives, not a column of the row
         v = v if len(v) <= 24 else v[:23] + "…"
-        out.append(mask_card_number(v) if is_card_field(f) else v)  # merchant ids are not PANs
+        out.append(mask_field_value(f, v))  # card fields masked; elsewhere only Luhn-valid card-like runs
     return out
 
 

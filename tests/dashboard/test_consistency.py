@@ -16,6 +16,7 @@ import re
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
@@ -50,16 +51,29 @@ def cenv(world, monkeypatch, tmp_path, users_file):  # noqa: F811
 
 @pytest.fixture
 def downloads(monkeypatch):
-    """file name -> bytes of every download button's data, as Streamlit stores it."""
-    got: dict[str, bytes] = {}
+    """file name -> a click on that download button: the bytes it serves. Report downloads are
+    deferred (dashboard/components/export.py: the audit row is written at the click, then the
+    bytes are served), so the deferred callables are collected and called here; plain downloads
+    are read from the media storage as Streamlit stores them."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    got: dict[str, Any] = {}
     orig = MemoryMediaFileStorage.load_and_get_id
+    orig_deferred = MediaFileManager.add_deferred
 
     def spy(self, path_or_data, mimetype, kind, filename=None):
         if filename:
-            got[filename] = path_or_data if isinstance(path_or_data, bytes) else Path(path_or_data).read_bytes()
+            data = path_or_data if isinstance(path_or_data, bytes) else Path(path_or_data).read_bytes()
+            got[filename] = lambda: data
         return orig(self, path_or_data, mimetype, kind, filename)
 
+    def spy_deferred(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        if file_name:
+            got[file_name] = data_callable
+        return orig_deferred(self, data_callable, mimetype, coordinates, file_name, **kw)
+
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", spy)
+    monkeypatch.setattr(MediaFileManager, "add_deferred", spy_deferred)
     return got
 
 
@@ -80,9 +94,10 @@ def _metrics(at: AppTest) -> dict[str, str]:
 
 
 def _download(downloads: dict, suffix: str) -> bytes:
+    """A click on the latest report download button whose file name ends with ``suffix``."""
     hits = [v for k, v in downloads.items() if k.endswith(suffix) and re.match(r"fraudlens-case\d+-", k)]
     assert hits, sorted(downloads)
-    return hits[-1]
+    return hits[-1]()
 
 
 def _earlier(env) -> str:
@@ -209,3 +224,30 @@ def test_each_export_carries_its_own_user_and_the_notes_added_since(cenv, downlo
     assert second["report_id"] != first["report_id"]
     assert [n["text"] for n in second["disposition"]["notes"]] == ["called the cardholder: card was stolen"]
     assert [n["text"] for n in first["disposition"]["notes"]] == []
+
+
+def test_a_download_is_audited_at_the_click_and_refused_for_a_removed_user(cenv, downloads, monkeypatch):
+    """Drawing the buttons serves nothing and writes nothing; each click writes its audit row
+    before the bytes are served; a user removed from the credentials file since the page was
+    drawn gets nothing (review finding: the bytes were at a media URL as soon as the buttons were
+    drawn, and the audit row was written only by the click callback)."""
+    import os
+
+    at = _page("pages/case.py", entity_id=cenv["entity"], query_id=cenv["query"])
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    with CaseStore(cenv["db"]) as s:
+        assert not len(s.audit_log(action="report_exported"))
+    report = json.loads(_download(downloads, ".json"))
+    _download(downloads, ".pdf")
+    with CaseStore(cenv["db"]) as s:
+        a = s.audit_log(int(report["case"]["case_id"]), action="report_exported")
+        assert a["actor"].tolist() == ["alice", "alice"]
+        assert [x["format"] for x in a["after"]] == ["json", "pdf"]
+        assert {x["report_sha256"] for x in a["after"]} == {report["report_sha256"]}
+    users = Path(os.environ["FRAUDLENS_USERS"])
+    ac.write_users(users, {k: v for k, v in ac.load_users(users).items() if k != "alice"})
+    with pytest.raises(ac.AccessDenied):
+        _download(downloads, ".csv")
+    with CaseStore(cenv["db"]) as s:
+        assert len(s.audit_log(action="report_exported")) == 2

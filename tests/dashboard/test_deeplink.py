@@ -59,6 +59,8 @@ def test_a_reload_reopens_the_case_and_transaction_in_the_address(env):  # noqa:
 
 
 @pytest.mark.parametrize("case, words", [("abc", "not a case number"), ("999999", "not in the case store"),
+                                         ("100000000000000000000", "not a case number"),  # crashed the page
+                                         ("1_0", "not a case number"), ("\u0661", "not a case number"),
                                          ("other", "another data file or model")])
 def test_an_address_this_session_cannot_open_says_so(env, case, words):  # noqa: F811
     first = _session()  # creates the cases of the loaded source

@@ -368,27 +368,45 @@ def test_four_eyes_disposition_names_proposer_and_approver_in_every_export(world
 
 
 def test_merchant_ids_are_shown_as_on_the_page_card_numbers_masked(world):
-    """A whole-number merchant id is an id (the transaction table shows it whole); a card field,
-    or a card number inside free text, is masked (before: a 19-digit merchant id was masked)."""
+    """One field rule for the page and the report (redact.mask_field_value): a merchant id reads
+    whole unless it could be a card number (13-19 digits passing the Luhn check); a card field,
+    or a card number in any field, is masked (before: every 12-19 digit run was masked in the
+    report and shown whole on the page; a review found a PAN stored as 'merchant' left whole)."""
+    from engine.cases.redact import luhn_valid, mask_card_fields, mask_field_value
     from engine.cases.report.model import _detail
 
-    assert _detail("merchant", "-4282466774399734331") == "-4282466774399734331"
+    merchant = "-727612092139916043"  # a TabFormer merchant id (88 % of them fail the Luhn check)
+    assert not luhn_valid(merchant) and luhn_valid("-4282466774399734331")
+    assert _detail("merchant", "-4282466774399734331") == "-428246*********4331"  # the other 12 %: masked
+    assert _detail("merchant", merchant) == merchant
     assert _detail("mcc", 5411) == "5411"
-    assert _detail("card", "4111111111111111") == "411111******1111"
-    assert _detail("merchant", "4111 1111 1111 1111") == "4111 11** **** 1111"  # spaced digits are text: masked
+    assert _detail("merchant", CARD) == "411111******1111"  # a PAN in the merchant column
+    assert _detail("merchant", f" {CARD} ") == " 411111******1111 "
+    assert _detail("merchant", "4111 1111 1111 1111") == "4111 11** **** 1111"
+    assert _detail("card", "1234567890123") == "123456***0123"  # a card field: every run, Luhn or not
+    assert _detail("cc_num", "4111111111111112") == "411111******1112"
     assert _detail("merchant_city", f"card {CARD}") == "card 411111******1111"
     assert _detail("merchant", None) is None
+    frame = pd.DataFrame({"merchant": [merchant, CARD], "cc_num": [1234567890123, 42], "mcc": [5411, 5812]})
+    shown = mask_card_fields(frame)  # what the page's tables show
+    assert shown["merchant"].tolist() == [merchant, "411111******1111"]
+    assert shown["cc_num"].tolist() == ["123456***0123", "42"] and shown["mcc"].tolist() == [5411, 5812]
+    assert [mask_field_value(c, v) for c, v in (("merchant", merchant), ("merchant", CARD))] == [
+        _detail("merchant", merchant), _detail("merchant", CARD)]
     ctx = world["ctx"].copy()
     ctx["merchant"] = ctx["merchant"].astype(object)
-    ctx.loc[ctx.index[1], "merchant"] = "-4282466774399734331"
+    ctx.loc[ctx.index[1], "merchant"] = merchant
+    ctx.loc[ctx.index[2], "merchant"] = CARD
     r = rp.build_report(case=world["case"], entity_id=world["entity"], model=world["bundle"],
                         dataset={"spec": "demo", "file_name": "tx.csv", "file_sha256": None, "max_rows": None,
                                  "currency": "USD"}, expls=world["expls"], context=ctx,
                         thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"}, salt="test-salt")
-    assert r["transactions"][1]["details"]["merchant"] == "-4282466774399734331"
+    assert r["transactions"][1]["details"]["merchant"] == merchant
+    assert r["transactions"][2]["details"]["merchant"] == "411111******1111"
     assert r["transactions"][-1]["details"]["merchant_city"] == "card 411111******1111"
     df = pd.read_csv(io.BytesIO(rp.to_csv(r)), dtype=str, keep_default_na=False)
-    assert df["merchant"].iloc[1] == "'-4282466774399734331"  # whole; the quote keeps it text in a spreadsheet
+    assert df["merchant"].iloc[1] == "'" + merchant  # whole; the quote keeps it text in a spreadsheet
+    assert CARD not in df.to_csv()
 
 
 def test_calibrated_model_reports_the_calibrated_probability_everywhere(world):

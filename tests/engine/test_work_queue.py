@@ -249,6 +249,14 @@ def test_report_exports_are_audited_without_moving_the_case_mark(store):
     with pytest.raises(CaseNotFoundError):
         store.record_export(99_999, report_id="r-3", report_sha256="ab" * 32, fmt="pdf", analyst="sam")
     assert len(store.audit_log(cid, action="report_exported")) == 2  # nothing written when it raises
+    assert store.audit_log(cid, action="report_exported")["before"].tolist() == [None, None]  # no case snapshot
+    # a version conflict names the last change, never a download
+    v = store.get_case(cid)["version"]
+    store.assign(cid, "bob", actor="carol")
+    store.record_export(cid, report_id="r-4", report_sha256="ab" * 32, fmt="json", analyst="dave")
+    with pytest.raises(ConflictError, match="assigned by carol") as e:
+        store.record_disposition(cid, "escalate", "late", analyst="alice", expected_version=v)
+    assert "report_exported" not in str(e.value)
 
 
 def test_v3_store_migrates_to_v4(tmp_path):

@@ -414,3 +414,22 @@ def test_the_due_time_is_exact_for_a_case_made_since_schema_4(tmp_path):
     v = verify_chain(conn)
     conn.close()
     assert not v.ok and "SLA due time" in v.reason, v
+
+
+@pytest.mark.parametrize("edit", ["UPDATE cases SET state = 'closed_no_action' WHERE id = 1",
+                                  "UPDATE cases SET assignee = 'mallory' WHERE id = 1",
+                                  "UPDATE cases SET version = version + 5 WHERE id = 1"])
+def test_a_report_download_does_not_certify_a_tampered_case(db, edit):
+    """Review finding: the report_exported row carried a snapshot of the case, which the verifier
+    took as the case's recorded state, so one download (an auditor may make one) turned a cases
+    row edited outside the store back into "intact"."""
+    conn = _raw(db)
+    conn.execute(edit)
+    conn.close()
+    with pytest.warns(AuditTamperWarning):
+        s = CaseStore(db, four_eyes=False)
+    with s:
+        assert not s.verify_audit_chain().ok
+        s.record_export(1, report_id="r-1", report_sha256="ab" * 32, fmt="pdf", analyst="erin")
+        v = s.verify_audit_chain()
+        assert not v.ok and "case 1's" in v.reason, v

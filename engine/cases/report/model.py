@@ -21,7 +21,7 @@ import pandas as pd
 
 from engine import __version__
 from engine.cases.fmt import format_amount, format_ts
-from engine.cases.redact import escape_markup, is_card_field, mask_card_number, pseudonymise
+from engine.cases.redact import escape_markup, mask_card_number, mask_field_value, pseudonymise
 from engine.cases.thresholds import BANDS, decision_band  # noqa: F401 - the one band rule, re-exported
 
 SCHEMA_VERSION = "fraudlens-report/3"
@@ -64,20 +64,14 @@ def _text(x: Any) -> str | None:
     return mask_card_number(str(x))
 
 
-_WHOLE_NUMBER = re.compile(r"-?[0-9]+")
-
-
 def _detail(field: str, x: Any) -> str | None:
-    """A transaction detail for the report, masked by the dashboard's rule: a card field's value
-    (:func:`engine.cases.redact.is_card_field`) and any card-number-like run inside free text are
-    masked; a whole number in another field (a merchant id, an MCC) is an id, shown in full as the
-    transaction table shows it, so the report and the page name the same merchant."""
+    """A transaction detail for the report, masked by the one field rule the dashboard's tables
+    use (:func:`engine.cases.redact.mask_field_value`): a card field's card-number-like runs, in
+    any other field only Luhn-valid 13-19 digit runs, so the report and the page name the same
+    merchant id and neither shows a card number that landed in another column."""
     if x is None or (not isinstance(x, str) and pd.isna(x)):
         return None
-    text = str(x)
-    if not is_card_field(field) and _WHOLE_NUMBER.fullmatch(text.strip()):
-        return text
-    return mask_card_number(text)
+    return mask_field_value(field, str(x))
 
 
 def _base_name(x: Any) -> str | None:

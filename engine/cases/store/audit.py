@@ -14,6 +14,7 @@ import pandas as pd
 from engine.cases.store.chain import chain_head, row_hash, set_head, verify_chain
 from engine.cases.store.common import (
     AUDIT_COLUMNS,
+    READ_ACTIONS,
     ChainVerdict,
     _check_sha,
     _json,
@@ -23,9 +24,6 @@ from engine.cases.store.common import (
     resolve_analyst,
 )
 
-#: audit actions that record a read of the case (an export), not a change to it: they do not move
-#: :meth:`AuditMixin.case_audit_mark` (a report built before the export is still current after it)
-READ_ACTIONS = ("report_exported",)
 #: the report formats :meth:`AuditMixin.record_export` accepts
 EXPORT_FORMATS = ("pdf", "json", "csv")
 
@@ -122,9 +120,10 @@ class AuditMixin:
         with self._write() as conn:
             ts = _utcnow()
             row = self._case_row(conn, case_id)
-            snap = self._snapshot(row)
+            # no case snapshot: a read states nothing about the case (a snapshot would make the
+            # verifier accept a cases row edited outside the store as soon as anyone exported it)
             self._audit(conn, ts, analyst, "report_exported", case_id=row["id"], model_sha256=row["model_sha256"],
-                        before=snap, after={**snap, "report_id": rid, "report_sha256": sha, "format": fmt})
+                        after={"report_id": rid, "report_sha256": sha, "format": fmt})
 
     def audit_log(
         self,

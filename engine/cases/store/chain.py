@@ -34,7 +34,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from engine.cases.store.common import ChainVerdict
+from engine.cases.store.common import READ_ACTIONS, ChainVerdict
 from engine.cases.store.priority import priority_score, sla_hours
 
 GENESIS = "0" * 64
@@ -199,8 +199,8 @@ class _Recorded:
             return  # the row's hash check names it
         if action == "thresholds_set" and isinstance(model, str):
             self.thresholds[model] = (int(rid), after if isinstance(after, dict) else None)
-        if not isinstance(case_id, int) or not isinstance(after, dict):
-            return
+        if not isinstance(case_id, int) or not isinstance(after, dict) or action in READ_ACTIONS:
+            return  # a read (a report download) states nothing about what the case holds
         if action in CREATED_ACTIONS:  # its creation time: the audit row's (adopted: the one it had)
             self.created.setdefault(case_id, (int(rid), after.get("created_at", ts), model, after))
         for table, (actions, _) in AUDITED.items():

@@ -92,6 +92,10 @@ _QUEUE_DTYPES = {
     "version": "int64",
     "priority": "float64",
 }
+#: audit actions that record a read of a case (a report download), not a change to it: they move
+#: neither the case's audit mark nor the "last change" a version conflict names, and they record
+#: no case state (the verifier never takes a read as a statement of what the case holds)
+READ_ACTIONS = ("report_exported",)
 HISTORY_COLUMNS = ["id", "case_id", "ts", "kind", "disposition", "state_after", "analyst", "note",
                    "fraud_type", "loss_amount", "exposure_amount", "currency"]
 NARRATIVE_COLUMNS = ["id", "case_id", "ts", "analyst", "text"]

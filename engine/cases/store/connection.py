@@ -23,6 +23,7 @@ from engine.cases.store.common import (
     CaseNotFoundError,
     ChainVerdict,
     ConflictError,
+    READ_ACTIONS,
     default_db_path,
     four_eyes_from_env,
 )
@@ -165,8 +166,9 @@ class StoreConnection:
         if expected_version is None or int(expected_version) == row["version"]:
             return
         last = conn.execute(
-            "SELECT action, actor, ts FROM audit_log WHERE case_id = ? ORDER BY id DESC LIMIT 1",
-            (row["id"],),
+            "SELECT action, actor, ts FROM audit_log WHERE case_id = ? "
+            f"AND action NOT IN ({', '.join('?' * len(READ_ACTIONS))}) ORDER BY id DESC LIMIT 1",
+            (row["id"], *READ_ACTIONS),
         ).fetchone()
         detail = f"{last['action']} by {last['actor']} at {last['ts']}" if last else ""
         raise ConflictError(row["id"], int(expected_version), row["version"], detail)
