@@ -45,8 +45,14 @@ def _record(store, case: dict, currency: str = "") -> None:
         who = ac.require(comp.signed_in(), ac.DISPOSITION).name
     except ac.AccessDenied as e:
         return _flash("error", str(e))
+    if disp not in DISPOSITIONS:
+        return _flash("error", "Choose a disposition first.")
     if not note:
         return _flash("error", "A note is required: say why.")
+    if case["state"] == "pending_approval" and not ss.get("disp_replace"):
+        # recording on a pending case replaces the proposal the supervisor is about to approve
+        return _flash("error", "This case waits for the approval of the proposal shown above: tick \"Replace the "
+                               "pending proposal\" to replace it with this one.")
     if disp == "confirmed_fraud" and ftype is None:
         return _flash("error", "Choose the fraud type of a confirmed fraud.")
     if disp in ("false_positive", "closed_no_action") and (ftype or loss or exposure):
@@ -61,10 +67,11 @@ def _record(store, case: dict, currency: str = "") -> None:
         return _flash("error", md(e))
     # a recorded disposition clears the form: a second click must not propose the same again
     ss["disp_note"], ss["disp_fraud_type"], ss["disp_loss"], ss["disp_exposure"] = "", NO_TYPE, None, None
+    ss["disp_choice"], ss["disp_replace"] = None, False  # no outcome preselected (confirmed fraud was)
     extra = "".join([f" · {FRAUD_TYPES[ftype].lower()}" if ftype else "",
                      f" · loss {fmt.format_amount(loss, currency)}" if loss is not None else "",
                      f" · exposure {fmt.format_amount(exposure, currency)}" if exposure is not None else ""])
-    _flash("success", f"Recorded {DISPOSITION_LABELS[disp].lower()} by {md(who)}{extra}: case is now "
+    _flash("success", f"Recorded \"{DISPOSITION_LABELS[disp]}\" by {md(who)}{extra}: case is now "
                       f"{comp.STATE_LABELS.get(new, new)}.")
 
 
@@ -155,13 +162,14 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     # the transaction panel shows; e.score_probability is sigmoid(logit), the explainers' units
     prob = lead.output(loaded, e.score_logit) if e is not None else float(case["max_probability"])
     band = decision_band(prob, thr["review"], thr["decline"])
-    m = st.columns([1, 1, 1, 1.1, 1.6])  # the state ("pending approval") needs the widest column
+    m = st.columns(4)
     m[0].metric(f"Query fraud {lead.word(loaded)}", f"{prob:.3f}")
     m[1].metric("Review threshold", format_threshold(thr['review']), help=md(thr["source"]))
     m[2].metric("Decline threshold", format_threshold(thr['decline']), help=md(thr["source"]))
     m[3].metric("Decision band", comp.BAND_LABELS[band],
                 help="below review: p < review · review: review ≤ p < decline · decline: p ≥ decline")
-    m[4].metric("Case state", comp.STATE_LABELS.get(case["state"], case["state"]))
+    # the state on a row of its own: as a fifth metric "pending approval" was cut off at 1400 px
+    st.columns([2, 3])[0].metric("Case state", comp.STATE_LABELS.get(case["state"], case["state"]))
     st.caption(f"Case {case['id']} · version {case['version']} · assignee "
                f"{md(cv.mask(case['assignee'])) if case['assignee'] else 'nobody'} · thresholds: {md(thr['source'])} · "
                f"four-eyes {'on' if store.four_eyes else 'off'}")
@@ -189,7 +197,7 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     currency = str(getattr(loaded.source, "currency", "") or "")
     if ac.can(ident, ac.DISPOSITION):
         with st.form("disposition_form"):
-            st.radio("Disposition", list(DISPOSITIONS), key="disp_choice", horizontal=True,
+            st.radio("Disposition", list(DISPOSITIONS), key="disp_choice", horizontal=True, index=None,
                      format_func=DISPOSITION_LABELS.get)
             f = st.columns([2, 1, 1])
             f[0].selectbox("Fraud type", [NO_TYPE, *FRAUD_TYPES], key="disp_fraud_type",
@@ -201,6 +209,10 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
                               step=10.0, format="%.2f", key="disp_exposure",
                               help="money at risk (a number >= 0); empty if not known")
             st.text_area("Note (required)", key="disp_note", placeholder="What you found and why")
+            if case["state"] == "pending_approval":
+                st.checkbox("Replace the pending proposal", key="disp_replace",
+                            help="The case waits for a supervisor to approve the proposal shown above; recording "
+                                 "now replaces it (the supervisor then approves or refuses this one).")
             st.form_submit_button("Record disposition", type="primary", on_click=_record,
                                   args=(store, case, currency))
     else:
@@ -217,24 +229,27 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
     with c1:
         st.markdown("**Disposition history**")
         if len(hist):
-            view = pd.DataFrame({
-                "time": hist["ts"].map(fmt.format_ts), "kind": hist["kind"],
+            view = pd.DataFrame({  # who, what and why first: the table is narrow (half the page)
+                "time": hist["ts"].map(fmt.format_ts), "analyst": hist["analyst"],
+                "kind": hist["kind"].map({"disposition": "recorded", "approval": "approved"}.get),
                 "outcome": hist["disposition"].map(lambda d: DISPOSITION_LABELS.get(d, d)),
-                "state after": hist["state_after"].map(lambda s: comp.STATE_LABELS.get(s, s)),
+                "note": hist["note"],
                 "fraud type": hist["fraud_type"].map(lambda t: FRAUD_TYPES.get(t, "") if t else ""),
                 "loss": [fmt.format_amount(a, c or currency) if a is not None and not pd.isna(a) else ""
                          for a, c in zip(hist["loss_amount"], hist["currency"])],
                 "exposure": [fmt.format_amount(a, c or currency) if a is not None and not pd.isna(a) else ""
                              for a, c in zip(hist["exposure_amount"], hist["currency"])],
-                "analyst": hist["analyst"], "note": hist["note"]})
-            st.dataframe(cv.mask_frame(view, skip=("time",)), hide_index=True, key="disp_history")
+                "state after": hist["state_after"].map(lambda s: comp.STATE_LABELS.get(s, s))})
+            st.dataframe(cv.mask_frame(view, skip=("time",)), hide_index=True, key="disp_history",
+                         column_config={"note": st.column_config.TextColumn("note", width="large")})
         else:
             st.caption("No disposition yet.")
     with c2:
         st.markdown("**Notes**")
         timeline = notes_timeline(hist, notes)
         if len(timeline):
-            st.dataframe(cv.mask_frame(timeline, skip=("time",)), hide_index=True, key="disp_notes")
+            st.dataframe(cv.mask_frame(timeline, skip=("time",)), hide_index=True, key="disp_notes",
+                         column_config={"note": st.column_config.TextColumn("note", width="large")})
         else:
             st.caption("No notes yet.")
 

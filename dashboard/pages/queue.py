@@ -16,7 +16,7 @@ from dashboard.components.safe import csv_download, md
 from engine.cases.fmt import format_threshold
 from engine.cases import fmt
 from engine.cases import view as cv
-from engine.cases.store import OPEN_STATES, STATES, CaseStoreError, priority_level, sla_status
+from engine.cases.store import OPEN_STATES, STATES, CaseStoreError, person_key, priority_level, sla_status
 from engine.cases.report import threshold_metrics
 from engine.serve import access as ac
 from engine.serve.casework import service_source_id
@@ -141,8 +141,13 @@ st.caption(f"Model `{loaded.bundle.short_sha}` · {loaded.source.summary()} · a
            "threshold)")
 VIEWS = {"mine": "My open cases", "unassigned": "Unassigned open cases", "open": "All open cases",
          "all": "All cases, closed included"}
+may_approve = ac.can(ident, ac.APPROVE)
+if may_approve:  # a supervisor's work: the four-eyes proposals of others (their own wait for someone else)
+    VIEWS = {"approve": "Waiting for my approval", **VIEWS}
+    waiting = store.queue(sha, 0.0, source_id=src_id, state=["pending_approval"])
+    n_waiting = int((waiting["pending_by"].fillna("").map(person_key) != person_key(who or "")).sum())
 if "work_view" not in ss:
-    ss["work_view"] = "mine" if may_assign else "open"
+    ss["work_view"] = ("approve" if may_approve and n_waiting else "mine") if may_assign else "open"
 view = st.segmented_control("Show", list(VIEWS), format_func=VIEWS.get, key="work_view",
                             selection_mode="single") or "mine"
 lo = pd.Timestamp(loaded.scores["timestamp"].min()).date()
@@ -166,11 +171,15 @@ if min_amount:
 if label != "any":
     kw["label"] = label
 kw["state"] = states or (list(STATES) if view == "all" else list(OPEN_STATES))
+if view == "approve":
+    kw["state"] = ["pending_approval"]
 if view == "mine":
     kw["assignee"] = who or ""
 elif view == "unassigned":
     kw["assignee"] = ""
-q = store.queue(sha, thr["review"], source_id=src_id, **kw)
+q = store.queue(sha, 0.0 if view == "approve" else thr["review"], source_id=src_id, **kw)
+if view == "approve":  # not the proposals of the supervisor signed in (four-eyes: another must approve them)
+    q = q[q["pending_by"].fillna("").map(person_key) != person_key(who or "")].reset_index(drop=True)
 now = pd.Timestamp.now(tz="UTC").tz_localize(None)
 q["band"] = [cv.decision_band(p, thr["review"], thr["decline"]) for p in q["max_probability"]]
 q["entity"] = q["entity_id"].map(cv.mask)

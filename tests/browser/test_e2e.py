@@ -131,7 +131,7 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path, 
     page.get_by_text("Escalate", exact=True).click()
     page.get_by_role("textbox", name="Note (required)").fill(note)
     page.get_by_role("button", name="Record disposition").click()
-    page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded escalate by e2e").wait_for()
+    page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded \"Escalate\" by e2e").wait_for()
     page.get_by_role("button", name="Prepare the exports").click()  # built in the session's script run
     # building (trust checks, charts through kaleido, PDF) took this long at download time before
     page.get_by_role("button", name=re.compile("Download JSON")).wait_for(timeout=3 * T)

@@ -114,12 +114,12 @@ def test_hostile_text_stays_text_and_exports_carry_the_whatif_edit(hostile_app, 
     page.get_by_text("Escalate", exact=True).click()
     page.get_by_role("textbox", name="Note (required)").fill(NOTE)
     page.get_by_role("button", name="Record disposition").click()
-    page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded escalate by").wait_for()
-    shown = page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded escalate by").inner_text().replace(
+    page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded \"Escalate\" by").wait_for()
+    shown = page.get_by_test_id("stAlertContentSuccess").get_by_text("Recorded \"Escalate\" by").inner_text().replace(
         "\u2060", "")
-    assert shown.startswith(f"Recorded escalate by {ANALYST}")  # the literal text
-    toast = page.get_by_test_id("stToastText").get_by_text("Recorded escalate by").inner_text().replace("\u2060", "")
-    assert toast.startswith(f"Recorded escalate by {ANALYST}")  # the toast too
+    assert shown.startswith(f"Recorded \"Escalate\" by {ANALYST}")  # the literal text
+    toast = page.get_by_test_id("stToastText").get_by_text("Recorded \"Escalate\" by").inner_text().replace("\u2060", "")
+    assert toast.startswith(f"Recorded \"Escalate\" by {ANALYST}")  # the toast too
     _no_host(page, requests)
 
     # the exports: prepared in the session, the JSON carries the edit

@@ -64,7 +64,7 @@ def test_claim_next_case_then_disposition_with_fraud_type(app_url, page, output_
     page.get_by_role("textbox", name="Note (required)").fill("3 small test charges then a large one")
     page.get_by_role("button", name="Record disposition").click()
     page.get_by_test_id("stAlertContentSuccess").get_by_text(
-        re.compile(r"Recorded confirmed fraud by e2e · card testing · loss 1,234.50")).wait_for()
+        re.compile(r"Recorded \"Confirmed fraud\" by e2e · card testing · loss 1,234.50")).wait_for()
     # a note without a disposition
     page.get_by_role("textbox", name="Add a note (no disposition needed)").fill("card holder called back")
     page.get_by_role("button", name="Add note").click()

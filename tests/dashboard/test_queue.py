@@ -206,9 +206,18 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["Case state"] == "pending approval"
     assert not [b for b in at.button if b.label == "Approve"]  # the proposer cannot approve
-    # a recorded disposition clears the form: a second click does not propose the same again
-    assert (at.selectbox(key="disp_fraud_type").value, at.number_input(key="disp_loss").value,
-            at.text_area(key="disp_note").value) == ("", None, "")
+    # a recorded disposition clears the form (no outcome preselected): a second click proposes nothing
+    assert (at.radio(key="disp_choice").value, at.selectbox(key="disp_fraud_type").value,
+            at.number_input(key="disp_loss").value, at.text_area(key="disp_note").value) == (None, "", None, "")
+    # recording on the pending case would replace the proposal: refused unless "Replace" is ticked
+    at.radio(key="disp_choice").set_value("escalate")
+    at.text_area(key="disp_note").set_value("second attempt")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    assert any("Replace the pending proposal" in e.value for e in at.error)
+    with CaseStore(qenv["db"]) as s:
+        q = s.queue(qenv["bundle"].sha256, 0.0)
+        h = s.history(int(q.loc[q["entity_id"] == first, "case_id"].iloc[0]))
+        assert h["note"].tolist() == ["=HYPERLINK(\"x\") same merchant burst"]  # the proposal stands
     _as(at, "bob").run()  # another signed-in user, a supervisor
     # the supervisor reads the proposal before approving it (as text: the formula stays literal)
     table = next(d.value for d in at.dataframe if "proposal" in d.value.columns)
@@ -384,3 +393,24 @@ def test_disposition_amounts_and_narrative_reach_the_report(qenv):
     text = " ".join(" ".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf)).pages).split())
     assert text.index("Account taken over on 2 Jan") < text.index("2. Evidence")
     assert "1,234.50" in text and "Account takeover" in text
+
+
+def test_a_supervisor_opens_on_the_proposals_waiting_for_them(qenv):
+    """Analyst trial: a supervisor landed on "My open cases" (0) with nothing pointing at the
+    proposal waiting for them. With one waiting, the queue opens on "Waiting for my approval",
+    which lists the others' proposals, never the supervisor's own."""
+    _queue(qenv, "alice")  # creates the cases
+    first, second = _flagged(qenv)[:2]
+    with CaseStore(qenv["db"], four_eyes=True) as s:
+        q = s.queue(qenv["bundle"].sha256, 0.0)
+        ids = {e: int(q.loc[q["entity_id"] == e, "case_id"].iloc[0]) for e in (first, second)}
+        s.record_disposition(ids[first], "confirmed_fraud", "skimmed", analyst="alice", fraud_type="card_testing")
+        s.record_disposition(ids[second], "confirmed_fraud", "mine", analyst="bob", fraud_type="card_testing")
+    at = _queue(qenv, "bob")
+    _ok(at)
+    assert at.session_state["work_view"] == "approve"
+    assert _table(at)["case_id"].tolist() == [ids[first]]  # alice's, not bob's own proposal
+    at = _queue(qenv, "alice")  # an analyst approves nothing: no such view
+    assert at.session_state["work_view"] == "mine"
+    opts = at.segmented_control(key="work_view").options
+    assert "My open cases" in opts and "Waiting for my approval" not in opts
