@@ -12,6 +12,7 @@ computed and stored there.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 from typing import Optional
@@ -98,12 +99,13 @@ def report(
         writers = {"pdf": rp.to_pdf, "json": rp.to_json, "csv": rp.to_csv}
         for k in kinds:
             path = out / rp.report_filename(doc, k)
+            data = writers[k](doc)
             try:
-                path.write_bytes(writers[k](doc))
+                path.write_bytes(data)
             except OSError as e:
                 _fail(f"cannot write {path}: {e.strerror or e}")
             store.record_export(case, report_id=doc["report_id"], report_sha256=doc["report_sha256"], fmt=k,
-                                analyst=ident.name)
+                                analyst=ident.name, file_sha256=hashlib.sha256(data).hexdigest())
             console.print(f"wrote {_safe(str(path))}")
     console.print(_safe(f"case {case}, transaction {cv.mask(query)} (explanations {how}); report {doc['report_id']}, "
                         f"sha256 {doc['report_sha256']}; exported by {ident.name}, {len(kinds)} download(s) in the "

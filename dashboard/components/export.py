@@ -17,6 +17,7 @@ again, so a download never carries a state the page no longer shows.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -145,7 +146,7 @@ def audited_download(store: Any, ident: Any, case_id: int, report: dict, kind: s
         now = ac.still_signed_in(ac.users_path(), ident) if ident is not None else None
         who = ac.require(now, ac.VIEW_CASES).name
         store.record_export(case_id, report_id=report["report_id"], report_sha256=report["report_sha256"],
-                            fmt=kind, analyst=who)
+                            fmt=kind, analyst=who, file_sha256=hashlib.sha256(data).hexdigest())
         return data
 
     return make

@@ -65,6 +65,7 @@ from dashboard.components.whatif import (  # noqa: F401 (re-exported: the page, 
     whatif_case,
     whatif_score,
 )
+from dashboard.components import lead
 from dashboard.components.safe import error_text, md
 from engine.cases import view as cv
 from engine.cases.accuracy import median_standard_error, shap_accuracy_text
@@ -251,7 +252,7 @@ def render_trust_tab(loaded: "state.Loaded", query: str, expls: dict) -> None:
                                               "evidence: the ranking changes when the model's learned weights are "
                                               "destroyed; not evidence: it survives them, so it does not reflect "
                                               "what the model learned"),
-        "completeness_gap": st.column_config.NumberColumn("Completeness gap (logit, IG)", format="%+.4f"),
+        "completeness_gap": st.column_config.NumberColumn("Completeness gap (logit, IG)", format="%+.2e"),
         "standard_error": st.column_config.NumberColumn("Median standard error (logit, SHAP)", format="%.4f",
                                                         help="sampling error of each value; 0 = exact"),
     })
@@ -387,6 +388,6 @@ def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:
         }
     if edits:
         out["what_if"] = {"edits": edits, "edited_transaction_ids": list(res.get("edited_ids") or []),
-                          "logit": res["logit"], "probability": _sigmoid(res["logit"]),
+                          "logit": res["logit"], "probability": lead.output(loaded, res["logit"]),
                           "original_logit": res["original_logit"]}
     return out

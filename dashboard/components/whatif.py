@@ -37,6 +37,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import state
+from dashboard.components import lead
 from dashboard.components.masking import edits_table, mask_card_fields
 from dashboard.components.safe import error_text, md
 from engine.cases import figures as fig
@@ -254,7 +255,10 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
     except Exception as e:  # noqa: BLE001
         _whatif_failed(query, e)
         return
-    p0, p1 = _sigmoid(base["logit"]), _sigmoid(cur["logit"])
+    # the model's output (calibrated when the checkpoint is): what the thresholds apply to and what the
+    # rest of the page shows (review finding: sigmoid(logit) here gave 0.731 beside 0.525)
+    p0, p1 = lead.output(loaded, base["logit"]), lead.output(loaded, cur["logit"])
+    w = lead.word(loaded)
     results = dict(ss.get(WHATIF_RESULT) or {})
     results[str(query)] = {"logit": cur["logit"], "probability": p1, "original_logit": base["logit"],
                            "original_probability": p0, "edited_transaction_ids": list(cur["edited_ids"]),
@@ -264,8 +268,8 @@ def render_whatif(loaded: "state.Loaded", query: str, expls: dict) -> None:
     st.caption("Change, remove or add earlier transactions of this entity: the query is re-scored and re-explained "
                "with the same model (no retraining). Edits stay until Reset and are included in the export.")
     m = st.columns(4)
-    m[0].metric("Original probability", f"{p0:.3f}")
-    m[1].metric("What-if probability", f"{p1:.3f}", delta=f"{p1 - p0:+.3f}" if edits else None, delta_color="inverse")
+    m[0].metric(f"Original {w}", f"{p0:.3f}")
+    m[1].metric(f"What-if {w}", f"{p1:.3f}", delta=f"{p1 - p0:+.3f}" if edits else None, delta_color="inverse")
     m[2].metric("What-if score (logit)", f"{cur['logit']:+.3f}")
     m[3].metric("What-if decision", cv.BAND_LABELS[cv.decision_band(p1, thr, loaded.thresholds["decline"])])
 

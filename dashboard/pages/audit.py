@@ -69,6 +69,11 @@ def _text(v: object) -> str | None:
     return None if v is None else json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
+DISPOSITION_WORDS = {"confirmed_fraud": "confirmed fraud", "false_positive": "false positive", "escalate": "escalate",
+                     "closed_no_action": "close, no action"}
+STATE_WORDS = comp.STATE_LABELS
+
+
 def summary(action: str, before: dict | None, after: dict | None) -> str:
     """One line in words of what an audit row did (the Before/After columns keep every value)."""
     a, b = after or {}, before or {}
@@ -80,7 +85,8 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
             text += f" ({a.get('batch_size')} cases at once)"
         return text + (f", was {b.get('assignee')}" if b.get("assignee") and b.get("assignee") != who else "")
     if action == "disposition":
-        parts = [f"disposition {a.get('disposition')} -> {a.get('state')}"]
+        parts = [f"{DISPOSITION_WORDS.get(a.get('disposition'), a.get('disposition'))} recorded, case now "
+                 f"{STATE_WORDS.get(a.get('state'), a.get('state'))}"]
         if a.get("fraud_type"):
             parts.append(FRAUD_TYPES.get(a["fraud_type"], a["fraud_type"]).lower())
         for k in ("loss_amount", "exposure_amount"):
@@ -89,8 +95,15 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
         return ", ".join(parts)
     if action == "approved":
         d = a.get("disposition") or "confirmed_fraud"
-        by = f", proposed by {a['proposed_by']}" if a.get("proposed_by") else ""
-        return f"approved: {d.replace('_', ' ')} -> {a.get('state')}{by}"
+        p = a.get("proposal") or {}
+        parts = [f"approved {DISPOSITION_WORDS.get(d, d)}" + (f" proposed by {a['proposed_by']}" if a.get("proposed_by")
+                                                              else "")]
+        if p.get("fraud_type"):
+            parts.append(FRAUD_TYPES.get(p["fraud_type"], p["fraud_type"]).lower())
+        for k in ("loss_amount", "exposure_amount"):
+            if p.get(k) is not None:
+                parts.append(f"{k.split('_')[0]} {fmt.format_amount(p[k], p.get('currency') or '')}")
+        return ", ".join(parts)
     if action == "approval_refused":
         return "self-approval refused (four-eyes)"
     if action == "report_exported":

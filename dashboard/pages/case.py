@@ -234,7 +234,7 @@ with tabs[1]:
                            f"hour, weekday and time since previous get 0). Sum {e.values.sum():+.3f} logit = score "
                            f"{qs.logit:+.3f} − reference "
                            f"{e.reference_logit if e.reference_logit is not None else float('nan'):+.3f} "
-                           f"(delta {e.convergence_delta if e.convergence_delta is not None else float('nan'):+.4f}).")
+                           f"(delta {format_gap(e.convergence_delta)}).")
 with tabs[2]:
     if tabs[2].open is not False:  # None: tabs without state (all run)
         st.caption(ATTENTION_CAVEAT)

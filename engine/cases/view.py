@@ -32,6 +32,7 @@ import pandas as pd
 
 from engine.data.io import file_sha256
 from engine.cases.accuracy import estimate_parts
+from engine.cases.fmt import format_gap
 from engine.cases.figures import METHOD_TITLES, format_amount, transaction_labels
 from engine.cases.redact import (  # noqa: F401 - masking lives with the other redaction rules; re-exported
     CARD_WORDS,
@@ -495,7 +496,7 @@ def method_caption(expl: "Explanation") -> str:
             if expl.units == "logit" else expl.units)
     parts = [unit]
     if expl.convergence_delta is not None:
-        parts.append(f"convergence delta {expl.convergence_delta:+.4f} logit")
+        parts.append(f"convergence delta {format_gap(expl.convergence_delta)} logit")  # never "-0.0000"
     parts += estimate_parts(expl)
     if expl.reference_logit is not None:
         parts.append(f"reference logit {expl.reference_logit:+.3f}")

@@ -451,7 +451,8 @@ def completeness_checks(
         out["integrated_gradients"] = best
         d = float(best.convergence_delta)
         ok = abs(d) <= tolerance
-        msg = (f"IG completeness gap {d:+.4f} logit (tolerance {tolerance})"
+        gap = f"{d:+.4f}" if d == 0 or abs(d) >= 5e-5 else f"{d:+.1e}"  # never "-0.0000" (engine.cases.fmt.format_gap)
+        msg = (f"IG completeness gap {gap} logit (tolerance {tolerance})"
                + (f" after {retries} re-run(s) with more steps" if retries else "")
                + ("" if ok else ": the attributions do not add up to f(x) - f(baseline); treat with care"))
         checks.append(CompletenessCheck("integrated_gradients", ctx.query_transaction_id, d0, d, tolerance, ok,

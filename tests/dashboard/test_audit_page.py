@@ -102,7 +102,8 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
                              loss_amount=1234.5, currency="USD")                     # 9
         s.save_narrative(1, "Card tested at 3 merchants", analyst="alice")           # 10
     with CaseStore(audit_env, four_eyes=True) as s:
-        s.record_disposition(2, "confirmed_fraud", "skimmed", analyst="alice", fraud_type="card_testing")  # 11
+        s.record_disposition(2, "confirmed_fraud", "skimmed", analyst="alice", fraud_type="card_testing",
+                             loss_amount=99.5, currency="USD")                       # 11
         s.approve(2, "agreed", analyst="bob")                                        # 12
         s.record_export(2, report_id="0f1e2d3c-aaaa", report_sha256="ab" * 32, fmt="pdf", analyst="erin")  # 13
     at = _audit()
@@ -112,9 +113,10 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
     what = dict(zip(t["id"], t["summary"]))
     assert what[6] == "claimed to carol"
     assert what[7] == "assigned in bulk to alice (2 cases at once), was carol"
-    assert what[9] == "disposition confirmed_fraud -> confirmed_fraud, card testing, loss 1,234.50 USD"
+    assert what[9] == "confirmed fraud recorded, case now confirmed fraud, card testing, loss 1,234.50 USD"
     assert what[10] == "report narrative saved"
-    assert what[12] == "approved: confirmed fraud -> confirmed_fraud, proposed by alice"
+    # the approval row says what was approved (the analyst trial: it named only the proposer)
+    assert what[12] == "approved confirmed fraud proposed by alice, card testing, loss 99.50 USD"
     assert what[13] == "report 0f1e2d3c exported as PDF (sha256 abababababab)"
     assert t["id"].tolist() == list(range(13, 0, -1))
     at.multiselect(key="audit_actions").set_value(["claimed", "bulk_assigned"]).run()

@@ -431,3 +431,23 @@ def test_the_lead_heading_says_flagged_only_for_a_flagged_transaction():
     assert flag_heading(loaded, 0.5) == "Why it was flagged"  # at the threshold: flagged
     assert flag_heading(loaded, 0.0002) == "What drives its probability (not flagged: below the review threshold 0.500)"
     assert flag_heading(loaded, float("nan")).startswith("What drives")
+
+
+def test_whatif_panel_shows_the_models_output_not_sigmoid(env):
+    """Review finding: with a calibrated model the what-if panel showed sigmoid(logit) (0.731)
+    beside the calibrated 0.525 of the disposition panel, and its decision used it."""
+    from dashboard.components.access import SESSION_KEY
+    from engine.serve.access import Identity
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[SESSION_KEY] = Identity("alice", "analyst", "password")
+    at.session_state["entity_id"], at.session_state["query_id"] = env["entity"], env["query"]
+    at.session_state["trust_show"] = True
+    at.switch_page("pages/case.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    m = {x.label: x.value for x in at.metric}
+    q = env["scores"].set_index("transaction_id").loc[env["query"]]
+    assert env["bundle"].calibrated
+    assert m["Original probability"] == m["Query fraud probability"] == f"{float(q['probability']):.3f}"
+    assert m["What-if decision"] == m["Decision"]  # no edit: the page's decision, on the model's output

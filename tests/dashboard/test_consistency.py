@@ -238,13 +238,18 @@ def test_a_download_is_audited_at_the_click_and_refused_for_a_removed_user(cenv,
     _ok(at)
     with CaseStore(cenv["db"]) as s:
         assert not len(s.audit_log(action="report_exported"))
-    report = json.loads(_download(downloads, ".json"))
-    _download(downloads, ".pdf")
+    import hashlib
+
+    js = _download(downloads, ".json")
+    report = json.loads(js)
+    pdf = _download(downloads, ".pdf")
     with CaseStore(cenv["db"]) as s:
         a = s.audit_log(int(report["case"]["case_id"]), action="report_exported")
         assert a["actor"].tolist() == ["alice", "alice"]
         assert [x["format"] for x in a["after"]] == ["json", "pdf"]
         assert {x["report_sha256"] for x in a["after"]} == {report["report_sha256"]}
+        # each row names the file served (the report sha is the same for the three formats)
+        assert [x["file_sha256"] for x in a["after"]] == [hashlib.sha256(js).hexdigest(), hashlib.sha256(pdf).hexdigest()]
     users = Path(os.environ["FRAUDLENS_USERS"])
     ac.write_users(users, {k: v for k, v in ac.load_users(users).items() if k != "alice"})
     with pytest.raises(ac.AccessDenied):

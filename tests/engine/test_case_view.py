@@ -229,6 +229,11 @@ def test_query_summary_and_captions(world, explained):
     assert "integrated_gradients" in qs.convergence and qs.context_length == len(ex["shap"].transaction_ids)
     cap = cv.method_caption(ex["integrated_gradients"])
     assert "logit" in cap and "convergence delta" in cap
+    import copy
+
+    tiny = copy.copy(ex["integrated_gradients"])
+    tiny.convergence_delta = -3.2e-06  # the chart caption read "-0.0000" beside the metric's -3.2e-06
+    assert "convergence delta -3.2e-06 logit" in cv.method_caption(tiny)
     assert "Baseline" in cv.method_details(ex["shap"])
     # SHAP: its estimator and standard errors, not an "efficiency gap" check
     sh = cv.method_caption(ex["shap"])

@@ -83,6 +83,10 @@ def test_report_writes_three_verified_files_and_audits_each(env):
         assert a["actor"].tolist() == ["alice"] * 3
         assert sorted(x["format"] for x in a["after"]) == ["csv", "json", "pdf"]
         assert {x["report_sha256"] for x in a["after"]} == {doc["report_sha256"]}
+        import hashlib
+
+        assert sorted(x["file_sha256"] for x in a["after"]) == sorted(hashlib.sha256(f.read_bytes()).hexdigest()
+                                                                      for f in files)
         assert s.verify_audit_chain().ok
     # the dashboard's path gives the same report content (ids and export time aside)
     from engine.cases.report.case_export import case_report

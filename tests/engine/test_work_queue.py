@@ -242,7 +242,7 @@ def test_report_exports_are_audited_without_moving_the_case_mark(store):
     store.add_note(cid, "next step", analyst="alice")
     assert store.case_audit_mark(cid) > mark  # a write still moves it
     for bad, err in (({"fmt": "docx"}, "format"), ({"report_sha256": "AB" * 32}, "report_sha256"),
-                     ({"report_sha256": "ab" * 31}, "report_sha256")):
+                     ({"report_sha256": "ab" * 31}, "report_sha256"), ({"file_sha256": "x"}, "file_sha256")):
         kw = {"report_id": "r-2", "report_sha256": "ab" * 32, "fmt": "pdf", "analyst": "sam", **bad}
         with pytest.raises(ValueError, match=err):
             store.record_export(cid, **kw)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.cases.fmt import format_amount, format_signed, format_ts
+from engine.cases.fmt import format_amount, format_gap, format_signed, format_ts
 from engine.cases.report.pdf_fields import pdf_fields
 from engine.cases.report.pdf_charts import MAX_ROWS, bar_chart
 
@@ -217,7 +217,7 @@ def _settings_in_words(m: str, e: dict[str, Any]) -> str:
     if e.get("baseline"):
         parts.append(f"baseline: {e['baseline']}")
     if e.get("convergence_delta") is not None:
-        parts.append(f"completeness gap (convergence delta) {format_signed(e['convergence_delta'], 4)} logit")
+        parts.append(f"completeness gap (convergence delta) {format_gap(e['convergence_delta'])} logit")
     est = e.get("estimator")
     if est:
         parts.append(f"estimator {est['name']} over {est['n_players']} players ({est['n_evaluations']} coalitions"

@@ -101,11 +101,13 @@ class AuditMixin:
         return int(rows[0][0])
 
     def record_export(self, case_id: int, *, report_id: str, report_sha256: str, fmt: str,
-                      analyst: str | None = None) -> None:
+                      analyst: str | None = None, file_sha256: str | None = None) -> None:
         """Audit one download of a case report as ``report_exported``: who (``analyst``, default
         ``$FRAUDLENS_ANALYST``), when, the report's id and sha256 (which the PDF prints and the
         JSON carries, so a file handed outside the bank is traced to this row) and its format
-        (one of :data:`EXPORT_FORMATS`). The case is unchanged.
+        (one of :data:`EXPORT_FORMATS`), and ``file_sha256``, the sha256 of the bytes served (the
+        PDF, JSON or CSV file itself: the report's sha256 is of its canonical JSON, so it is the
+        same for the three files), when given. The case is unchanged.
 
         Raises :class:`CaseNotFoundError`, :class:`MissingAnalystError`,
         :class:`NoteRequiredError` (empty report id) and ``ValueError`` (unknown format, or a
@@ -115,6 +117,8 @@ class AuditMixin:
         if not isinstance(report_sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", report_sha256):
             raise ValueError(f"report_sha256: expected 64 lowercase hex digits, got {str(report_sha256)[:80]!r}")
         sha = report_sha256
+        if file_sha256 is not None and not (isinstance(file_sha256, str) and re.fullmatch(r"[0-9a-f]{64}", file_sha256)):
+            raise ValueError(f"file_sha256: expected 64 lowercase hex digits, got {str(file_sha256)[:80]!r}")
         rid = _require_text(report_id, "report id")[:80]
         analyst = resolve_analyst(analyst)
         with self._write() as conn:
@@ -123,7 +127,8 @@ class AuditMixin:
             # no case snapshot: a read states nothing about the case (a snapshot would make the
             # verifier accept a cases row edited outside the store as soon as anyone exported it)
             self._audit(conn, ts, analyst, "report_exported", case_id=row["id"], model_sha256=row["model_sha256"],
-                        after={"report_id": rid, "report_sha256": sha, "format": fmt})
+                        after={"report_id": rid, "report_sha256": sha, "format": fmt,
+                               **({"file_sha256": file_sha256} if file_sha256 is not None else {})})
 
     def audit_log(
         self,

@@ -191,7 +191,8 @@ class DecisionsMixin:
                 self._audit(
                     conn, ts, analyst, "approved", case_id=row["id"],
                     model_sha256=row["model_sha256"], before=snap,
-                    after={**after, "proposed_by": row["pending_by"], "disposition": proposed, "note": note},
+                    after={**after, "proposed_by": row["pending_by"], "disposition": proposed, "note": note,
+                           "proposal": _proposal(conn, row["id"])},  # what was approved, as the approver saw it
                 )
         if refused is not None:
             raise refused
@@ -231,6 +232,15 @@ def _amount(value: Any, what: str) -> float | None:
     if not math.isfinite(v) or v < 0 or v > MAX_AMOUNT:
         raise ValueError(f"{what}: expected a number from 0 to {MAX_AMOUNT:,.0f}, got {v!r}")
     return v
+
+
+def _proposal(conn, case_id: int) -> dict[str, Any]:
+    """The latest disposition recorded on ``case_id`` (what an approval applies): its time,
+    proposer, note, fraud type, loss, exposure and currency, for the approval's audit row."""
+    r = conn.execute("SELECT ts, analyst, note, fraud_type, loss_amount, exposure_amount, currency FROM dispositions "
+                     "WHERE case_id = ? AND kind = 'disposition' ORDER BY id DESC LIMIT 1", (case_id,)).fetchone()
+    keys = ("ts", "analyst", "note", "fraud_type", "loss_amount", "exposure_amount", "currency")
+    return {} if r is None else {k: v for k, v in zip(keys, tuple(r)) if v is not None}
 
 
 def _pending_disposition(conn, case_id: int) -> str:
