@@ -187,8 +187,10 @@ def render_narrative(case: dict) -> int | None:
             st.text_area("Narrative (opens the report: what happened, in your words)", key=k, height=140,
                          placeholder="Who, what, when, how much, and why it is suspicious")
             st.form_submit_button("Save narrative", on_click=_save_narrative, args=(int(case["id"]),))
+    elif cur:  # a role that reads cases (an auditor) reads the narrative too, as text
+        st.text(cv.mask(cur["text"]))
     if cur:
-        st.caption(f"Saved by {md(cur['analyst'])} at {fmt.format_ts(cur['ts'])}.")
+        st.caption(f"Saved by {md(cv.mask(cur['analyst']))} at {fmt.format_ts(cur['ts'])}.")
     elif not ac.can(comp.signed_in(), ac.NOTE):
         st.caption("No narrative written yet.")
     return int(cur["id"]) if cur else None

@@ -94,7 +94,8 @@ st.header("The model at a glance")
 st.subheader("Calibration")
 test_cal = calib["test"]
 if calib["calibrated"]:
-    st.caption(f"Outputs are calibrated fraud probabilities: a {md(calib['method'])} map from the logit, fitted on the "
+    article = "an" if str(calib["method"])[:1] in "aeiou" else "a"  # "an isotonic", "a platt"
+    st.caption(f"Outputs are calibrated fraud probabilities: {article} {md(calib['method'])} map from the logit, fitted on the "
                f"validation period after model choice ({md(calib['choice'].get('rule', ''))}). ECE: expected "
                "calibration error over 10 equal-width bins.")
 else:

@@ -154,6 +154,9 @@ def test_an_auditor_reads_the_case_and_writes_nothing(env, tmp_path, world):  # 
     at.run()
     _ok(at)
     with CaseStore(db) as s:
+        cid = int(s.find_case(world["bundle"].sha256, s.queue(world["bundle"].sha256, 0.0)["source_id"].iloc[0],
+                              entity)["id"])
+        s.save_narrative(cid, "Card used at 3 merchants within an hour; [a link](http://x)", analyst="alice")
         before = len(s.audit_log())
     cache_resource.clear()
     at = signed_in("erin")
@@ -165,6 +168,8 @@ def test_an_auditor_reads_the_case_and_writes_nothing(env, tmp_path, world):  # 
     assert metrics["Case state"] == "open"
     assert not [b for b in at.button if "Record disposition" in b.label]
     assert any("Your role (auditor) reads cases" in c.value for c in at.caption)
+    # the auditor reads the narrative (analyst trial: only "Saved by ..." was shown), as plain text
+    assert "Card used at 3 merchants within an hour; [a link](http://x)" in [t.value for t in at.text]
     with CaseStore(db) as s:
         assert len(s.audit_log()) == before  # reading wrote nothing
 

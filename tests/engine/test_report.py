@@ -355,6 +355,10 @@ def test_four_eyes_disposition_names_proposer_and_approver_in_every_export(world
     assert re.search(r"Confirmed fraud, proposed by alice [^,]+, approved by sam", flat)
     assert "Disposition note card holder denies the purchases By alice" in flat
     assert "Approval note checked the call recording By sam" in flat
+    # words, not codes (analyst trial): the history table's fraud type, the removal methods' query note
+    assert "card_not_present" not in flat and "Card not present" in flat
+    assert "SHAP: contribution" in flat and "The explained transaction itself is never removed by this method" in flat
+    assert "explained transaction's own fields: 0.000" not in flat and "removed.." not in flat
     df = pd.read_csv(io.BytesIO(rp.to_csv(r)), dtype=str, keep_default_na=False)
     row = df.iloc[0]
     assert (row["disposition"], row["disposition_by"], row["disposition_note"], row["approved_by"],

@@ -170,7 +170,7 @@ def threshold_metrics(scores: pd.DataFrame | None, thresholds: dict[str, float],
         if val_end and "timestamp" in s:
             t = s.loc[pd.to_datetime(s["timestamp"]) >= pd.Timestamp(val_end)]
             if len(t):
-                s, src = t, f"recomputed on the scored data, test period (from {val_end})"
+                s, src = t, f"recomputed on the scored data, test period (from {format_ts(val_end)})"
         y = s["label"].astype(int).to_numpy() == 1
         p = s["probability"].to_numpy(dtype=float)
         out.update(source=src, n=int(len(s)), n_fraud=int(y.sum()))

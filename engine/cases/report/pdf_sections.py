@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.cases.fmt import format_amount, format_gap, format_signed, format_ts
+from engine.cases.report.narrative import _fraud_type_label
 from engine.cases.report.pdf_fields import pdf_fields
 from engine.cases.report.pdf_charts import MAX_ROWS, bar_chart
 
@@ -17,11 +18,17 @@ _OUTCOMES = {"confirmed_fraud": "Confirmed fraud", "false_positive": "False posi
 _STATES = {"open": "open", "assigned": "assigned", "pending_approval": "pending approval (four-eyes)",
            "confirmed_fraud": "confirmed fraud", "false_positive": "false positive", "escalated": "escalated",
            "closed_no_action": "closed, no action"}
-_WHY = {"explained": "explained transaction", "flagged": "flagged by the model", "cited": "cited by the attributions"}
+_WHY = {"explained": "explained transaction", "flagged": "flagged by the model", "cited": "cited by the attributions",
+        "known_fraud": "known fraud (label 1)"}
 
 
 def _p(x: Any, d: int = 3) -> str:
     return "-" if x is None else f"{float(x):.{d}f}"
+
+
+#: methods that remove earlier transactions and always keep the explained one
+#: (engine.explain.removal.REMOVAL_RULE): its value is 0 by construction, not a finding
+QUERY_KEPT_METHODS = ("shap", "occlusion")
 
 
 def _words(v: Any) -> str:
@@ -155,8 +162,10 @@ def evidence_section(doc: Any, report: dict[str, Any]) -> list[list[str]]:
             doc, f"{_METHOD_NAMES.get(m, m)}: contribution of each earlier transaction (logit; + towards fraud)",
             [_tx_label(txs[i], cur) for i in keep], [vals[i] or 0.0 for i in keep], unit="logit", signed=True,
             note=(f"The {len(keep)} of {len(vals)} earlier transactions with the largest contributions, time order. "
-                  if len(keep) < len(vals) else "") + f"The explained transaction's own fields: {format_signed(q, 3)} "
-                 "logit (not drawn)."))
+                  if len(keep) < len(vals) else "") + (
+                     "The explained transaction itself is never removed by this method (it ranks the earlier "
+                     "transactions only), so it has no contribution here." if m in QUERY_KEPT_METHODS else
+                     f"The explained transaction's own fields: {format_signed(q, 3)} logit (not drawn).")))
     for m, e in report["explanations"].items():
         # unchecked per-field sums only when no validated block exists (engine/cases/fields_view.py)
         if e["is_attribution"] and e.get("top_fields") and not report.get("field_attribution"):
@@ -190,7 +199,7 @@ def evidence_section(doc: Any, report: dict[str, Any]) -> list[list[str]]:
     if d["history"]:
         doc.table(["Time", "Kind", "Outcome", "Fraud type", "Loss · exposure", "Analyst", "Note"],
                   [[format_ts(h["ts"]), h["kind"], _OUTCOMES.get(h["disposition"], h["disposition"]),
-                    h.get("fraud_type") or "-",
+                    _fraud_type_label(h.get("fraud_type")) or "-",
                     f"{format_amount(h.get('loss_amount'), h.get('currency') or cur)} · "
                     f"{format_amount(h.get('exposure_amount'), h.get('currency') or cur)}",
                     h["analyst"], h["note"]] for h in d["history"]], [26, 20, 20, 22, 30, 16, 56])
@@ -230,7 +239,7 @@ def _settings_in_words(m: str, e: dict[str, Any]) -> str:
     if e.get("reference_logit") is not None:
         parts.append(f"score of the baseline {format_signed(e['reference_logit'], 3)} logit")
     kind = "attribution, logit" if e["is_attribution"] else "attention weights, not attributions"
-    return f"{_METHOD_NAMES.get(m, m)} ({kind}): " + ("; ".join(parts) if parts else "no settings") + "."
+    return f"{_METHOD_NAMES.get(m, m)} ({kind}): " + ("; ".join(parts) if parts else "no settings").rstrip(".") + "."
 
 
 def methods_section(doc: Any, report: dict[str, Any]) -> None:
@@ -290,7 +299,8 @@ def trust_section(doc: Any, trust: dict[str, Any]) -> None:
     if pairs:
         doc.para(f"Method agreement: {len(pairs) - len(bad)} of {len(pairs)} method pairs agree (Spearman at or "
                  "above the bound)" + ("; disagree: " + ", ".join(
-                     f"{p['method_a']} vs {p['method_b']} ({format_signed(p['spearman'])})" for p in bad)
+                     f"{_METHOD_NAMES.get(p['method_a'], p['method_a'])} vs "
+                     f"{_METHOD_NAMES.get(p['method_b'], p['method_b'])} ({format_signed(p['spearman'])})" for p in bad)
                      if bad else "") + ".", 7.5)
     reasons = trust.get("reasons") or []
     if reasons:
@@ -298,7 +308,7 @@ def trust_section(doc: Any, trust: dict[str, Any]) -> None:
                   [[r.get("text", ""), ", ".join(r.get("transaction_ids") or [])] for r in reasons], [130, 60])
     wi = trust.get("what_if")
     if wi:
-        doc.para(f"What-if edits in force when exported: score {_p(wi.get('probability'))} (logit "
+        doc.para(f"What-if edits in force when exported: {_p(wi.get('probability'))} (logit "
                  f"{format_signed(wi.get('logit'), 3)}) versus original logit "
                  f"{format_signed(wi.get('original_logit'), 3)}.", 7.5)
         doc.table(["Operation", "Transaction", "Values"],
@@ -306,7 +316,7 @@ def trust_section(doc: Any, trust: dict[str, Any]) -> None:
                     ", ".join(f"{k}={v}" for k, v in (x.get("values") or {}).items())] for x in wi.get("edits") or []],
                   [30, 50, 110])
     if trust.get("attention_caveat"):
-        doc.para(f"Note: {trust['attention_caveat']}.", 7.5)
+        doc.para(f"Note: {str(trust['attention_caveat']).rstrip('.')}.", 7.5)  # never ".."
 
 
 __all__ = ["evidence_section", "methods_section", "narrative_section", "title_block", "trust_section"]
