@@ -65,6 +65,20 @@ def logit_reading(loaded: Any, logit: float, attribution: float) -> str:
             f"{output(loaded, logit):.2f}")
 
 
+def reason_reading(loaded: Any, logit: float, reason: Any) -> str:
+    """The parenthesis after a reason: ``" · +0.80 logit: score 0.50 → 0.69"`` (its weight read on
+    the output scale, :func:`logit_reading`), or ``" · weight +0.80 logit"`` when the sentence
+    states its own measured "without them ... would be" value (``numbers["probability_without"]``):
+    the additive reading of a weight that also counts the query's fields gave a second, different
+    "without" number in one sentence (analyst trial); ``""`` for a reason without a weight."""
+    w = float(getattr(reason, "weight", float("nan")))
+    if not math.isfinite(w):
+        return ""
+    if "probability_without" in (getattr(reason, "numbers", None) or {}):
+        return f" · weight {w:+.2f} logit"
+    return f" · {logit_reading(loaded, logit, w)}"
+
+
 @dataclass
 class Lead:
     """What :func:`render_lead` shows for one query (plain, picklable).
@@ -228,7 +242,7 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
     box.markdown(f"#### {md(heading)}" + (f": {md(cv.mask(query))} · {md(when)}" if when else ""))
     if lead.reasons:
         for i, r in enumerate(lead.reasons):
-            wt = "" if not math.isfinite(r.weight) else f" · {logit_reading(loaded, lead.logit, r.weight)}"
+            wt = reason_reading(loaded, lead.logit, r)
             box.markdown(f"{i + 1}\\. {md(cv.mask(r.text))}" + (f" *({md(wt[3:])})*" if wt else ""))
     else:
         box.caption("No reason code: no earlier transaction or field of this one pushed the "
@@ -259,4 +273,4 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
 
 
 __all__ = ["AGREE_RHO", "EVIDENCE_K", "Lead", "agreement_sentence", "build_lead", "case_lead", "evidence_sentence",
-           "flag_heading", "logit_reading", "output", "render_lead", "word"]
+           "flag_heading", "logit_reading", "output", "reason_reading", "render_lead", "word"]

@@ -43,6 +43,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from engine.model.calibration import probability_word
+
 #: a common point is a reason when its multiple-testing adjusted p-value is at most this
 COMMON_POINT_P = 0.05
 #: a small charge counts when at most this many transactions lie between it and the query ("shortly before")
@@ -111,7 +113,8 @@ def test_then_purchase(f, ctx) -> None:
     text = (f"{n} small {_plural(n, 'charge')} ({charges}) at {_plural(n, 'a merchant', 'merchants')} new to the "
             f"{f.noun}, {span_text(minutes)} ({n_between} {_plural(n_between, 'transaction')}) before this "
             f"{f.money(amt[q])} {what} ({ratio:.1f}x the {f.noun}'s median purchase of {f.money(med)}); without "
-            f"{'it' if n == 1 else 'them'} the fraud score would be {p_without:.2f} (now {p_with:.2f})")
+            f"{'it' if n == 1 else 'them'} the fraud {probability_word(ctx.bundle.meta)} would be {p_without:.2f} (now "
+            f"{p_with:.2f})")
     numbers = {"n_small": n, "amounts": [float(amt[p]) for p in keep], "span_minutes": minutes,
                "n_between": int(n_between), "query_amount": float(amt[q]), "median_before": med,
                "n_before": int(len(before)), "ratio": float(ratio), "online": online, "new_merchant": bool(new_m[q]),

@@ -451,3 +451,19 @@ def test_whatif_panel_shows_the_models_output_not_sigmoid(env):
     assert env["bundle"].calibrated
     assert m["Original probability"] == m["Query fraud probability"] == f"{float(q['probability']):.3f}"
     assert m["What-if decision"] == m["Decision"]  # no edit: the page's decision, on the model's output
+
+
+def test_a_reason_with_its_own_without_value_gets_no_second_one(env):
+    """Analyst trial: "... without them the fraud score would be 0.87 (now 1.00) (+9.93 logit:
+    probability 0.08 → 1.00)": two "without" values in one sentence (the measured deletion, and the
+    additive reading of a weight that also counts the query's fields)."""
+    from types import SimpleNamespace
+
+    from dashboard.components.lead import reason_reading
+
+    loaded = SimpleNamespace(bundle=env["bundle"])
+    pattern = SimpleNamespace(weight=9.93, numbers={"probability_without": 0.87, "probability_with": 1.0})
+    plain = SimpleNamespace(weight=0.8, numbers={"n_transactions": 6})
+    assert reason_reading(loaded, 3.0, pattern) == " · weight +9.93 logit"
+    assert reason_reading(loaded, 3.0, plain).startswith(" · +0.80 logit: probability ")  # calibrated: probability
+    assert reason_reading(loaded, 3.0, SimpleNamespace(weight=float("nan"), numbers={})) == ""
