@@ -75,9 +75,17 @@ def test_report_writes_three_verified_files_and_audits_each(env):
     assert doc["exported_by"] == "alice" and doc["case"]["case_id"] == env["case"]
     assert doc["score"]["transaction_id"] == cv.mask(env["ranking"]["top_transaction_id"].iloc[0])  # the riskiest
     assert doc["narrative"]["disposition"]["note"] == "called the card holder"
+    mine = env["scores"][env["scores"]["entity_id"].astype(str) == env["entity"]].sort_values("timestamp", kind="stable")
+    ids = mine["transaction_id"].astype(str).tolist()
+    top = str(env["ranking"]["top_transaction_id"].iloc[0])
+    assert doc["narrative"]["later_activity"]["n"] == len(ids) - 1 - ids.index(top)  # what the report does not cover
     assert env["entity"] not in json.dumps(doc["case"])  # pseudonymised
     text = " ".join(p.extract_text() for p in PdfReader(str(next(f for f in files if f.suffix == ".pdf"))).pages)
     assert doc["report_id"] in text and "by alice" in text
+    flat = " ".join(text.split())
+    la = doc["narrative"]["later_activity"]
+    assert "After the explained transaction" in flat
+    assert (f"{la['n']} later transaction(s)" in flat) if la["n"] else ("no later transaction of this entity" in flat)
     with CaseStore(env["db"]) as s:
         a = s.audit_log(env["case"], action="report_exported")
         assert a["actor"].tolist() == ["alice"] * 3

@@ -61,7 +61,7 @@ def world(tmp_path_factory):
         threshold_quality=rp.threshold_metrics(scores, {"review": 0.5, "decline": 0.8}, bundle.meta),
     )
     return {"report": report, "bundle": bundle, "case": case, "entity": entity, "query": query, "expls": expls,
-            "ctx": ctx, "tl": tl, "store": store, "case_id": case_id}
+            "ctx": ctx, "tl": tl, "store": store, "case_id": case_id, "frame": frame, "src": src}
 
 
 TRUST = {
@@ -211,7 +211,7 @@ def test_pdf_renders_narrative_first_and_charts_keep_signs(world, tmp_path):
     # narrative, then evidence, then the methods appendix
     i1, i2, i3 = flat.index("1. Narrative"), flat.index("2. Evidence"), flat.index("3. Methods appendix")
     assert i1 < i2 < i3 and "1. Narrative" in pages[0]
-    for head in ("Subject (entity)", "Activity", "Total suspicious amount", "Why the activity is suspicious",
+    for head in ("Subject (entity)", "Suspicious activity", "Total suspicious amount", "Why the activity is suspicious",
                  "Analyst's narrative", "Transactions involved"):
         assert flat.index(head) < i2, head
     assert "6 online purchases in 35 minutes" in flat[:i2]  # the plain-language reasons, under their heading
@@ -431,16 +431,44 @@ def test_calibrated_model_reports_the_calibrated_probability_everywhere(world):
                         dataset={"spec": "demo", "file_name": "tx.csv", "file_sha256": None, "max_rows": None,
                                  "currency": "USD"}, expls=e, context=world["ctx"],
                         thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
-                        probabilities={world["query"]: want}, salt="test-salt")
+                        salt="test-salt")
     rp.validate(r)
     assert r["score"]["probability"] == pytest.approx(want) and r["score"]["calibrated"] is True
     assert r["score"]["decision_band"] == rp.decision_band(want, 0.5, 0.8)
-    q = next(t for t in r["transactions"] if t["is_query"])
-    assert q["probability"] == pytest.approx(r["score"]["probability"])
+    # by the dashboard's and the CLI's one path, the query row's probability is the scored file's (the
+    # calibrated model's output), the same number as score.probability
+    from engine.cases.report.case_export import case_report
+
+    scores = cv.score_source(cal, world["frame"])
+    r2 = case_report(world["store"], world["case"], entity_id=world["entity"], source=world["src"], bundle=cal,
+                     scores=scores, expls=e, thresholds={"review": 0.5, "decline": 0.8, "source": "checkpoint"},
+                     exported_by="alice", file_label="tx.csv")
+    q = next(t for t in r2["transactions"] if t["is_query"])
+    assert q["probability"] == pytest.approx(r2["score"]["probability"], abs=1e-6)
+    assert abs(q["probability"] - 1.0 / (1.0 + np.exp(-logit))) > 0.01  # not sigmoid(logit)
     flat = " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split())
     assert f"Fraud probability {want:.3f}" in flat
     assert world["report"]["score"]["calibrated"] is False
     assert "Fraud score (uncalibrated)" in " ".join(" ".join(_pdf_text(rp.to_pdf(world["report"]))).split())
+
+
+def test_later_activity_names_what_the_report_does_not_cover():
+    """Analyst trial: a report explained at an earlier transaction never mentioned the card's
+    later frauds; later_activity counts them (and the PDF says they are not covered)."""
+    from engine.cases.report.model import later_activity
+
+    rows = pd.DataFrame({"transaction_id": ["a", "b", "c", "d", "e"],
+                         "timestamp": pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04",
+                                                      "2024-01-05"]),
+                         "probability": [0.1, 0.9, 0.2, 0.95, 0.3], "amount": [5.0, 10.0, 20.0, 447.62, 1.0],
+                         "label": [0, 1, 0, 1, 1]}).sample(frac=1, random_state=0)  # any order
+    got = later_activity(rows, "b", review=0.5)
+    assert (got["n"], got["n_flagged"], got["n_known_fraud"], got["suspicious_amount"]) == (3, 1, 2, 448.62)
+    assert got["from"].startswith("2024-01-03") and got["to"].startswith("2024-01-05")
+    assert later_activity(rows, "e", 0.5) == {"n": 0, "n_flagged": 0, "n_known_fraud": 0, "suspicious_amount": None,
+                                              "from": None, "to": None}
+    with pytest.raises(KeyError):
+        later_activity(rows, "zz", 0.5)
 
 
 def test_activity_dates_cover_suspicious_transactions_only(world):

@@ -43,10 +43,16 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
         ValueError: ``expls`` has no explanation (from ``build_report``).
     """
     from engine.cases import view as cv
+    from engine.cases.report.model import later_activity
     from engine.data.spec import source_spec_key
 
     ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, source.frame)
     mine = scores[scores["entity_id"].astype(str) == str(entity_id)]
+    query = str(next(iter(v for v in expls.values() if hasattr(v, "query_transaction_id"))).query_transaction_id)
+    rows = mine
+    if "amount" not in rows and "amount" in source.frame:  # scores may not carry the amount
+        amounts = source.frame.set_index(source.frame["transaction_id"].astype(str))["amount"]
+        rows = rows.assign(amount=rows["transaction_id"].astype(str).map(amounts))
     return build_report(
         case=case, entity_id=entity_id, model=bundle,
         dataset={"spec": source_spec_key(source.spec), "file_name": str(file_label),
@@ -56,6 +62,8 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
         narrative=store.narrative(case["id"]),
         probabilities=dict(zip(mine["transaction_id"].astype(str), mine["probability"])),
         trust=trust, exported_by=exported_by, fields=fields,
+        later=later_activity(rows, query, float(thresholds["review"])) if query in set(mine["transaction_id"].astype(str))
+        else None,
         threshold_quality=threshold_metrics(scores, {"review": thresholds["review"],
                                                      "decline": thresholds["decline"]}, bundle.meta),
     )

@@ -278,6 +278,7 @@ def build_report(
     exported_at: str | None = None,
     narrative: dict[str, Any] | None = None,
     fields: dict[str, Any] | None = None,
+    later: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report model of one case and one explained query (a dict matching the schema).
 
@@ -299,6 +300,9 @@ def build_report(
         narrative: the analyst's latest report narrative (``CaseStore.narrative``: ``text``,
             ``analyst``, ``ts``) for the SAR-style section (``report["narrative"]``,
             :func:`engine.cases.report.narrative.narrative_section`), or ``None``.
+        later: the entity's activity after the explained transaction (:func:`later_activity`),
+            which the report's transactions (the query's context) do not cover; stored as
+            ``narrative.later_activity``. ``None``: not known (not written).
         fields: optional :func:`engine.cases.fields_view.query_fields` output: stored as
             ``history_effect`` (the query alone vs with its history) and ``field_attribution``
             (validated per-field values of the query, cell-level values of the top transactions).
@@ -419,11 +423,37 @@ def build_report(
     if trust is not None:
         report["trust"] = _jsonable(trust)
     report["narrative"] = _jsonable(narrative_section(report, narrative, hist))
+    if later is not None:
+        report["narrative"]["later_activity"] = _jsonable(later)
     if fields:
         report["history_effect"] = _jsonable(fields.get("history_effect"))
         report["field_attribution"] = _jsonable(fields.get("field_attribution"))
     report["report_sha256"] = report_sha256(report)
     return report
+
+
+def later_activity(entity_rows: pd.DataFrame, query: str, review: float) -> dict[str, Any]:
+    """What the entity did after the explained transaction ``query`` (the report covers the query's
+    context, which ends at it): ``n`` transactions, ``n_flagged`` (own probability at or above
+    ``review``), ``n_known_fraud`` (label 1), ``suspicious_amount`` (sum over the flagged or
+    known-fraud ones; ``None`` when none), ``from`` / ``to`` (UTC text of the first and last).
+
+    ``entity_rows``: the entity's scored rows (``transaction_id``, ``timestamp``, ``probability``,
+    optionally ``amount`` and ``label``). Raises ``KeyError`` when ``query`` is not among them."""
+    rows = entity_rows.sort_values("timestamp", kind="stable").reset_index(drop=True)
+    ids = rows["transaction_id"].astype(str)
+    hit = ids[ids == str(query)]
+    if not len(hit):
+        raise KeyError(f"transaction {query!r} is not one of the entity's")
+    after = rows.iloc[int(hit.index[-1]) + 1:]
+    flagged = after["probability"].to_numpy(dtype=float) >= float(review)
+    known = (after["label"].fillna(0).to_numpy() == 1) if "label" in after else np.zeros(len(after), bool)
+    sus = flagged | known
+    amt = after["amount"].to_numpy(dtype=float)[sus] if "amount" in after else np.array([])
+    return {"n": int(len(after)), "n_flagged": int(flagged.sum()), "n_known_fraud": int(known.sum()),
+            "suspicious_amount": round(float(amt.sum()), 2) if sus.any() and len(amt) else None,
+            "from": _utc_text(after["timestamp"].iloc[0]) if len(after) else None,
+            "to": _utc_text(after["timestamp"].iloc[-1]) if len(after) else None}
 
 
 # ------------------------------------------------------------------------------------- hashing

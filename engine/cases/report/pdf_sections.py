@@ -64,10 +64,11 @@ def narrative_section(doc: Any, report: dict[str, Any]) -> None:
     d = n.get("disposition")
     pairs = [("Subject (entity)", f"{s['entity_pseudonym']} (pseudonym; case {s['case_id']})"),
              ("Data", f"{s.get('data_file') or '-'} (spec {s.get('spec') or '-'})"),
-             ("Activity", f"{format_ts(a.get('from'))} to {format_ts(a.get('to'))}"),
+             ("Suspicious activity", f"{format_ts(a.get('from'))} to {format_ts(a.get('to'))}"),
              ("Total suspicious amount", f"{format_amount(n.get('total_suspicious_amount'), cur)} over "
                                           f"{n.get('suspicious_count', 0)} flagged or known-fraud transaction(s) of the "
                                           f"{len(n['transactions'])} involved, up to the explained one"),
+             ("After the explained transaction", _later_text(n.get("later_activity"), cur)),
              ("Case state", _STATES.get(report["case"]["state"], report["case"]["state"]))]
     if d:
         pairs += [("Disposition", disposition_line(d)),
@@ -79,7 +80,8 @@ def narrative_section(doc: Any, report: dict[str, Any]) -> None:
     else:
         pairs.append(("Disposition", "none recorded yet"))
     doc.kv(pairs)
-    doc.para(f"Transactions involved: {n['involved_rule']}. The total is the sum of their amounts.", 7.5)
+    doc.para(f"Transactions involved: {n['involved_rule']}. The activity dates span the same flagged and "
+             "known-fraud transactions (the explained one alone when none is).", 7.5)
 
     doc.h3("Why the activity is suspicious")
     reasons = [r["text"] for r in n.get("reasons") or []]
@@ -107,6 +109,19 @@ def narrative_section(doc: Any, report: dict[str, Any]) -> None:
               [[format_ts(t["timestamp"]), t["transaction_id"], format_amount(t["amount"], t.get("currency") or cur),
                 _p(t["probability"]), ", ".join(_WHY.get(w, w) for w in t["why"])] for t in n["transactions"]],
               [30, 42, 26, 16, 56])
+
+
+def _later_text(la: dict[str, Any] | None, cur: str) -> str:
+    """The entity's activity after the explained transaction, which the report does not cover."""
+    if la is None:
+        return "not known (this report covers the explained transaction's history only)"
+    if not la["n"]:
+        return "no later transaction of this entity in the data"
+    sus = (f"; {la['n_flagged']} flagged, {la['n_known_fraud']} known fraud"
+           + (f", {format_amount(la['suspicious_amount'], cur)} suspicious" if la.get("suspicious_amount") is not None
+              else ""))
+    return (f"{la['n']} later transaction(s), {format_ts(la['from'])} to {format_ts(la['to'])}{sus}: not covered by "
+            "this report (export from the latest flagged transaction to cover them)")
 
 
 def disposition_line(d: dict[str, Any]) -> str:
