@@ -209,8 +209,9 @@ def test_whatif_edits_rescore_and_reset_restores(env):
     assert res["original_logit"] == pytest.approx(original, abs=1e-5)
     assert abs(res["logit"] - original) > 1e-4, "the edits did not change the score"
     metrics = _metrics(at)
-    assert metrics["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
-    assert metrics["Original probability"] == f"{1 / (1 + np.exp(-original)):.3f}"
+    assert not env["bundle"].calibrated  # its output is sigmoid(logit), called a score (words rule)
+    assert metrics["What-if score"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+    assert metrics["Original score"] == f"{1 / (1 + np.exp(-original)):.3f}"
     assert set(res["edited_transaction_ids"]) == {e1, e2}
     rows = _frame(at, "edited")
     assert rows["edited"].sum() == 1  # the changed row; the removed one is gone
@@ -222,7 +223,7 @@ def test_whatif_edits_rescore_and_reset_restores(env):
     assert at.session_state["whatif_edits"][env["query"]] == []
     res = at.session_state["whatif_result"][env["query"]]
     assert res["logit"] == pytest.approx(original, abs=1e-5)
-    assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-original)):.3f}"
+    assert _metrics(at)["What-if score"] == f"{1 / (1 + np.exp(-original)):.3f}"
 
 
 def test_whatif_widgets_add_an_edit(env):
@@ -238,7 +239,7 @@ def test_whatif_widgets_add_an_edit(env):
     assert edits == [{"op": "change", "transaction_id": target, "values": {"amount": 9999.0}}]
     expected = _expected_whatif(env, edits)
     assert at.session_state["whatif_result"][q]["logit"] == pytest.approx(expected, abs=1e-5)
-    assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+    assert _metrics(at)["What-if score"] == f"{1 / (1 + np.exp(-expected)):.3f}"
 
 
 def _count_reason_builds(monkeypatch) -> list:
@@ -323,7 +324,7 @@ def test_an_edit_rescores_once_and_runs_no_faithfulness_check(env, monkeypatch):
     edits = at.session_state["whatif_edits"][q]
     expected = _expected_whatif(env, edits)
     assert at.session_state["whatif_result"][q]["logit"] == pytest.approx(expected, abs=1e-5)
-    assert _metrics(at)["What-if probability"] == f"{1 / (1 + np.exp(-expected)):.3f}"
+    assert _metrics(at)["What-if score"] == f"{1 / (1 + np.exp(-expected)):.3f}"
     assert any(c.value.startswith("1 edit in force") for c in at.caption)
     at.run()  # a rerun with the same edit: all cached
     assert n == {"score_only": 1, "explained": 1, "faithfulness": 0}, n
