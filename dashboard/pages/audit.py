@@ -74,6 +74,13 @@ DISPOSITION_WORDS = {"confirmed_fraud": "confirmed fraud", "false_positive": "fa
 STATE_WORDS = comp.STATE_LABELS
 
 
+def _details(d: dict) -> list[str]:
+    """A disposition's fraud type, loss and exposure in words (those recorded)."""
+    out = [FRAUD_TYPES.get(d["fraud_type"], d["fraud_type"]).lower()] if d.get("fraud_type") else []
+    return out + [f"{k.split('_')[0]} {fmt.format_amount(d[k], d.get('currency') or '')}"
+                  for k in ("loss_amount", "exposure_amount") if d.get(k) is not None]
+
+
 def summary(action: str, before: dict | None, after: dict | None) -> str:
     """One line in words of what an audit row did (the Before/After columns keep every value)."""
     a, b = after or {}, before or {}
@@ -85,25 +92,12 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
             text += f" ({a.get('batch_size')} cases at once)"
         return text + (f", was {b.get('assignee')}" if b.get("assignee") and b.get("assignee") != who else "")
     if action == "disposition":
-        parts = [f"{DISPOSITION_WORDS.get(a.get('disposition'), a.get('disposition'))} recorded, case now "
-                 f"{STATE_WORDS.get(a.get('state'), a.get('state'))}"]
-        if a.get("fraud_type"):
-            parts.append(FRAUD_TYPES.get(a["fraud_type"], a["fraud_type"]).lower())
-        for k in ("loss_amount", "exposure_amount"):
-            if a.get(k) is not None:
-                parts.append(f"{k.split('_')[0]} {fmt.format_amount(a[k], a.get('currency') or '')}")
-        return ", ".join(parts)
+        return ", ".join([f"{DISPOSITION_WORDS.get(a.get('disposition'), a.get('disposition'))} recorded, case now "
+                          f"{STATE_WORDS.get(a.get('state'), a.get('state'))}", *_details(a)])
     if action == "approved":
         d = a.get("disposition") or "confirmed_fraud"
-        p = a.get("proposal") or {}
-        parts = [f"approved {DISPOSITION_WORDS.get(d, d)}" + (f" proposed by {a['proposed_by']}" if a.get("proposed_by")
-                                                              else "")]
-        if p.get("fraud_type"):
-            parts.append(FRAUD_TYPES.get(p["fraud_type"], p["fraud_type"]).lower())
-        for k in ("loss_amount", "exposure_amount"):
-            if p.get(k) is not None:
-                parts.append(f"{k.split('_')[0]} {fmt.format_amount(p[k], p.get('currency') or '')}")
-        return ", ".join(parts)
+        by = f" proposed by {a['proposed_by']}" if a.get("proposed_by") else ""
+        return ", ".join([f"approved {DISPOSITION_WORDS.get(d, d)}{by}", *_details(a.get("proposal") or {})])
     if action == "approval_refused":
         return "self-approval refused (four-eyes)"
     if action == "report_exported":
