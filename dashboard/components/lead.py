@@ -253,7 +253,9 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
         rows = lead.rows
         ids = [str(t) for t in rows["transaction_id"]]
         pos = {t: i for i, t in enumerate(ids)}
-        tab = pd.DataFrame({
+        shown = [t for t in ev.transaction_ids if t in pos]
+        tab = pd.DataFrame({  # most important first: the rank says so (the time column alone read as time order)
+            "rank": list(range(1, len(shown) + 1)),
             "time": [pd.Timestamp(rows["timestamp"].iloc[pos[t]]) for t in ev.transaction_ids if t in pos],
             "amount": [float(rows["amount"].iloc[pos[t]]) if "amount" in rows else float("nan")
                        for t in ev.transaction_ids if t in pos],
@@ -261,6 +263,8 @@ def render_lead(loaded: Any, query: str, currency: str, when: str = "") -> Lead 
         })
         box.dataframe(tab, hide_index=True, key="lead_evidence", height=min(36 * (len(tab) + 1), 250),
                       column_config={
+                          "rank": st.column_config.NumberColumn("#", help="1 = the transaction whose removal moves "
+                                                                "the score most", format="%d"),
                           "time": st.column_config.DatetimeColumn("Time (UTC)", format="YYYY-MM-DD HH:mm"),
                           "amount": st.column_config.NumberColumn(f"Amount ({currency})", format="%.2f"),
                           "transaction": st.column_config.TextColumn("Transaction")})

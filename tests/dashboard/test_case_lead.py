@@ -132,6 +132,7 @@ def test_reasons_and_key_evidence_come_first_with_engine_numbers(env):
         rows = ctx.rows.set_index(ctx.rows["transaction_id"].astype(str))
         np.testing.assert_allclose(tab["amount"].to_numpy(float),
                                    rows.loc[ev.transaction_ids, "amount"].to_numpy(float))
+        assert tab["rank"].tolist() == list(range(1, len(ev.transaction_ids) + 1))  # importance order, numbered
     else:
         assert any("no earlier transaction pushed" in t for t in texts)
 

@@ -228,6 +228,10 @@ def test_small_test_charges_days_before_are_a_reason():
     assert reasons[0].numbers["span_minutes"] == pytest.approx(span)
     assert reasons[0].text.startswith("2 small charges (0.75 USD, 1.25 USD) at merchants new to the card, ") or \
         reasons[0].text.startswith("2 small charges (1.25 USD, 0.75 USD) at merchants new to the card, ")
+    one = v.copy()
+    one[pos[1]] = -1.2  # only t1 cited: one charge, one merchant (the trial read "1 small charge ... at merchants")
+    small = next(r for r in reason_codes(ctx, {"shap": shap_like(ctx, one)}, max_reasons=20) if r.kind == "small_charges")
+    assert small.text.startswith("1 small charge (") and " at a merchant new to the card, " in small.text
     # removing them lowers the score: the pattern reason holds, cites both and the query, and replaces small_charges
     w[pos] = 0.5
     by = {r.kind: r for r in reason_codes(ctx, {"shap": shap_like(ctx, v)}, max_reasons=20)}
