@@ -317,7 +317,8 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
             span = f.minutes_before_query(first)
             amounts = ", ".join(f.money(amt[p]) for p in sorted(small))
             f.history("small_charges", f"{len(small)} small {_plural(len(small), 'charge')} ({amounts}) at "
-                                       f"{_plural(len(small), 'a merchant', 'merchants')} new to {other}, {span_text(span)} before this transaction", small,
+                                       f"{_plural(len(small), 'a merchant', 'merchants')} new to {other}, "
+                                       f"{span_text(span)} before this transaction", small,
                       ["amount", "merchant", "first_seen"],
                       {"n_small": len(small), "span_minutes": span, "median_before": med,
                        "max_share_of_median": SMALL_CHARGE_RATIO})
