@@ -126,6 +126,23 @@ def proposal_details(hist: pd.DataFrame, currency: str = "") -> None:
                  column_config={"proposal": st.column_config.TextColumn("Proposal to approve", width="large")})
 
 
+def _send_back(store, case: dict) -> None:
+    ss = st.session_state
+    note = (ss.get("approve_note") or "").strip()
+    try:
+        who = ac.require(comp.signed_in(), ac.APPROVE).name
+    except ac.AccessDenied as e:
+        return _flash("error", str(e))
+    if not note:
+        return _flash("error", "A note is required to send a proposal back: say why.")
+    try:
+        state = store.send_back(case["id"], note, analyst=who, expected_version=case["version"])
+    except CaseStoreError as e:
+        return _flash("error", md(e))
+    ss["approve_note"] = ""
+    _flash("success", f"Sent back by {md(who)}: the case is {comp.STATE_LABELS.get(state, state)} again.")
+
+
 def _approve(store, case: dict) -> None:
     ss = st.session_state
     note = (ss.get("approve_note") or "").strip()
@@ -189,8 +206,13 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
             st.caption("You proposed this disposition: a different signed-in supervisor must approve it.")
         elif ac.can(ident, ac.APPROVE):
             with st.form("approve_form"):
-                st.text_area("Approval note", key="approve_note", placeholder="Why you agree (required)")
-                st.form_submit_button("Approve", type="primary", on_click=_approve, args=(store, case))
+                st.text_area("Approval note", key="approve_note",
+                             placeholder="Why you agree, or why you send it back (required)")
+                b = st.columns([1, 1, 4])
+                b[0].form_submit_button("Approve", type="primary", on_click=_approve, args=(store, case))
+                b[1].form_submit_button("Send back", on_click=_send_back, args=(store, case),
+                                        help="Refuse the proposal: the case returns to the state its last applied "
+                                             "disposition gave it, and your note is kept on the case.")
         else:
             st.caption("A supervisor approves four-eyes dispositions.")
 

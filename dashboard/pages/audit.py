@@ -98,6 +98,12 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
         d = a.get("disposition") or "confirmed_fraud"
         by = f" proposed by {a['proposed_by']}" if a.get("proposed_by") else ""
         return ", ".join([f"approved {DISPOSITION_WORDS.get(d, d)}{by}", *_details(a.get("proposal") or {})])
+    if action == "sent_back":
+        p = a.get("proposal") or {}
+        d = p.get("disposition") or "confirmed_fraud"
+        by = f" proposed by {a['proposed_by']}" if a.get("proposed_by") else ""
+        return ", ".join([f"sent back {DISPOSITION_WORDS.get(d, d)}{by}, case now "
+                          f"{STATE_WORDS.get(a.get('state'), a.get('state'))}", *_details(p)])
     if action == "approval_refused":
         return "self-approval refused (four-eyes)"
     if action == "report_exported":

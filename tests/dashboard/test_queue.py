@@ -251,6 +251,20 @@ def test_case_page_disposition_requires_note_and_four_eyes(qenv, monkeypatch):
     assert {m.label: m.value for m in at.metric}["Case state"] == "pending approval"
     assert any(w.value.startswith("False positive proposed by **alice**") for w in at.warning)
     _as(at, "bob").run()
+    # the supervisor may send a proposal back instead: the case stays confirmed fraud (its last applied one)
+    at.text_area(key="approve_note").set_value("")
+    at.button(key="FormSubmitter:approve_form-Send back").click().run()
+    assert any("note is required to send a proposal back" in e.value for e in at.error)
+    at.text_area(key="approve_note").set_value("the chargeback evidence stands")
+    at.button(key="FormSubmitter:approve_form-Send back").click().run()
+    _ok(at)
+    assert {m.label: m.value for m in at.metric}["Case state"] == "confirmed fraud"
+    assert any("Sent back by bob" in s.value for s in at.success)
+    _as(at, "alice").run()  # alice proposes the reversal again; bob approves it this time
+    at.radio(key="disp_choice").set_value("false_positive")
+    at.text_area(key="disp_note").set_value("customer confirmed the purchases, with receipts")
+    at.button(key="FormSubmitter:disposition_form-Record disposition").click().run()
+    _as(at, "bob").run()
     at.text_area(key="approve_note").set_value("call recording checked")
     at.button(key="FormSubmitter:approve_form-Approve").click().run()
     _ok(at)

@@ -192,20 +192,26 @@ def _callback_script(user: str, role: str, action: str) -> None:
             self.calls.append(("approve", a, k))
             return "confirmed_fraud"
 
+        def send_back(self, *a, **k):
+            self.calls.append(("send_back", a, k))
+            return "assigned"
+
     st.session_state[SESSION_KEY] = Identity(user, role, "password")
     st.session_state["disp_choice"], st.session_state["disp_note"] = "false_positive", "forged call"
     st.session_state["approve_note"] = "forged approval"
     st.session_state["disp_replace"] = True  # the case is pending: replacing its proposal is ticked
     store = Store()
     case = {"id": 1, "version": 1, "state": "pending_approval", "pending_by": "someone"}
-    (disposition._record if action == "record" else disposition._approve)(store, case)
+    {"record": disposition._record, "approve": disposition._approve, "send_back": disposition._send_back}[action](
+        store, case)
     st.text(repr(st.session_state.get(disposition.MSG)))
     st.text(f"calls={len(store.calls)}")
 
 
 @pytest.mark.parametrize("role,action,allowed", [("auditor", "record", False), ("admin", "record", False),
                                                  ("analyst", "approve", False), ("auditor", "approve", False),
-                                                 ("analyst", "record", True), ("supervisor", "approve", True)])
+                                                 ("analyst", "record", True), ("supervisor", "approve", True),
+                                                 ("analyst", "send_back", False), ("supervisor", "send_back", True)])
 def test_roles_are_checked_inside_the_action_callbacks(role, action, allowed):
     at = AppTest.from_function(_callback_script, args=("mallory", role, action), default_timeout=TIMEOUT)
     at.run()

@@ -369,6 +369,19 @@ def test_four_eyes_disposition_names_proposer_and_approver_in_every_export(world
     s.record_disposition(cid, "false_positive", "merchant refunded, card holder agrees", analyst="bob")
     d = _four_eyes_report(world, s, cid)["narrative"]["disposition"]
     assert (d["outcome"], d["analyst"], d["approval"], d["pending"]) == ("false_positive", "bob", None, True)
+    # sent back: the applied disposition is alice's approved fraud again, and the refusal is named
+    s.send_back(cid, "chargeback evidence stands", analyst="sam")
+    r = _four_eyes_report(world, s, cid)
+    rp.validate(r)
+    d = r["narrative"]["disposition"]
+    assert (d["outcome"], d["analyst"], d["approval"]["analyst"], d["pending"]) == ("confirmed_fraud", "alice", "sam",
+                                                                                    False)
+    assert (d["refused"]["outcome"], d["refused"]["analyst"]) == ("false_positive", "bob")
+    flat = " ".join(" ".join(_pdf_text(rp.to_pdf(r))).split())
+    assert re.search(r"approved by sam [^;]+; a later proposal, false positive by bob [^,]+, was sent back", flat)
+    df = pd.read_csv(io.BytesIO(rp.to_csv(r)), dtype=str, keep_default_na=False)
+    assert (df["disposition"].iloc[0], df["disposition_by"].iloc[0], df["approved_by"].iloc[0]) == (
+        "confirmed_fraud", "alice", "sam")
 
 
 def test_merchant_ids_are_shown_as_on_the_page_card_numbers_masked(world):

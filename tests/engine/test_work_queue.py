@@ -318,3 +318,53 @@ def test_formatters():
     assert [fmt.format_threshold(p) for p in (0.2, 0.0, 1.0, 6.8e-06, 0.00099, None)] == [
         "0.200", "0.000", "1.000", "6.8e-06", "0.00099", "-"]
     assert [fmt.format_threshold(p) for p in (0.9996, 0.99951, 0.9994)] == ["0.9996", "0.99951", "0.999"]
+
+
+def test_a_supervisor_sends_a_proposal_back(tmp_path):
+    """Four-eyes without a refusal left a supervisor who disagreed only "approve" (analyst trial).
+    send_back returns the case to the state its last applied disposition gave it, keeps the note as a
+    case note, is audited with the proposal refused, and the proposer cannot send back their own."""
+    from engine.cases.store import FourEyesError, InvalidTransitionError
+    from engine.cases.report.narrative import disposition_summary
+
+    s = CaseStore(tmp_path / "fe.sqlite3", four_eyes=True)
+    s.upsert_cases(SHA, _rows([("a", 0.9, 10.0), ("b", 0.8, 20.0)]), source_id=SRC)
+    a, b = _id(s, "a"), _id(s, "b")
+    s.assign(a, "alice", actor="alice")
+    s.record_disposition(a, "confirmed_fraud", "card holder denies", analyst="alice", fraud_type="card_testing",
+                         loss_amount=12.0)
+    with pytest.raises(FourEyesError):
+        s.send_back(a, "mine", analyst="alice")
+    with pytest.raises(Exception, match="required"):
+        s.send_back(a, "  ", analyst="sam")
+    assert s.send_back(a, "the merchant confirmed the order: not fraud", analyst="sam") == "assigned"
+    case = s.get_case(a)
+    assert (case["state"], case["pending_by"], case["assignee"]) == ("assigned", None, "alice")
+    assert s.notes(a)["text"].tolist() == ["the merchant confirmed the order: not fraud"]
+    row = s.audit_log(a, action="sent_back").iloc[0]
+    assert row["actor"] == "sam" and row["after"]["proposed_by"] == "alice"
+    assert row["after"]["proposal"]["disposition"] == "confirmed_fraud" and row["after"]["proposal"]["loss_amount"] == 12.0
+    with pytest.raises(InvalidTransitionError):
+        s.send_back(a, "again", analyst="sam")
+    assert s.verify_audit_chain().ok
+    hist = [dict(h._asdict()) for h in s.history(a).itertuples(index=False)]
+    d = disposition_summary(hist, case["state"])
+    assert d["outcome"] is None and d["refused"]["outcome"] == "confirmed_fraud" and d["refused"]["analyst"] == "alice"
+
+    # a refused reversal of an approved fraud leaves it confirmed fraud, with its approval
+    s.record_disposition(b, "confirmed_fraud", "skimmed", analyst="alice", fraud_type="card_testing")
+    s.approve(b, "agreed", analyst="sam")
+    s.record_disposition(b, "false_positive", "customer says it was them", analyst="bob")
+    assert s.send_back(b, "the chargeback evidence stands", analyst="sam") == "confirmed_fraud"
+    hist = [dict(h._asdict()) for h in s.history(b).itertuples(index=False)]
+    d = disposition_summary(hist, s.get_case(b)["state"])
+    assert (d["outcome"], d["analyst"], d["approval"]["analyst"], d["refused"]["outcome"]) == (
+        "confirmed_fraud", "alice", "sam", "false_positive")
+    assert s.verify_audit_chain().ok
+    # the refusal note is a record the verifier holds to its audit row
+    conn = sqlite3.connect(s.path, isolation_level=None)
+    conn.execute("DROP TRIGGER IF EXISTS notes_no_update")
+    conn.execute("UPDATE notes SET text = 'edited' WHERE case_id = ?", (b,))
+    conn.close()
+    assert not s.verify_audit_chain().ok
+    s.close()

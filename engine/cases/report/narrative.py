@@ -149,20 +149,42 @@ def narrative_section(report: dict[str, Any], analyst_narrative: dict[str, Any] 
 
 
 def disposition_summary(history: list[dict[str, Any]], state: str | None, currency: str = "") -> dict[str, Any] | None:
-    """The case's latest disposition as one record, or ``None`` when none was recorded.
+    """The case's disposition as one record, or ``None`` when none was recorded (or applied).
 
     ``history``: the report's disposition history entries, oldest first (``kind`` is
-    ``"disposition"`` or ``"approval"``). The record is the latest ``"disposition"`` entry
-    (``analyst`` / ``ts`` / ``note``: who proposed or recorded it, when, and their note; its
-    fraud type, loss and exposure) with ``approval``: the ``"approval"`` entry that applied it
-    (``{"analyst", "ts", "note"}``), or ``None`` (four-eyes off, or still waiting: then
-    ``pending`` is true). Every export (PDF narrative, CSV columns, JSON) reads this one record,
-    so the three never name different people or notes for one disposition."""
-    idx = next((i for i in range(len(history) - 1, -1, -1) if history[i].get("kind") == "disposition"), None)
-    if idx is None:
+    ``"disposition"`` or ``"approval"``). While the case is ``pending_approval`` the record is the
+    pending proposal (``pending`` true). Otherwise it is the latest *applied* disposition: one
+    recorded without four-eyes (``state_after`` is not ``pending_approval``), or a proposal followed
+    by its approval before any newer proposal. The record holds ``analyst`` / ``ts`` / ``note``
+    (who recorded or proposed it, when, their note), its fraud type, loss and exposure,
+    ``approval`` (the ``"approval"`` entry that applied it: ``{"analyst", "ts", "note"}``, or
+    ``None``) and ``refused``: the newest proposal when it was sent back instead of approved
+    (``{"outcome", "analyst", "ts"}``), else ``None``. Every export (PDF narrative, CSV columns,
+    JSON) reads this one record, so the three never name different people or notes."""
+    idxs = [i for i, h in enumerate(history) if h.get("kind") == "disposition"]
+    if not idxs:
         return None
-    last = history[idx]
-    ap = next((h for h in history[idx + 1:] if h.get("kind") == "approval"), None)
+
+    def approval_of(i: int) -> dict[str, Any] | None:
+        nxt = next((j for j in idxs if j > i), len(history))
+        return next((h for h in history[i + 1:nxt] if h.get("kind") == "approval"), None)
+
+    newest = history[idxs[-1]]
+    pending = state == "pending_approval"
+    refused = None
+    if pending:
+        pick = idxs[-1]
+    else:
+        applied = [i for i in idxs if history[i].get("state_after") != "pending_approval" or approval_of(i)]
+        if idxs[-1] not in applied:  # the newest proposal was sent back
+            refused = {"outcome": newest["disposition"], "analyst": newest.get("analyst"), "ts": newest.get("ts")}
+        if not applied:
+            return {"outcome": None, "state": state, "analyst": None, "ts": None, "note": None, "fraud_type": None,
+                    "fraud_type_label": None, "loss_amount": None, "exposure_amount": None, "currency": currency or "",
+                    "approval": None, "pending": False, "refused": refused}
+        pick = applied[-1]
+    last = history[pick]
+    ap = None if pending else approval_of(pick)
     return {"outcome": last["disposition"], "state": state, "analyst": last.get("analyst"),
             "ts": last.get("ts"), "note": last.get("note"), "fraud_type": last.get("fraud_type"),
             "fraud_type_label": _fraud_type_label(last.get("fraud_type")),
@@ -170,7 +192,7 @@ def disposition_summary(history: list[dict[str, Any]], state: str | None, curren
             "currency": last.get("currency") or currency or "",
             "approval": ({"analyst": ap.get("analyst"), "ts": ap.get("ts"), "note": ap.get("note")}
                          if ap is not None else None),
-            "pending": state == "pending_approval"}
+            "pending": pending, "refused": refused}
 
 
 def _slug(text: Any, n: int) -> str:

@@ -129,14 +129,19 @@ def disposition_line(d: dict[str, Any]) -> str:
     proposed) it and when, and the four-eyes approval that applied it or that it still waits,
     e.g. ``"Confirmed fraud, proposed by alice 2026-12-07 10:01 UTC, approved by sam
     2026-12-07 10:20 UTC"``."""
+    rf = d.get("refused")
+    refused = (f"; a later proposal, {_OUTCOMES.get(rf['outcome'], rf['outcome']).lower()} by {rf.get('analyst') or '-'} "
+               f"{format_ts(rf.get('ts'))}, was sent back" if rf else "")
+    if d.get("outcome") is None:
+        return "none applied" + refused
     what = _OUTCOMES.get(d["outcome"], d["outcome"])
     ap = d.get("approval")
     who = f"{d.get('analyst') or '-'} {format_ts(d.get('ts'))}"
     if ap:
-        return f"{what}, proposed by {who}, approved by {ap.get('analyst') or '-'} {format_ts(ap.get('ts'))}"
+        return f"{what}, proposed by {who}, approved by {ap.get('analyst') or '-'} {format_ts(ap.get('ts'))}{refused}"
     if d.get("pending"):
         return f"{what}, proposed by {who}, awaiting a supervisor's approval"
-    return f"{what}, recorded by {who}"
+    return f"{what}, recorded by {who}{refused}"
 
 
 def _tx_label(t: dict[str, Any], cur: str) -> str:

@@ -53,7 +53,10 @@ Work list (schema v4)
     both stay in :meth:`CaseStore.history`). A new disposition on a ``pending_approval`` case
     replaces the pending proposal; with four-eyes on it waits for approval too, as does any
     disposition on a ``confirmed_fraud`` case (undoing an approved fraud takes two people), and
-    the approval applies the proposed disposition (:meth:`CaseStore.pending_disposition`). Every disposition and approval requires a non-empty note.
+    the approval applies the proposed disposition (:meth:`CaseStore.pending_disposition`); a
+    supervisor who disagrees sends it back (:meth:`CaseStore.send_back`: the case returns to the
+    state its last applied disposition gave it; the refusal note is a case note, audited
+    ``sent_back``). Every disposition, approval and refusal requires a non-empty note.
     A pending case always needs a different analyst to approve it, even if four-eyes has since
     been switched off, because it was proposed under the rule.
 

@@ -154,7 +154,7 @@ CREATED_ACTIONS = ("case_created", "case_adopted")
 AUDITED = {
     "dispositions": ({"disposition": "disposition", "approved": "approval"},
                      (("disposition", "disposition"), ("note", "note"), ("state_after", "state"))),
-    "notes": ({"note_added": None}, (("text", "note"),)),
+    "notes": ({"note_added": None, "sent_back": None}, (("text", "note"),)),
     "narratives": ({"narrative_saved": None}, (("text", "narrative"),)),
 }
 #: dispositions columns written only when given; an audit row records them only then (absent = NULL)

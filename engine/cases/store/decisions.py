@@ -198,6 +198,51 @@ class DecisionsMixin:
             raise refused
         return new_state
 
+    def send_back(
+        self,
+        case_id: int,
+        note: str,
+        *,
+        analyst: str | None = None,
+        expected_version: int | None = None,
+    ) -> str:
+        """Refuse a pending four-eyes proposal (the supervisor disagrees); return the state the
+        case returns to: the state the last applied disposition gave it (a refused reversal of an
+        approved fraud leaves it ``confirmed_fraud``), else ``assigned`` / ``open`` by its assignee.
+
+        The refusal note is required; it is kept as a case note (``notes``) with an audit row
+        ``sent_back`` that records it, the proposal refused and its proposer. As for :meth:`approve`,
+        the proposer cannot send back their own proposal (:class:`FourEyesError`; they record a new
+        one instead). Raises :class:`NoteRequiredError`, :class:`InvalidTransitionError` (case not
+        ``pending_approval``), :class:`CaseNotFoundError`, :class:`ConflictError`,
+        :class:`MissingAnalystError`, :class:`FourEyesError`. Nothing is written when it raises.
+        """
+        note = _require_text(note, "a note explaining why the proposal is sent back")
+        analyst = resolve_analyst(analyst)
+        with self._write() as conn:
+            ts = _utcnow()
+            row = self._case_row(conn, case_id)
+            self._check_version(conn, row, expected_version)
+            if row["state"] != "pending_approval":
+                raise InvalidTransitionError(
+                    f"case {row['id']} is {row['state']!r}; only 'pending_approval' cases can be sent back")
+            if _same_person(analyst, row["pending_by"]):
+                raise FourEyesError(f"four-eyes rule: {analyst!r} proposed this disposition on case {row['id']}; "
+                                    "another supervisor sends it back (or record a new proposal)")
+            applied = conn.execute(
+                "SELECT state_after FROM dispositions WHERE case_id = ? AND state_after != 'pending_approval' "
+                "ORDER BY id DESC LIMIT 1", (row["id"],)).fetchone()
+            state = applied[0] if applied is not None else ("assigned" if row["assignee"] else "open")
+            snap = self._snapshot(row)
+            proposal = {"disposition": _pending_disposition(conn, row["id"]), **_proposal(conn, row["id"])}
+            after = self._set_state(conn, row, ts, state=state, assignee=row["assignee"], pending_by=None)
+            cur = conn.execute("INSERT INTO notes(case_id, ts, analyst, text) VALUES (?, ?, ?, ?)",
+                               (row["id"], ts, analyst, note))
+            self._audit(conn, ts, analyst, "sent_back", case_id=row["id"], model_sha256=row["model_sha256"],
+                        before=snap, after={**after, "note_id": cur.lastrowid, "note": note,
+                                            "proposed_by": row["pending_by"], "proposal": proposal})
+        return state
+
     def pending_disposition(self, case_id: int) -> str | None:
         """The disposition a ``pending_approval`` case waits to have approved (one of
         :data:`DISPOSITIONS`), else ``None``. Raises :class:`CaseNotFoundError`."""
