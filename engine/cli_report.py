@@ -1,7 +1,9 @@
 """``fraudlens report``: a case's compliance report (PDF, JSON, CSV) from the command line.
 
 The same report the dashboard's "Prepare the exports" builds (one path:
-:func:`engine.cases.report.case_export.case_report`), for a compliance officer who exports many
+:func:`engine.cases.report.case_export.case_report`, with the same explanations, per-field block and
+trust checks, :mod:`engine.cases.trust_export`; only a dashboard session's what-if edits and
+randomisation verdicts are not in it), for a compliance officer who exports many
 cases, or a case without a browser. The user signs in with the password of the credentials
 file (``$FRAUDLENS_USERS``; prompted, never an option), needs a role that views cases, and each
 file written is an audited download (``report_exported``, with the report's id and sha256) in
@@ -12,7 +14,9 @@ computed and stored there.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -24,6 +28,27 @@ from engine.cli_common import _fail, _load_model, _read, _require_accepted, _saf
 FORMATS = ("pdf", "json", "csv")
 
 
+def _fields(cache, bundle, src, sid: str, query: str, params: dict):
+    """The report's per-field block (history effect, validated field attributions) as the dashboard
+    exports it: the stored one (engine.cases.explain_cache.FIELDS_KIND), else computed and stored;
+    ``None`` when it cannot be computed (the report then goes without it, as in the dashboard)."""
+    import time
+
+    from engine.cases import fields_view as fv
+    from engine.cases.explain_cache import FIELDS_KIND
+
+    try:
+        stored = cache.get_json(bundle.sha256, sid, query, params, FIELDS_KIND)
+        if stored is not None:
+            return stored
+        t0 = time.perf_counter()
+        out = fv.query_fields(bundle, src.frame, query, currency=src.currency)
+        cache.put_json(bundle.sha256, sid, query, params, FIELDS_KIND, out, time.perf_counter() - t0)
+        return out
+    except Exception:  # noqa: BLE001 - as the dashboard's export_payload: the report goes on without it
+        return None
+
+
 def report(
     case: int = typer.Option(..., "--case", min=1, help="case number (the Work queue's Case column)"),
     data: Path = typer.Option(..., exists=True, help="the data file the case was opened from"),
@@ -32,6 +57,8 @@ def report(
     transaction: Optional[str] = typer.Option(None, help="transaction to explain (default: the case's riskiest)"),
     out: Path = typer.Option(Path("."), help="directory the files are written to"),
     formats: str = typer.Option("pdf,json,csv", "--formats", help="comma-separated: pdf, json, csv"),
+    max_rows: Optional[int] = typer.Option(None, "--max-rows", min=1,
+                                           help="read only the first N rows, as a dashboard started with --max-rows"),
     user: str = typer.Option(..., help="your user name in the credentials file ($FRAUDLENS_USERS)"),
     password_stdin: bool = typer.Option(False, "--password-stdin",
                                         help="read the password from the first line of standard input (scripts)"),
@@ -46,7 +73,7 @@ def report(
     from engine.data.spec import source_spec_key
     from engine.serve import access as ac
 
-    kinds = [k.strip().lower() for k in formats.split(",") if k.strip()]
+    kinds = list(dict.fromkeys(k.strip().lower() for k in formats.split(",") if k.strip()))  # each format once
     bad = [k for k in kinds if k not in FORMATS]
     if bad or not kinds:
         _fail(f"--formats: expected some of {', '.join(FORMATS)}, got {formats!r}")
@@ -68,7 +95,8 @@ def report(
     if not db.exists():
         _fail(f"no case store at {db} (set $FRAUDLENS_DATA_DIR to the dashboard's data directory)")
     bundle = _load_model(model)
-    sp, res = _read(data, spec or bundle.spec, demo_model=model is None and spec is None, label_required=False)
+    sp, res = _read(data, spec or bundle.spec, max_rows=max_rows, demo_model=model is None and spec is None,
+                    label_required=False)
     _require_accepted(res, data, sp)
     src = cv.Source(frame=res.frame, rejected=res.rejected, rows_read=res.rows_read, path=data, spec=sp,
                     file_sha256=cv.file_identity(data))
@@ -87,25 +115,46 @@ def report(
         query = str(transaction or row["max_transaction_id"])
         if query not in set(mine["transaction_id"].astype(str)):
             _fail(f"transaction {query!r} is not one of case {case}'s {len(mine):,} transactions")
+        # the dashboard's explanations and per-field block of this transaction when it has them (same
+        # cache key: model, source, transaction, max_rows), else computed and stored for it
         cache = ExplanationCache(db.parent / "explanations.sqlite")
-        params = {"max_rows": None}
+        params = {"max_rows": max_rows}
         expls, how = cache.get_or_compute(bundle.sha256, sid, query, params,
                                           lambda: cv.explain_query(bundle, src.frame, query))
+        fields = _fields(cache, bundle, src, sid, query, params)
+        from engine.cases.trust_export import case_trust_json
+
+        trust = case_trust_json(bundle, src.frame, query, expls)  # the trust block the dashboard exports
         thr = thresholds_in_force(bundle, store)
         doc = case_report(store, row, entity_id=entity, source=src, bundle=bundle, scores=scores, expls=expls,
-                          thresholds=thr, exported_by=ident.name, file_label=data.name)
+                          thresholds=thr, exported_by=ident.name, file_label=data.name, max_rows=max_rows,
+                          scored_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), fields=fields,
+                          trust=trust)
         rp.validate(doc)
         out.mkdir(parents=True, exist_ok=True)
         writers = {"pdf": rp.to_pdf, "json": rp.to_json, "csv": rp.to_csv}
         for k in kinds:
             path = out / rp.report_filename(doc, k)
             data = writers[k](doc)
-            try:
-                path.write_bytes(data)
+            try:  # a new file only (never through a link, never over another file), readable by its owner only
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            except FileExistsError:
+                _fail(f"{path} exists; fraudlens report never overwrites a report (choose another --out)")
             except OSError as e:
                 _fail(f"cannot write {path}: {e.strerror or e}")
-            store.record_export(case, report_id=doc["report_id"], report_sha256=doc["report_sha256"], fmt=k,
-                                analyst=ident.name, file_sha256=hashlib.sha256(data).hexdigest())
+            try:  # the audit row first: a file is never left without its row (the dashboard serves after it too)
+                store.record_export(case, report_id=doc["report_id"], report_sha256=doc["report_sha256"], fmt=k,
+                                    analyst=ident.name, file_sha256=hashlib.sha256(data).hexdigest())
+            except Exception as e:  # noqa: BLE001 - no audit row: no file
+                os.close(fd)
+                path.unlink(missing_ok=True)
+                _fail(f"the audit log could not record the {k.upper()} download ({type(e).__name__}: {e}); nothing "
+                      f"was written for it")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except OSError as e:
+                _fail(f"cannot write {path}: {e.strerror or e} (its audit row names the file's sha256)")
             console.print(f"wrote {_safe(str(path))}")
     console.print(_safe(f"case {case}, transaction {cv.mask(query)} (explanations {how}); report {doc['report_id']}, "
                         f"sha256 {doc['report_sha256']}; exported by {ident.name}, {len(kinds)} download(s) in the "

@@ -49,7 +49,7 @@ def _record(store, case: dict, currency: str = "") -> None:
         return _flash("error", "Choose a disposition first.")
     if not note:
         return _flash("error", "A note is required: say why.")
-    if case["state"] == "pending_approval" and not ss.get("disp_replace"):
+    if case["state"] == "pending_approval" and not ss.get(f"disp_replace_{case['id']}"):
         # recording on a pending case replaces the proposal the supervisor is about to approve
         return _flash("error", "This case waits for the approval of the proposal shown above: tick \"Replace the "
                                "pending proposal\" to replace it with this one.")
@@ -67,7 +67,7 @@ def _record(store, case: dict, currency: str = "") -> None:
         return _flash("error", md(e))
     # a recorded disposition clears the form: a second click must not propose the same again
     ss["disp_note"], ss["disp_fraud_type"], ss["disp_loss"], ss["disp_exposure"] = "", NO_TYPE, None, None
-    ss["disp_choice"], ss["disp_replace"] = None, False  # no outcome preselected (confirmed fraud was)
+    ss["disp_choice"], ss[f"disp_replace_{case['id']}"] = None, False  # no outcome preselected (confirmed fraud was)
     extra = "".join([f" · {FRAUD_TYPES[ftype].lower()}" if ftype else "",
                      f" · loss {fmt.format_amount(loss, currency)}" if loss is not None else "",
                      f" · exposure {fmt.format_amount(exposure, currency)}" if exposure is not None else ""])
@@ -232,7 +232,7 @@ def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dic
                               help="money at risk (a number >= 0); empty if not known")
             st.text_area("Note (required)", key="disp_note", placeholder="What you found and why")
             if case["state"] == "pending_approval":
-                st.checkbox("Replace the pending proposal", key="disp_replace",
+                st.checkbox("Replace the pending proposal", key=f"disp_replace_{case['id']}",  # per case
                             help="The case waits for a supervisor to approve the proposal shown above; recording "
                                  "now replaces it (the supervisor then approves or refuses this one).")
             st.form_submit_button("Record disposition", type="primary", on_click=_record,

@@ -18,6 +18,7 @@ again, so a download never carries a state the page no longer shows.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -34,7 +35,9 @@ from engine.serve import access as ac
 
 PREPARED = "export_prepared"  # session state: the key of the exports prepared in this session
 PREPARE_NOW = "prepare-now"  # PREPARED after a click on "Prepare the exports", until the run that builds them
+EXPORT_FAILED = "export_failed"  # session state: format -> why its download was refused (shown on the next run)
 _LOCK = threading.Lock()
+log = logging.getLogger("fraudlens.dashboard")
 _CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
 _MAX = 48
 MIME = {"pdf": "application/pdf", "json": "application/json", "csv": "text/csv"}
@@ -121,32 +124,45 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
         pdf = _cached(key + ("pdf",), make_pdf)
         js = _cached(key + ("json",), lambda: rp.to_json(report))
         csv = _cached(key + ("csv",), lambda: rp.to_csv(report))
+    failed = ss.setdefault(EXPORT_FAILED, {})  # filled by a download that could not be audited (other thread)
+    for kind in list(failed):
+        st.error(md(failed.pop(kind)), icon=":material/error:")
     c = st.columns(3)
     ident, store = comp.signed_in(), comp.get_store()
     for col, (kind, label, data, icon) in zip(c, (("pdf", "Download PDF", pdf, ":material/picture_as_pdf:"),
                                                   ("json", "Download JSON", js, ":material/data_object:"),
                                                   ("csv", "Download CSV", csv, ":material/table:"))):
-        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data),
+        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data, failed),
                             file_name=rp.report_filename(report, kind), mime=MIME[kind], key=f"dl_{kind}",
                             on_click="ignore", icon=icon)
     st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])} · every "
-               "download is recorded in the audit log with the report's id and sha256")
+               "download is recorded in the audit log with the report's id and sha256 (a download that cannot be "
+               "recorded is refused; the reason shows here at the page's next run)")
 
 
-def audited_download(store: Any, ident: Any, case_id: int, report: dict, kind: str, data: bytes) -> Callable[[], bytes]:
+def audited_download(store: Any, ident: Any, case_id: int, report: dict, kind: str, data: bytes,
+                     failed: dict | None = None) -> Callable[[], bytes]:
     """The deferred data of one download button: Streamlit calls it when the user clicks (no
     bytes are served before), and it writes the ``report_exported`` audit row
     (engine.cases.store.AuditMixin.record_export) *before* it returns the prepared bytes; if the
     row cannot be written, or the user is no longer one whose role views cases (the credentials
     file read now: a removed user's page still shows the button), it raises and nothing is
     served. Runs outside the script run (no session state): the identity and the store are
-    taken when the button is drawn."""
+    taken when the button is drawn. Streamlit tells the browser only "Failed to generate file"; the
+    reason goes into ``failed`` (the session's dict: shown on the page's next run) and the log."""
 
     def make() -> bytes:
-        now = ac.still_signed_in(ac.users_path(), ident) if ident is not None else None
-        who = ac.require(now, ac.VIEW_CASES).name
-        store.record_export(case_id, report_id=report["report_id"], report_sha256=report["report_sha256"],
-                            fmt=kind, analyst=who, file_sha256=hashlib.sha256(data).hexdigest())
+        try:
+            now = ac.still_signed_in(ac.users_path(), ident) if ident is not None else None
+            who = ac.require(now, ac.VIEW_CASES).name
+            store.record_export(case_id, report_id=report["report_id"], report_sha256=report["report_sha256"],
+                                fmt=kind, analyst=who, file_sha256=hashlib.sha256(data).hexdigest())
+        except Exception as e:
+            why = f"The {kind.upper()} download was refused: it could not be recorded in the audit log ({e})."
+            if failed is not None:
+                failed[kind] = why
+            log.warning("%s", why)
+            raise
         return data
 
     return make

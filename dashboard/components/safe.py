@@ -32,12 +32,17 @@ def error_text(e: BaseException) -> str:
 
 
 def table_csv(frame: pd.DataFrame) -> bytes:
-    """The CSV bytes :func:`csv_download` serves: card numbers masked in every text cell, then the
-    neutralising writer."""
+    """The CSV bytes :func:`csv_download` serves, masked as the page shows the table: an entity,
+    transaction or card column has every card-number-like run masked (:func:`mask_card_number`),
+    any other text column only its Luhn-valid ones (:func:`engine.cases.redact.mask_luhn_pans`: a
+    merchant id reads whole, as on the page); then the neutralising writer."""
+    from engine.cases.redact import is_card_field, mask_luhn_pans
+
     out = frame.copy()
     for c in out.columns:
         if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype):
-            out[c] = out[c].map(mask_card_number)
+            key = is_card_field(c) or any(w in str(c).lower() for w in ("entity", "transaction"))
+            out[c] = out[c].map(mask_card_number if key else mask_luhn_pans)
     return csv_bytes(out)
 
 

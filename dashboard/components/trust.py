@@ -74,8 +74,8 @@ from engine.trust import figures as tfig
 SHOW_KEY = "trust_show"
 TAB_LABELS = ["Trust", "What-if"]
 
-#: faithfulness settings: AOPC over top 1..K, curves drawn to k = CURVE_MAX, random orders
-FAITH_K, CURVE_MAX, N_RANDOM = 10, 20, 5
+#: faithfulness settings: AOPC over top 1..K, curves drawn to k = CURVE_MAX, random orders (the engine's)
+from engine.cases.trust_export import CURVE_MAX, FAITH_K, N_RANDOM  # noqa: E402,F401
 #: randomisation check: flagged cases, methods, SHAP coalitions (kept small: it runs L + 3 times)
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
 CITED_BG = "#c8e6c9"
@@ -91,11 +91,8 @@ def _title(m: str) -> str:
 def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, transaction_id: str,
                 edits_hash: str, _path: str, _model_path: str, _edits: tuple = ()) -> dict[str, Any]:
     """Everything the two tabs show for one (possibly edited) case; plain, picklable data."""
+    from engine.cases.trust_export import trust_results
     from engine.explain.context import build_context
-    from engine.trust.agreement import method_agreement
-    from engine.trust.baselines import baseline_orders
-    from engine.trust.faithfulness import evaluate_faithfulness
-    from engine.trust.sanity import completeness_checks
     from engine.trust.whatif import what_if
 
     source = state._source(_path, spec, data_sha, max_rows)
@@ -110,24 +107,11 @@ def _case_trust(data_sha: str, spec: str, max_rows: int | None, model_sha: str, 
                                          _model_path))
         ctx = build_context(bundle, cv.entity_rows(source.frame, transaction_id), str(transaction_id))
         original_logit, edited_ids = None, []
-    logit = ctx.score_logit()
-    checks, expls = completeness_checks(ctx, expls, warn=False)  # IG re-run with more steps if needed
-    P = ctx.T - 1
-    faith = evaluate_faithfulness(ctx, expls, k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM) if P >= 1 else {}
-    # model-free orders every method must beat (most recent first, largest amount first)
-    base = (evaluate_faithfulness(ctx, baseline_orders(ctx), k_max=FAITH_K, curve_max=CURVE_MAX, n_random=N_RANDOM,
-                                  attention=expls.get("attention")) if P >= 1 else {})
-    agree = method_agreement(expls) if P >= 1 else None
+    res = trust_results(ctx, expls)  # engine.cases.trust_export: the checks fraudlens report runs too
     # the original history: the lead box's reasons (filled in by case_trust: one build per query); edited: the
     # What-if tab's
-    reasons = list(w["reasons"]) if edits else None
-    return {
-        "logit": float(logit), "original_logit": float(logit if original_logit is None else original_logit),
-        "explanations": expls, "completeness": checks, "faithfulness": faith, "faithfulness_baselines": base,
-        "agreement": agree,
-        "reasons": reasons, "rows": ctx.rows.reset_index(drop=True).copy(),
-        "transaction_ids": [str(t) for t in ctx.transaction_ids], "edited_ids": edited_ids, "T": int(ctx.T),
-    }
+    return {**res, "original_logit": float(res["logit"] if original_logit is None else original_logit),
+            "reasons": list(w["reasons"]) if edits else None, "edited_ids": edited_ids}
 
 
 def case_trust(loaded: "state.Loaded", transaction_id: str, edits: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -357,27 +341,11 @@ def export_payload(loaded: "state.Loaded", query: str) -> dict[str, Any]:
     faithfulness per method, completeness checks, method agreement, reason codes, and the what-if
     edits in force for this query with the score they give. Uses the same cached computation as
     the Trust tab."""
-    import dataclasses
+    from engine.cases.trust_export import trust_json
 
     edits = query_edits(query)
     res = case_trust(loaded, query, edits)
-    faith = {
-        m: {k: getattr(r, k) for k in ("aopc", "aopc_random", "aopc_attention", "sufficiency", "sufficiency_random",
-                                       "k_max", "full_logit", "alone_logit") if hasattr(r, k)}
-        | {"order": list(r.order)[:10]}
-        for m, r in {**(res.get("faithfulness") or {}), **(res.get("faithfulness_baselines") or {})}.items()
-    }
-    agree = res.get("agreement")
-    out: dict[str, Any] = {
-        "faithfulness": faith,
-        "completeness": [dataclasses.asdict(c) if dataclasses.is_dataclass(c) else dict(c)
-                         for c in (res.get("completeness") or [])],
-        "agreement": None if agree is None else {
-            "spearman": agree.spearman.round(4).to_dict(), "pairs": agree.pairs.to_dict("records"), "bound": agree.bound},
-        "reasons": [{"kind": r.kind, "text": r.text, "transaction_ids": list(r.transaction_ids),
-                     "fields": list(r.fields), "numbers": dict(r.numbers)} for r in (res.get("reasons") or [])],
-        "attention_caveat": "attention weights are not attributions",
-    }
+    out: dict[str, Any] = trust_json(res, res.get("reasons"))  # the block fraudlens report writes too
     if _sanity_requested(loaded):  # randomisation verdicts, when the analyst ran the check for this model
         san = sanity_result(loaded)
         out["randomisation"] = {

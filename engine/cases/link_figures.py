@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from engine.cases.figures import plain_text
 from engine.cases.links import CaseLinks, link_graph
-from engine.cases.redact import mask_card_number
+from engine.cases.redact import mask_card_number, mask_luhn_pans
 
 #: node colours: the case's entity, a linked fraud entity, another entity, a point
 COLOURS = {"case": "#6a1b9a", "fraud": "#c62828", "entity": "#1565c0", "point": "#757575"}
@@ -57,7 +57,8 @@ def link_network_figure(links: CaseLinks, point_label: str = "point", height: in
         if d["kind"] == "point":
             rank, lift = d.get("rank"), d.get("lift")
             extra = "" if rank is None or _isna(rank) else f"<br>rank {int(rank)} · lift {float(lift):.2f}"
-            groups["point"].append((n, f"{plain_text(point_label)} {_text(n[1])}{extra}"))
+            # a point (merchant, terminal) by the field rule the tables use: whole unless it could be a card number
+            groups["point"].append((n, f"{plain_text(point_label)} {plain_text(mask_luhn_pans(str(n[1])))}{extra}"))
             continue
         key = "case" if d.get("case") else ("fraud" if d.get("fraud_entity") else "entity")
         state = d.get("state")

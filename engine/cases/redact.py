@@ -166,10 +166,6 @@ def mask_frame(df: pd.DataFrame, skip: tuple[str, ...] = ("entity_id", "transact
 #: ``cc_num`` is the card-number column of the widely used Kaggle credit-card fraud simulations
 CARD_WORDS = ("card", "pan", "account_number", "cc_num", "ccnum", "cc_number")
 
-# 13-19 digits (single spaces or dashes between them), not part of a longer digit run: a card
-# number's length (ISO/IEC 7812)
-_PAN_RE = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
-
 
 def luhn_valid(digits: str) -> bool:
     """The Luhn (mod 10) check every card number passes (ISO/IEC 7812-1, Annex B):
@@ -183,16 +179,43 @@ def luhn_valid(digits: str) -> bool:
     return bool(ds) and total % 10 == 0
 
 
+_RUN_RE = re.compile(r"[0-9](?:[ -]?[0-9])*")  # digits with single spaces or dashes between them
+_GROUP_RE = re.compile(r"[0-9]+")
+
+
+def _mask_luhn_run(run: str) -> str:
+    """``run`` (digits with single separators) with its card-number-like part masked: the longest
+    stretch of whole digit groups (a separator-free run is one group) holding 13-19 digits that
+    passes the Luhn check ("ref 12 4111111111111111" masks the card number, not the 12)."""
+    groups = [(m.start(), m.end()) for m in _GROUP_RE.finditer(run)]
+    best = None
+    for i in range(len(groups)):
+        n = 0
+        for j in range(i, len(groups)):
+            n += groups[j][1] - groups[j][0]
+            if n > 19:
+                break
+            if n >= 13 and luhn_valid(run[groups[i][0]:groups[j][1]]):
+                a, b = groups[i][0], groups[j][1]
+                if best is None or b - a > best[1] - best[0]:
+                    best = (a, b)
+    if best is None:
+        return run
+    a, b = best
+    return run[:a] + _mask_match(re.match(r".*", run[a:b], re.S)) + run[b:]
+
+
 def mask_luhn_pans(text: Any) -> Any:
-    """Mask only the digit runs that could be card numbers: 13-19 digits that pass the Luhn check
-    (first 6 / last 4 kept, as :func:`mask_card_number`). A random 19-digit merchant id passes in
-    1 case of 10 and is then masked too (the safe side); the other 9 are shown whole. A Python
-    ``int`` is converted to text first; anything else is returned unchanged."""
+    """Mask only the digit runs that could be card numbers: 13-19 digits, whole digit groups of a
+    run with single spaces or dashes, that pass the Luhn check (first 6 / last 4 kept, as
+    :func:`mask_card_number`). A random 19-digit merchant id passes in 1 case of 10 and is then
+    masked too (the safe side); the other 9 are shown whole. A Python ``int`` is converted to text
+    first; anything else is returned unchanged."""
     if isinstance(text, int) and not isinstance(text, bool):
         text = str(text)
     if not isinstance(text, str):
         return text
-    return _PAN_RE.sub(lambda m: _mask_match(m) if luhn_valid(m.group(0)) else m.group(0), text)
+    return _RUN_RE.sub(lambda m: _mask_luhn_run(m.group(0)), text)
 
 
 def is_card_field(name: Any) -> bool:
@@ -210,12 +233,20 @@ def mask_field_value(field: Any, value: Any) -> Any:
     return mask_card_number(value) if is_card_field(field) else mask_luhn_pans(value)
 
 
-def mask_card_fields(df: pd.DataFrame) -> pd.DataFrame:
+#: key columns a page looks rows up by: kept raw by :func:`mask_card_fields` (shown through :func:`mask_card_number`)
+RAW_KEY_COLUMNS = ("entity_id", "transaction_id")
+
+
+def mask_card_fields(df: pd.DataFrame, skip: tuple[str, ...] = RAW_KEY_COLUMNS) -> pd.DataFrame:
     """Copy of ``df`` masked by :func:`mask_field_value` per column (text and integer columns; an
     integer column is turned into text only when one of its values is masked), control characters
-    shown as text (:func:`engine.data.csv_writer.show_controls`)."""
+    shown as text (:func:`engine.data.csv_writer.show_controls`). ``skip`` columns keep their raw
+    values: the page looks rows up by them (review finding: a Luhn-valid 16-digit transaction id was
+    masked in the timeline and no longer found)."""
     out = df.copy()
     for c in out.columns:
+        if c in skip:
+            continue
         col = out[c]
         if pd.api.types.is_object_dtype(col) or pd.api.types.is_string_dtype(col):
             out[c] = col.map(lambda v, c=c: show_controls(mask_field_value(c, v)) if isinstance(v, (str, int))

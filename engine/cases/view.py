@@ -386,8 +386,8 @@ def field_value_texts(row: pd.Series, field_names: list[str], currency: str = ""
             v = f"{format_amount(float(row['amount']), currency)} vs earlier"
         else:
             v = "—"  # a field the model derives, not a column of the row
-        v = v if len(v) <= 24 else v[:23] + "…"
-        out.append(mask_field_value(f, v))  # card fields masked; elsewhere only Luhn-valid card-like runs
+        v = str(mask_field_value(f, v))  # masked first: a cut card number would escape the rule (review finding)
+        out.append(v if len(v) <= 24 else v[:23] + "…")
     return out
 
 

@@ -226,20 +226,25 @@ def test_each_export_carries_its_own_user_and_the_notes_added_since(cenv, downlo
     assert [n["text"] for n in first["disposition"]["notes"]] == []
 
 
-def test_a_download_is_audited_at_the_click_and_refused_for_a_removed_user(cenv, downloads, monkeypatch):
+def test_a_download_is_audited_at_the_click_and_refused_for_a_removed_user(cenv, downloads, monkeypatch, tmp_path):
     """Drawing the buttons serves nothing and writes nothing; each click writes its audit row
     before the bytes are served; a user removed from the credentials file since the page was
-    drawn gets nothing (review finding: the bytes were at a media URL as soon as the buttons were
-    drawn, and the audit row was written only by the click callback)."""
+    drawn gets nothing; a download the store cannot record is refused and the page says why at its
+    next run (review findings: the bytes were at a media URL as soon as the buttons were drawn, and
+    the audit row was written only by the click callback; later, the reason of a refusal was lost)."""
+    import hashlib
     import os
+    import shutil
+    import sqlite3
 
+    users = tmp_path / "users.toml"  # a copy: this test removes alice from it
+    shutil.copy(os.environ["FRAUDLENS_USERS"], users)
+    monkeypatch.setenv("FRAUDLENS_USERS", str(users))
     at = _page("pages/case.py", entity_id=cenv["entity"], query_id=cenv["query"])
     at.button(key="dl_prepare").click().run()
     _ok(at)
     with CaseStore(cenv["db"]) as s:
         assert not len(s.audit_log(action="report_exported"))
-    import hashlib
-
     js = _download(downloads, ".json")
     report = json.loads(js)
     pdf = _download(downloads, ".pdf")
@@ -250,9 +255,64 @@ def test_a_download_is_audited_at_the_click_and_refused_for_a_removed_user(cenv,
         assert {x["report_sha256"] for x in a["after"]} == {report["report_sha256"]}
         # each row names the file served (the report sha is the same for the three formats)
         assert [x["file_sha256"] for x in a["after"]] == [hashlib.sha256(js).hexdigest(), hashlib.sha256(pdf).hexdigest()]
-    users = Path(os.environ["FRAUDLENS_USERS"])
+
+    # the store cannot take the row: refused, and the page's next run says why
+    from engine.cases.store.audit import AuditMixin
+
+    def locked(self, *a, **k):
+        raise sqlite3.OperationalError("database is locked")
+
+    with monkeypatch.context() as m:
+        m.setattr(AuditMixin, "record_export", locked)
+        with pytest.raises(sqlite3.OperationalError):
+            _download(downloads, ".csv")
+    at.run()
+    assert any("CSV download was refused" in e.value and "database is locked" in e.value for e in at.error), [
+        e.value for e in at.error]
+
     ac.write_users(users, {k: v for k, v in ac.load_users(users).items() if k != "alice"})
     with pytest.raises(ac.AccessDenied):
         _download(downloads, ".csv")
     with CaseStore(cenv["db"]) as s:
         assert len(s.audit_log(action="report_exported")) == 2
+
+
+def test_fraudlens_report_writes_the_report_the_dashboard_exports(cenv, downloads, tmp_path):
+    """`fraudlens report` and the dashboard's JSON export of the same case and transaction agree on
+    everything but the report's identity (id, hash, export and scoring time, run times) and the
+    session's trust checks, which only a dashboard session has (review finding: the CLI report had
+    no per-field block and no max_rows, and its test compared the shared function with itself)."""
+    import streamlit as st
+
+    st.cache_data.clear()  # the page computes (and stores in this test's data dir) what the CLI then reads
+    at = _page("pages/case.py", entity_id=cenv["entity"], query_id=cenv["query"])
+    at.button(key="dl_prepare").click().run()
+    _ok(at)
+    page = json.loads(_download(downloads, ".json"))
+    from test_app import PASSWORD
+
+    out = tmp_path / "cli"
+    r = CliRunner().invoke(app_cli(), ["report", "--case", str(page["case"]["case_id"]), "--data", str(cenv["data"]),
+                                       "--spec", cenv["spec"], "--model", str(cenv["model"]), "--transaction",
+                                       cenv["query"], "--formats", "json", "--out", str(out), "--user", "alice",
+                                       "--password-stdin"], input=PASSWORD + "\n")
+    assert r.exit_code == 0, r.output
+    cli = json.loads(next(out.iterdir()).read_text(encoding="utf-8"))
+
+    assert "explanations stored" in " ".join(r.output.split())  # the dashboard's explanations, read back
+
+    def same(d):  # run times ("elapsed_s", at any depth) differ between two computations
+        if isinstance(d, dict):
+            return {k: same(v) for k, v in d.items() if k not in ("report_id", "report_sha256", "exported_at",
+                                                                  "scored_at", "library_versions", "elapsed_s")}
+        return [same(v) for v in d] if isinstance(d, list) else d
+
+    a, b = same(page), same(cli)
+    assert a.keys() == b.keys() and "field_attribution" in b and "history_effect" in b and b["trust"]["reasons"]
+    assert [k for k in a if a[k] != b[k]] == []
+
+
+def app_cli():
+    from engine.cli import app
+
+    return app

@@ -199,7 +199,7 @@ def _callback_script(user: str, role: str, action: str) -> None:
     st.session_state[SESSION_KEY] = Identity(user, role, "password")
     st.session_state["disp_choice"], st.session_state["disp_note"] = "false_positive", "forged call"
     st.session_state["approve_note"] = "forged approval"
-    st.session_state["disp_replace"] = True  # the case is pending: replacing its proposal is ticked
+    st.session_state["disp_replace_1"] = True  # case 1 is pending: replacing its proposal is ticked
     store = Store()
     case = {"id": 1, "version": 1, "state": "pending_approval", "pending_by": "someone"}
     {"record": disposition._record, "approve": disposition._approve, "send_back": disposition._send_back}[action](

@@ -96,24 +96,11 @@ def test_report_writes_three_verified_files_and_audits_each(env):
         assert sorted(x["file_sha256"] for x in a["after"]) == sorted(hashlib.sha256(f.read_bytes()).hexdigest()
                                                                       for f in files)
         assert s.verify_audit_chain().ok
-    # the dashboard's path gives the same report content (ids and export time aside)
-    from engine.cases.report.case_export import case_report
-    from engine.cases.thresholds import thresholds_in_force
+    # (tests/dashboard/test_consistency.py compares this report with the dashboard's own JSON export)
+    import stat
 
-    with CaseStore(env["db"]) as s:
-        expls = cv.explain_query(env["bundle"], env["src"].frame, str(env["ranking"]["top_transaction_id"].iloc[0]))
-        again = case_report(s, s.get_case(env["case"]), entity_id=env["entity"], source=env["src"],
-                            bundle=env["bundle"], scores=env["scores"], expls=expls,
-                            thresholds=thresholds_in_force(env["bundle"], s), exported_by="alice",
-                            file_label=env["data"].name)
-    strip = ("report_id", "report_sha256", "exported_at", "library_versions")
-
-    def same(d):  # run times differ between two computations
-        d = {k: v for k, v in d.items() if k not in strip}
-        d["explanations"] = {m: {k: v for k, v in e.items() if k != "elapsed_s"} for m, e in d["explanations"].items()}
-        return d
-
-    assert same(json.loads(rp.to_json(again))) == same(doc)
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)  # the owner's only, as the store
+    assert "field_attribution" in doc and "history_effect" in doc and doc["trust"]["reasons"] is not None
 
 
 def test_report_explains_the_transaction_asked_for_and_only_the_formats_asked_for(env):
@@ -157,3 +144,36 @@ def test_no_credentials_file_no_report(env, monkeypatch):
     monkeypatch.delenv("FRAUDLENS_USERS")
     res = _run(env)
     assert res.exit_code == 2 and "needs sign-in" in res.output
+
+
+def test_formats_once_never_overwrite_and_no_file_without_its_audit_row(env, monkeypatch):
+    """Review findings: --formats pdf,pdf wrote one file and three audit rows; an existing file (or a
+    link planted at its name) was written through; a store that could not take the audit row left
+    the file on disk unaudited."""
+    import sqlite3
+
+    res = _run(env, "alice", PW, "--formats", "pdf,PDF,pdf")
+    assert res.exit_code == 0, res.output
+    assert len(list(env["out"].iterdir())) == 1
+    with CaseStore(env["db"]) as s:
+        assert len(s.audit_log(env["case"], action="report_exported")) == 1
+
+    # a file or a symbolic link already at the report's name: refused, the target untouched
+    monkeypatch.setattr(rp, "report_filename", lambda doc, ext: f"fixed.{ext}")
+    target = env["out"].parent / "elsewhere.txt"
+    target.write_text("keep me")
+    (env["out"] / "fixed.json").symlink_to(target)
+    res = _run(env, "alice", PW, "--formats", "json")
+    assert res.exit_code == 2 and "never overwrites" in " ".join(res.output.split()), res.output
+    assert target.read_text() == "keep me"
+
+    # the audit row cannot be written: no file is left, and the error says why
+    from engine.cases.store.audit import AuditMixin
+
+    def locked(self, *a, **k):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(AuditMixin, "record_export", locked)
+    res = _run(env, "alice", PW, "--formats", "csv")
+    assert res.exit_code == 2 and "could not record the CSV download" in " ".join(res.output.split()), res.output
+    assert not (env["out"] / "fixed.csv").exists()

@@ -196,3 +196,26 @@ def test_escape_markdown_shows_bidi_controls_as_visible_text():
     text \\u202e (its backslash escaped too, so markdown shows it as typed)."""
     assert redact.escape_markdown("ACME \u202eLTD") == "ACME \\\\u202eLTD"
     assert "\u2066" not in redact.escape_markdown("a\u2066b\u2069") and redact.escape_markdown("שלום") == "שלום"
+
+
+def test_luhn_rule_masks_the_card_number_inside_a_longer_run_and_keeps_keys_raw():
+    """Review findings: "ref 12 4111111111111111" and "4111111111111111-01" were left whole (the
+    whole run failed the Luhn check); a Luhn-valid 16-digit transaction id was masked in the
+    timeline, so the page no longer found its row; a value cut to 24 characters before masking
+    showed 14 card digits."""
+    import pandas as pd
+
+    from engine.cases import view as cv
+    from engine.cases.redact import mask_card_fields, mask_field_value
+
+    assert mask_field_value("merchant", "ref 12 4111111111111111") == "ref 12 411111******1111"
+    assert mask_field_value("merchant", "4111111111111111-01") == "411111******1111-01"
+    assert mask_field_value("merchant", "-727612092139916043") == "-727612092139916043"  # fails Luhn: whole
+    frame = pd.DataFrame({"transaction_id": ["4000000000000002"], "entity_id": ["4111111111111111"],
+                          "merchant": ["4000000000000002"]})
+    out = mask_card_fields(frame)
+    assert out["transaction_id"].iloc[0] == "4000000000000002" and out["entity_id"].iloc[0] == "4111111111111111"
+    assert out["merchant"].iloc[0] == "400000******0002"
+    row = pd.Series({"merchant": "Shop ref 4111111111111111 x", "timestamp": pd.Timestamp("2024-01-01")})
+    (v,) = cv.field_value_texts(row, ["merchant"], "USD")
+    assert "41111111" not in v and v.startswith("Shop ref 411111******")
