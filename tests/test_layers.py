@@ -1,7 +1,8 @@
 """The engine's layers import one way down, and no room grows past its size budget.
 
 Layers, lowest first: ``engine.data`` < ``engine.model`` < ``engine.explain`` < ``engine.trust`` <
-``engine.cases`` < ``engine.bench`` / ``engine.serve`` / ``engine.distributed`` < ``engine.cli`` (with ``engine.cli_common``, its helpers, and ``engine.cli_report``).
+``engine.cases`` < ``engine.bench`` / ``engine.serve`` / ``engine.distributed`` < ``engine.cli`` (with
+``engine.cli_common``, its helpers, and ``engine.cli_report``).
 A module may import its own layer and any layer below it, never one above. Imports are read from
 the source with :mod:`ast` (including imports inside functions and ``TYPE_CHECKING`` blocks), so a
 lazy upward import is caught too.
