@@ -132,7 +132,8 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     for col, (kind, label, data, icon) in zip(c, (("pdf", "Download PDF", pdf, ":material/picture_as_pdf:"),
                                                   ("json", "Download JSON", js, ":material/data_object:"),
                                                   ("csv", "Download CSV", csv, ":material/table:"))):
-        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data, failed),
+        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data, failed,
+                                                    rp.report_filename(report, kind)),
                             file_name=rp.report_filename(report, kind), mime=MIME[kind], key=f"dl_{kind}",
                             on_click="ignore", icon=icon)
     st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])} · every "
@@ -140,8 +141,40 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
                "recorded is refused; the reason shows here at the page's next run)")
 
 
+def _purge_later(data: bytes, mime: str, file_name: str) -> None:
+    """Remove the served report from Streamlit's in-memory media store after
+    :func:`report_url_ttl_s` seconds: Streamlit serves ``/media/<id>`` to anyone who has the
+    address, without a session check, until it prunes unused files (a security review replayed a
+    downloaded report's address from a shell with no sign-in). Uses Streamlit's runtime
+    internals; where they are not there (AppTest), nothing is done."""
+    def purge() -> None:
+        try:
+            from streamlit import runtime
+            from streamlit.runtime.memory_media_file_storage import _calculate_file_id
+
+            storage = runtime.get_instance().media_file_mgr._storage
+            storage.delete_file(_calculate_file_id(data, mime, file_name))
+        except Exception as e:  # noqa: BLE001 - another Streamlit version: the file is pruned later, as before
+            log.warning("report bytes not purged from the media store: %s", e)
+
+    t = threading.Timer(report_url_ttl_s(), purge)
+    t.daemon = True
+    t.start()
+
+
+def report_url_ttl_s() -> float:
+    """Seconds a downloaded report stays at its ``/media/`` address (``$FRAUDLENS_REPORT_URL_TTL_S``,
+    default 30: the browser fetches it at once)."""
+    import os
+
+    try:
+        return max(0.5, float(os.environ.get("FRAUDLENS_REPORT_URL_TTL_S", "30")))
+    except ValueError:
+        return 30.0
+
+
 def audited_download(store: Any, ident: Any, case_id: int, report: dict, kind: str, data: bytes,
-                     failed: dict | None = None) -> Callable[[], bytes]:
+                     failed: dict | None = None, file_name: str | None = None) -> Callable[[], bytes]:
     """The deferred data of one download button: Streamlit calls it when the user clicks (no
     bytes are served before), and it writes the ``report_exported`` audit row
     (engine.cases.store.AuditMixin.record_export) *before* it returns the prepared bytes; if the
@@ -163,6 +196,8 @@ def audited_download(store: Any, ident: Any, case_id: int, report: dict, kind: s
                 failed[kind] = why
             log.warning("%s", why)
             raise
+        if file_name is not None:
+            _purge_later(data, MIME[kind], file_name)
         return data
 
     return make

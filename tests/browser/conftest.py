@@ -122,7 +122,8 @@ def app_url(e2e_world):
     d = e2e_world["dir"]
     env = {"FRAUDLENS_DATA_DIR": str(d / "store"), "FRAUDLENS_USERS": str(write_users(d / "users.toml")),
            "FRAUDLENS_DATA": str(e2e_world["data"]), "FRAUDLENS_SPEC": e2e_world["spec"],
-           "FRAUDLENS_MODEL": str(e2e_world["model"]), "FRAUDLENS_PSEUDONYM_SALT": "e2e"}
+           "FRAUDLENS_MODEL": str(e2e_world["model"]), "FRAUDLENS_PSEUDONYM_SALT": "e2e",
+           "FRAUDLENS_REPORT_URL_TTL_S": "3"}  # a downloaded report leaves /media/ after 3 s (test_e2e)
     with streamlit_server(env, d / "streamlit.log") as url:
         yield url
 

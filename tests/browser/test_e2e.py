@@ -155,6 +155,16 @@ def test_queue_case_disposition_exports(app_url, browser, output_dir, tmp_path, 
         page.get_by_role("button", name=re.compile("Download PDF")).click()
     ppath = tmp_path / "r.pdf"
     dl.value.save_as(ppath)
+    # the served report leaves Streamlit's /media/ store: its address cannot be replayed without a click (an
+    # attacker fetched it from a shell with no sign-in)
+    import time
+
+    media_url = dl.value.url
+    assert "/media/" in media_url, media_url
+    time.sleep(4)
+    anon = browser.new_context()
+    assert anon.request.get(media_url).status == 404
+    anon.close()
     from pypdf import PdfReader
 
     text = " ".join(" ".join(p.extract_text() for p in PdfReader(str(ppath)).pages).split())
