@@ -131,7 +131,7 @@ def report(
                           scored_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), fields=fields,
                           trust=trust)
         rp.validate(doc)
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new folder: the owner only, as the files
         writers = {"pdf": rp.to_pdf, "json": rp.to_json, "csv": rp.to_csv}
         for k in kinds:
             path = out / rp.report_filename(doc, k)

@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import html
 import re
+import unicodedata
 from typing import Any
 
 import pandas as pd
@@ -34,8 +35,21 @@ OWASP_XSS_PREVENTION_URL = (
     "https://cheatsheetseries.owasp.org/cheatsheets/Cross_Site_Scripting_Prevention_Cheat_Sheet.html"
 )
 
-# 12-19 digits, single spaces or dashes allowed between digits, not part of a longer digit run.
-_CARD_RE = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){11,18}(?![0-9])")
+# 12-19 digits, with up to two separators (space, dash, dot, slash, underscore) between digits, not part of
+# a longer digit run
+_SEP = r"(?:[ .\-/_]{1,2})?"
+_CARD_RE = re.compile(r"(?<![0-9])[0-9](?:" + _SEP + r"[0-9]){11,18}(?![0-9])")
+# zero-width characters between two digits (they hide a card number from a pattern, not from a reader)
+_ZW_BETWEEN = re.compile(r"(?<=\d)[\u200b-\u200d\u2060\ufeff]+(?=\d)")
+
+
+def _ascii_digits(text: str) -> str:
+    """``text`` with every decimal digit in ASCII (full-width "４１１１" -> "4111") and zero-width
+    characters between digits removed, so no written form of a card number escapes the patterns."""
+    if text.isascii():
+        return text
+    text = _ZW_BETWEEN.sub("", text)
+    return re.sub(r"\d", lambda m: str(unicodedata.decimal(m.group(), 0)), text)
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -56,8 +70,10 @@ def mask_card_number(text: Any) -> Any:
     """Mask every card-number-like digit run in ``text``, keeping at most the first 6 and last 4
     digits (PCI DSS display rule): ``"4111111111111111"`` -> ``"411111******1111"``.
 
-    A run is 12-19 digits, optionally separated by single spaces or dashes (separators are kept:
-    ``"4111-1111-1111-1111"`` -> ``"4111-11**-****-1111"``), and not part of a longer digit run.
+    A run is 12-19 digits, with up to two separators (space, dash, dot, slash, underscore) between
+    digits (kept: ``"4111-1111-1111-1111"`` -> ``"4111-11**-****-1111"``), and not part of a longer
+    digit run; full-width and other scripts' digits and zero-width characters between digits are
+    read as ASCII digits first (the masked text is then written in ASCII digits).
     There is no Luhn check: any such run is masked, so long numeric ids and compact timestamps
     (``"20240101123000"``) are masked too - over-masking is the safe side. Runs longer than 19
     digits are left alone.
@@ -73,7 +89,9 @@ def mask_card_number(text: Any) -> Any:
         text = str(text)
     if not isinstance(text, str):
         return text
-    return _CARD_RE.sub(_mask_match, text)
+    norm = _ascii_digits(text)
+    out = _CARD_RE.sub(_mask_match, norm)
+    return text if out == norm else out  # other scripts' digits kept as written unless a number was masked
 
 
 def pseudonymise(entity_id: Any, salt: str | bytes, *, length: int = 16) -> str:
@@ -179,7 +197,7 @@ def luhn_valid(digits: str) -> bool:
     return bool(ds) and total % 10 == 0
 
 
-_RUN_RE = re.compile(r"[0-9](?:[ -]?[0-9])*")  # digits with single spaces or dashes between them
+_RUN_RE = re.compile(r"[0-9](?:" + _SEP + r"[0-9])*")  # digits with separators between them
 _GROUP_RE = re.compile(r"[0-9]+")
 
 
@@ -215,7 +233,9 @@ def mask_luhn_pans(text: Any) -> Any:
         text = str(text)
     if not isinstance(text, str):
         return text
-    return _RUN_RE.sub(lambda m: _mask_luhn_run(m.group(0)), text)
+    norm = _ascii_digits(text)
+    out = _RUN_RE.sub(lambda m: _mask_luhn_run(m.group(0)), norm)
+    return text if out == norm else out
 
 
 def is_card_field(name: Any) -> bool:

@@ -219,3 +219,20 @@ def test_luhn_rule_masks_the_card_number_inside_a_longer_run_and_keeps_keys_raw(
     row = pd.Series({"merchant": "Shop ref 4111111111111111 x", "timestamp": pd.Timestamp("2024-01-01")})
     (v,) = cv.field_value_texts(row, ["merchant"], "USD")
     assert "41111111" not in v and v.startswith("Shop ref 411111******")
+
+
+@pytest.mark.parametrize("written", ["4111.1111.1111.1111", "4111/1111/1111/1111", "4111  1111  1111  1111",
+                                     "4111_1111_1111_1111", "4111\u200b1111\u200b1111\u200b1111",
+                                     "\uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11"
+                                     "\uff11\uff11\uff11"])
+def test_card_numbers_in_other_written_forms_are_masked(written):
+    """Security test: dots, slashes, doubled spaces, underscores, zero-width characters and
+    full-width digits hid a card number from both masking rules (in the page and the exports)."""
+    from engine.cases.redact import mask_field_value
+
+    for field in ("merchant", "card"):
+        out = mask_field_value(field, f"x {written} y")
+        digits = "".join(ch for ch in out if ch.isdigit())
+        assert "*" in out and "4111111111111111" not in digits, (field, out)
+    assert mask_card_number(written) != written
+    assert mask_card_number("caf\u00e9 \u0663 tel 0800 123 4567") == "caf\u00e9 \u0663 tel 0800 123 4567"  # untouched

@@ -260,6 +260,9 @@ def test_pdf_shows_characters_its_font_lacks_as_code_points(hostile_world, tmp_p
     text = " ".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(rep))).pages)
     assert text.count("caller said [U+FDFD] then [U+1F642]") >= 2  # the disposition note and the notes table
     assert "Zürich" in text
+    # a bidi control in a note is written visibly, as the page and the CSV show it (security test)
+    bidi = _report_of(hostile_world, "amount 10\u202e05 USD", "x", tmp_path / "b")
+    assert "amount 10\\u202e05 USD" in " ".join(p.extract_text() for p in PdfReader(io.BytesIO(rp.to_pdf(bidi))).pages)
 
 
 # ------------------------------------------------------------------------------------ markdown / HTML payloads

@@ -137,11 +137,15 @@ class Doc:
         self.W = pdf.epw
 
     def clean(self, s: Any) -> str:
-        """``s`` as the PDF can show it: control characters removed; a character the font has no
+        """``s`` as the PDF can show it: control characters removed, bidi controls written as
+        ``\u202e`` (:func:`engine.data.csv_writer.show_controls`); a character the font has no
         glyph for (the core font: anything outside latin-1) written as ``[U+FDFD]``, so no text
         of a note or a field is silently lost as a blank."""
+        from engine.data.csv_writer import show_controls
+
         s = "" if s is None else str(s)
         s = "".join(ch for ch in s if ch in "\t\n" or ord(ch) >= 32)
+        s = show_controls(s)  # bidi controls (U+202E: text shown reversed) as visible "\u202e", as on the page
         covered = self._covered
         return "".join(ch if ch in "\t\n" or covered(ord(ch)) else f"[U+{ord(ch):04X}]" for ch in s)
 
