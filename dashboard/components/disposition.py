@@ -126,7 +126,9 @@ def proposal_details(hist: pd.DataFrame, currency: str = "") -> None:
                  column_config={"proposal": st.column_config.TextColumn("Proposal to approve", width="large")})
 
 
-def _send_back(store, case: dict) -> None:
+def _decide(store, case: dict, send_back: bool = False) -> None:
+    """The approval form's two buttons: approve the pending proposal, or send it back (both need
+    the supervisor's note; the role is checked here, at the action)."""
     ss = st.session_state
     note = (ss.get("approve_note") or "").strip()
     try:
@@ -134,30 +136,25 @@ def _send_back(store, case: dict) -> None:
     except ac.AccessDenied as e:
         return _flash("error", str(e))
     if not note:
-        return _flash("error", "A note is required to send a proposal back: say why.")
+        return _flash("error", "A note is required to send a proposal back: say why." if send_back else
+                      "A note is required to approve.")
     try:
-        state = store.send_back(case["id"], note, analyst=who, expected_version=case["version"])
+        act = store.send_back if send_back else store.approve
+        state = act(case["id"], note, analyst=who, expected_version=case["version"])
     except CaseStoreError as e:
         return _flash("error", md(e))
     ss["approve_note"] = ""
-    _flash("success", f"Sent back by {md(who)}: the case is {comp.STATE_LABELS.get(state, state)} again.")
+    label = comp.STATE_LABELS.get(state, state)
+    _flash("success", f"Sent back by {md(who)}: the case is {label} again." if send_back else
+           f"Approved by {md(who)}: {label.lower()}.")
 
 
 def _approve(store, case: dict) -> None:
-    ss = st.session_state
-    note = (ss.get("approve_note") or "").strip()
-    try:
-        who = ac.require(comp.signed_in(), ac.APPROVE).name
-    except ac.AccessDenied as e:
-        return _flash("error", str(e))
-    if not note:
-        return _flash("error", "A note is required to approve.")
-    try:
-        state = store.approve(case["id"], note, analyst=who, expected_version=case["version"])
-    except CaseStoreError as e:
-        return _flash("error", md(e))
-    ss["approve_note"] = ""
-    _flash("success", f"Approved by {md(who)}: {comp.STATE_LABELS.get(state, state).lower()}.")
+    _decide(store, case)
+
+
+def _send_back(store, case: dict) -> None:
+    _decide(store, case, send_back=True)
 
 
 def render_case_panel(loaded: Any, entity: str, expls: dict, tl: Any, trust: dict | None = None,

@@ -159,13 +159,7 @@ class DecisionsMixin:
         refused: FourEyesError | None = None
         with self._write() as conn:
             ts = _utcnow()
-            row = self._case_row(conn, case_id)
-            self._check_version(conn, row, expected_version)
-            if row["state"] != "pending_approval":
-                raise InvalidTransitionError(
-                    f"case {row['id']} is {row['state']!r}; only 'pending_approval' cases can be "
-                    "approved"
-                )
+            row = self._pending_row(conn, case_id, expected_version, "approved")
             snap = self._snapshot(row)
             if _same_person(analyst, row["pending_by"]):
                 refused = FourEyesError(
@@ -221,11 +215,7 @@ class DecisionsMixin:
         analyst = resolve_analyst(analyst)
         with self._write() as conn:
             ts = _utcnow()
-            row = self._case_row(conn, case_id)
-            self._check_version(conn, row, expected_version)
-            if row["state"] != "pending_approval":
-                raise InvalidTransitionError(
-                    f"case {row['id']} is {row['state']!r}; only 'pending_approval' cases can be sent back")
+            row = self._pending_row(conn, case_id, expected_version, "sent back")
             if _same_person(analyst, row["pending_by"]):
                 raise FourEyesError(f"four-eyes rule: {analyst!r} proposed this disposition on case {row['id']}; "
                                     "another supervisor sends it back (or record a new proposal)")
@@ -242,6 +232,16 @@ class DecisionsMixin:
                         before=snap, after={**after, "note_id": cur.lastrowid, "note": note,
                                             "proposed_by": row["pending_by"], "proposal": proposal})
         return state
+
+    def _pending_row(self, conn, case_id: int, expected_version: int | None, verb: str):
+        """The case's row, at ``expected_version``, in ``pending_approval`` (inside a write);
+        raises :class:`CaseNotFoundError`, :class:`ConflictError`, :class:`InvalidTransitionError`."""
+        row = self._case_row(conn, case_id)
+        self._check_version(conn, row, expected_version)
+        if row["state"] != "pending_approval":
+            raise InvalidTransitionError(
+                f"case {row['id']} is {row['state']!r}; only 'pending_approval' cases can be {verb}")
+        return row
 
     def pending_disposition(self, case_id: int) -> str | None:
         """The disposition a ``pending_approval`` case waits to have approved (one of
