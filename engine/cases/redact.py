@@ -239,9 +239,11 @@ def mask_luhn_pans(text: Any) -> Any:
 
 
 def is_card_field(name: Any) -> bool:
-    """True when column ``name`` holds card numbers (contains one of :data:`CARD_WORDS`)."""
+    """True when column ``name`` holds card numbers: it contains one of :data:`CARD_WORDS`, "pan"
+    as a word of its own ("pan", "masked_pan", "PAN hash"; not "company" or "span")."""
     n = str(name).lower()
-    return any(w in n for w in CARD_WORDS)
+    words = re.split(r"[^a-z0-9]+", n)
+    return "pan" in words or any(w in n for w in CARD_WORDS if w != "pan")
 
 
 def mask_field_value(field: Any, value: Any) -> Any:

@@ -236,3 +236,11 @@ def test_card_numbers_in_other_written_forms_are_masked(written):
         assert "*" in out and "4111111111111111" not in digits, (field, out)
     assert mask_card_number(written) != written
     assert mask_card_number("caf\u00e9 \u0663 tel 0800 123 4567") == "caf\u00e9 \u0663 tel 0800 123 4567"  # untouched
+
+
+def test_card_field_names():
+    from engine.cases.redact import is_card_field
+
+    assert [is_card_field(n) for n in ("card", "Card Number", "pan", "masked_PAN", "account_number", "cc_num",
+                                       "company", "span_id", "merchant", "mcc")] == [
+        True, True, True, True, True, True, False, False, False, False]
