@@ -104,6 +104,9 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
         by = f" proposed by {a['proposed_by']}" if a.get("proposed_by") else ""
         return ", ".join([f"sent back {DISPOSITION_WORDS.get(d, d)}{by}, case now "
                           f"{STATE_WORDS.get(a.get('state'), a.get('state'))}", *_details(p)])
+    if action in ("four_eyes_on", "four_eyes_off"):
+        return ("four-eyes switched on for this store (kept on for every process until switched off)"
+                if action == "four_eyes_on" else "four-eyes switched off for this store")
     if action == "approval_refused":
         return "self-approval refused (four-eyes)"
     if action == "report_exported":

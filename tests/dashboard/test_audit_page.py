@@ -103,11 +103,11 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
         s.save_narrative(1, "Card tested at 3 merchants", analyst="alice")           # 10
     with CaseStore(audit_env, four_eyes=True) as s:
         s.record_disposition(2, "confirmed_fraud", "skimmed", analyst="alice", fraud_type="card_testing",
-                             loss_amount=99.5, currency="USD")                       # 11
-        s.approve(2, "agreed", analyst="bob")                                        # 12
-        s.record_export(2, report_id="0f1e2d3c-aaaa", report_sha256="ab" * 32, fmt="pdf", analyst="erin")  # 13
-        s.record_disposition(2, "false_positive", "was the customer", analyst="carol")  # 14 (a reversal: pending)
-        s.send_back(2, "chargeback evidence stands", analyst="bob")                   # 15
+                             loss_amount=99.5, currency="USD")                       # 12 (11: four-eyes on)
+        s.approve(2, "agreed", analyst="bob")                                        # 13
+        s.record_export(2, report_id="0f1e2d3c-aaaa", report_sha256="ab" * 32, fmt="pdf", analyst="erin")  # 14
+        s.record_disposition(2, "false_positive", "was the customer", analyst="carol")  # 15 (a reversal: pending)
+        s.send_back(2, "chargeback evidence stands", analyst="bob")                   # 16
     at = _audit()
     _ok(at)
     t = at.dataframe[0].value
@@ -118,15 +118,16 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
     assert what[9] == "confirmed fraud recorded, case now confirmed fraud, card testing, loss 1,234.50 USD"
     assert what[10] == "report narrative saved"
     # the approval row says what was approved (the analyst trial: it named only the proposer)
-    assert what[12] == "approved confirmed fraud proposed by alice, card testing, loss 99.50 USD"
-    assert what[13] == "report 0f1e2d3c exported as PDF (sha256 abababababab)"
-    assert what[15] == "sent back false positive proposed by carol, case now confirmed fraud"
-    assert t["id"].tolist() == list(range(15, 0, -1))
+    assert what[11].startswith("four-eyes switched on for this store")
+    assert what[13] == "approved confirmed fraud proposed by alice, card testing, loss 99.50 USD"
+    assert what[14] == "report 0f1e2d3c exported as PDF (sha256 abababababab)"
+    assert what[16] == "sent back false positive proposed by carol, case now confirmed fraud"
+    assert t["id"].tolist() == list(range(16, 0, -1))
     at.multiselect(key="audit_actions").set_value(["claimed", "bulk_assigned"]).run()
     assert at.dataframe[0].value["id"].tolist() == [8, 7, 6]
     at.text_input(key="audit_analyst").set_value("bob").run()
     assert at.dataframe[0].value["id"].tolist() == [8, 7]
-    assert "intact (15 rows" in at.success[0].value
+    assert "intact (16 rows" in at.success[0].value
     # the export is the rows shown, through the one CSV writer
     with CaseStore(audit_env) as s:
         shown = s.audit_log(actor="bob", action=["claimed", "bulk_assigned"])

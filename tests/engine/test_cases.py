@@ -398,14 +398,23 @@ def test_four_eyes_setting_from_environment(db, monkeypatch):
         assert s.record_disposition(cid, "confirmed_fraud", "x", analyst="a") == "pending_approval"
     monkeypatch.setenv("FRAUDLENS_FOUR_EYES", "0")
     with CaseStore(db) as s:
-        assert not s.four_eyes
-        # a case proposed under four-eyes still needs someone else
+        # a process started without the setting keeps the store's rule (security test: it let an analyst
+        # apply dispositions alone, pending ones included)
+        assert s.four_eyes
         with pytest.raises(FourEyesError):
             s.approve(cid, "mine", analyst="a")
         assert s.approve(cid, "ok", analyst="b") == "confirmed_fraud"
         s.upsert_cases(SHA, summary({"e2": 0.9}))
         cid2 = case_id(s, "e2")
-        assert s.record_disposition(cid2, "confirmed_fraud", "x", analyst="a") == "confirmed_fraud"
+        assert s.record_disposition(cid2, "confirmed_fraud", "x", analyst="a") == "pending_approval"
+        s.switch_four_eyes_off(actor="sup")  # only an audited action lifts it
+        assert not s.four_eyes
+        s.upsert_cases(SHA, summary({"e3": 0.9}))
+        assert s.record_disposition(case_id(s, "e3"), "confirmed_fraud", "x", analyst="a") == "confirmed_fraud"
+        assert s.audit_log(action=["four_eyes_on", "four_eyes_off"])["actor"].tolist() == ["system", "sup"]
+        assert s.verify_audit_chain().ok
+    with CaseStore(db) as s:
+        assert not s.four_eyes  # off in the store and not asked for
 
 
 def test_assignment_states_and_notes(store):
@@ -754,6 +763,7 @@ def _read_lines(proc: subprocess.Popen) -> queue_mod.Queue:
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_writer_killed_inside_a_transaction_leaves_db_consistent(store, db):
     ids = ",".join(str(case_id(store, e)) for e in ("e1", "e2", "e3"))
+    CaseStore(db, four_eyes=True).close()  # the store's four-eyes policy row, written once, before the count
     n_before = _assert_consistent(db)
     stall_at = 40
     proc = _python(CRASHER, db, stall_at, ids, 1)
@@ -777,6 +787,7 @@ def test_writer_killed_inside_a_transaction_leaves_db_consistent(store, db):
 @pytest.mark.parametrize("seed", [2, 3, 4])
 def test_writer_killed_at_a_random_moment_leaves_db_consistent(store, db, seed):
     ids = ",".join(str(case_id(store, e)) for e in ("e1", "e2", "e3"))
+    CaseStore(db, four_eyes=True).close()  # the store's four-eyes policy row, written once, before the count
     n_before = _assert_consistent(db)
     proc = _python(CRASHER, db, 10**9, ids, seed)
     lines = _read_lines(proc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+import logging
 import math
 from typing import Any
 
@@ -21,8 +22,39 @@ from engine.cases.store.common import (
 )
 
 
+log = logging.getLogger("fraudlens.cases")
+
+
 class DecisionsMixin:
     """Assign, record a disposition, approve, read the history (mixin of :class:`CaseStore`)."""
+
+    # -- the four-eyes policy -------------------------------------------------------------------
+
+    def _four_eyes_policy(self, asked: bool) -> bool:
+        """The four-eyes rule in force for this process: on when this process asks for it
+        (``four_eyes=True`` / ``$FRAUDLENS_FOUR_EYES``) *or* the store says so. The first process
+        that asks writes ``four_eyes_on`` into the audit log (actor ``system``); from then on a
+        process started without the setting still applies the rule (a security test showed one
+        such process let an analyst apply a disposition, a pending one included, alone). Only
+        :meth:`switch_four_eyes_off` lifts it, audited."""
+        rows = self._read("SELECT action FROM audit_log WHERE case_id IS NULL AND action IN "
+                          "('four_eyes_on', 'four_eyes_off') ORDER BY id DESC LIMIT 1", ())
+        stored = bool(rows) and rows[0][0] == "four_eyes_on"
+        if asked and not stored:
+            with self._write() as conn:
+                self._audit(conn, _utcnow(), "system", "four_eyes_on", after={"four_eyes": True})
+        if stored and not asked:
+            log.info("%s: four-eyes is on in the store (switched on by an earlier process); kept on", self.path)
+        return asked or stored
+
+    def switch_four_eyes_off(self, *, actor: str | None = None) -> None:
+        """Lift the store's four-eyes rule (audited ``four_eyes_off`` under ``actor``); a process
+        that asks for the rule switches it on again. Pending proposals still need another person
+        (:meth:`approve`). Raises :class:`MissingAnalystError`."""
+        actor = resolve_analyst(actor)
+        with self._write() as conn:
+            self._audit(conn, _utcnow(), actor, "four_eyes_off", after={"four_eyes": False})
+        self.four_eyes = False
 
     # -- analyst actions ------------------------------------------------------------------------
 
