@@ -94,8 +94,6 @@ def query_fields(bundle, frame: pd.DataFrame, transaction_id: str, *, cells: boo
         vals[fa.field_names.index(name)] = text
     d = fa.to_dict()
     d["values"] = vals
-
-
     d["reference"] = {k: mask_field_value(k, str(v)) for k, v in d["reference"].items()}
     if "amount_vs_history" in fa.field_names:  # its reference is 0 = the entity's usual amount
         d["reference"].setdefault("amount_vs_history", "the entity's usual amount")

@@ -39,6 +39,7 @@ OWASP_XSS_PREVENTION_URL = (
 # a longer digit run
 _SEP = r"(?:[ .\-/_]{1,2})?"
 _CARD_RE = re.compile(r"(?<![0-9])[0-9](?:" + _SEP + r"[0-9]){11,18}(?![0-9])")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # zero-width characters between two digits (they hide a card number from a pattern, not from a reader)
 _ZW_BETWEEN = re.compile(r"(?<=\d)[\u200b-\u200d\u2060\ufeff]+(?=\d)")
 
@@ -50,11 +51,14 @@ def _ascii_digits(text: str) -> str:
         return text
     text = _ZW_BETWEEN.sub("", text)
     return re.sub(r"\d", lambda m: str(unicodedata.decimal(m.group(), 0)), text)
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _mask_match(m: re.Match[str]) -> str:
-    run = m.group(0)
+    return _mask_digits(m.group(0))
+
+
+def _mask_digits(run: str) -> str:
+    """``run`` with all digits but the first 6 and the last 4 written as ``*`` (separators kept)."""
     n_digits = sum(ch.isdigit() for ch in run)
     out, i = [], 0
     for ch in run:
@@ -202,7 +206,7 @@ _GROUP_RE = re.compile(r"[0-9]+")
 
 
 def _mask_luhn_run(run: str) -> str:
-    """``run`` (digits with single separators) with its card-number-like part masked: the longest
+    """``run`` (digits with separators between them) with its card-number-like part masked: the longest
     stretch of whole digit groups (a separator-free run is one group) holding 13-19 digits that
     passes the Luhn check ("ref 12 4111111111111111" masks the card number, not the 12)."""
     groups = [(m.start(), m.end()) for m in _GROUP_RE.finditer(run)]
@@ -220,13 +224,13 @@ def _mask_luhn_run(run: str) -> str:
     if best is None:
         return run
     a, b = best
-    return run[:a] + _mask_match(re.match(r".*", run[a:b], re.S)) + run[b:]
+    return run[:a] + _mask_digits(run[a:b]) + run[b:]
 
 
 def mask_luhn_pans(text: Any) -> Any:
     """Mask only the digit runs that could be card numbers: 13-19 digits, whole digit groups of a
-    run with single spaces or dashes, that pass the Luhn check (first 6 / last 4 kept, as
-    :func:`mask_card_number`). A random 19-digit merchant id passes in 1 case of 10 and is then
+    run with separators as :func:`mask_card_number` reads them, that pass the Luhn check (first 6
+    / last 4 kept). A random 19-digit merchant id passes in 1 case of 10 and is then
     masked too (the safe side); the other 9 are shown whole. A Python ``int`` is converted to text
     first; anything else is returned unchanged."""
     if isinstance(text, int) and not isinstance(text, bool):
