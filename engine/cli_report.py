@@ -28,27 +28,6 @@ from engine.cli_common import _fail, _load_model, _read, _require_accepted, _saf
 FORMATS = ("pdf", "json", "csv")
 
 
-def _fields(cache, bundle, src, sid: str, query: str, params: dict):
-    """The report's per-field block (history effect, validated field attributions) as the dashboard
-    exports it: the stored one (engine.cases.explain_cache.FIELDS_KIND), else computed and stored;
-    ``None`` when it cannot be computed (the report then goes without it, as in the dashboard)."""
-    import time
-
-    from engine.cases import fields_view as fv
-    from engine.cases.explain_cache import FIELDS_KIND
-
-    try:
-        stored = cache.get_json(bundle.sha256, sid, query, params, FIELDS_KIND)
-        if stored is not None:
-            return stored
-        t0 = time.perf_counter()
-        out = fv.query_fields(bundle, src.frame, query, currency=src.currency)
-        cache.put_json(bundle.sha256, sid, query, params, FIELDS_KIND, out, time.perf_counter() - t0)
-        return out
-    except Exception:  # noqa: BLE001 - as the dashboard's export_payload: the report goes on without it
-        return None
-
-
 def report(
     case: int = typer.Option(..., "--case", min=1, help="case number (the Work queue's Case column)"),
     data: Path = typer.Option(..., exists=True, help="the data file the case was opened from"),
@@ -121,7 +100,12 @@ def report(
         params = {"max_rows": max_rows}
         expls, how = cache.get_or_compute(bundle.sha256, sid, query, params,
                                           lambda: cv.explain_query(bundle, src.frame, query))
-        fields = _fields(cache, bundle, src, sid, query, params)
+        from engine.cases.fields_view import cached_query_fields
+
+        try:  # as the dashboard's export: the report goes on without the block if it cannot be computed
+            fields, _ = cached_query_fields(cache, bundle, src.frame, sid, query, params, currency=src.currency)
+        except Exception:  # noqa: BLE001
+            fields = None
         from engine.cases.trust_export import case_trust_json
 
         trust = case_trust_json(bundle, src.frame, query, expls)  # the trust block the dashboard exports

@@ -8,7 +8,6 @@ export (:func:`export_payload`). No torch here.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import streamlit as st
@@ -16,7 +15,6 @@ import streamlit as st
 from dashboard import state
 from dashboard.components.safe import md
 from engine.cases import fields_view as fv
-from engine.cases.explain_cache import FIELDS_KIND
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "toImage"]}
 
@@ -27,22 +25,15 @@ def _fields(data_sha: str, spec: str, max_rows: int | None, model_sha: str, tran
     source = state._source(_path, spec, data_sha, max_rows)
     try:  # stored by the background precompute with the case's explanations (engine/cases/precompute_job.py)
         cache = state._cache()
-        sid, cparams = state._cache_ids(source, max_rows, ())
-        stored = cache.get_json(model_sha, sid, transaction_id, cparams, FIELDS_KIND)
     except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss, never an error page
         state.log.warning("explanation cache unavailable: %s", e)
-        cache = stored = None
-    if stored is not None:
-        state.log.info("fields of %s: stored", transaction_id)
-        return stored
-    t0 = time.perf_counter()
-    out = fv.query_fields(state.get_bundle(_model_path), source.frame, transaction_id, currency=source.currency)
-    if cache is not None:
-        try:
-            cache.put_json(model_sha, sid, transaction_id, cparams, FIELDS_KIND, out, time.perf_counter() - t0)
-        except Exception as e:  # noqa: BLE001 - an unwritable cache: the result is still shown
-            state.log.warning("fields of %s not stored: %s", transaction_id, e)
-    state.log.info("fields of %s: computed", transaction_id)
+        cache = None
+    sid, cparams = state._cache_ids(source, max_rows, ())
+    if cache is None:
+        return fv.query_fields(state.get_bundle(_model_path), source.frame, transaction_id, currency=source.currency)
+    out, how = fv.cached_query_fields(cache, state.get_bundle(_model_path), source.frame, sid, transaction_id,
+                                      cparams, currency=source.currency)
+    state.log.info("fields of %s: %s", transaction_id, how)
     return out
 
 

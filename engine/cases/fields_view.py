@@ -147,6 +147,36 @@ def cells_figure(fields: dict[str, Any]) -> go.Figure | None:
                    height=int(max(240, 70 + 24 * len(names))))
 
 
+def cached_query_fields(cache: Any, bundle: Any, frame: pd.DataFrame, source_id: str, transaction_id: str,
+                        params: dict[str, Any], currency: str = "") -> tuple[dict[str, Any], str]:
+    """:func:`query_fields` of one transaction through the explanation cache (kind
+    :data:`engine.cases.explain_cache.FIELDS_KIND`, keyed as its explanations: model, source,
+    transaction, ``params``): the stored block, else computed and stored. Returns ``(fields,
+    how)``, ``how`` ``"stored"`` or ``"computed"``. A cache that cannot be read or written is a
+    miss (logged), never an error: the Case page and ``fraudlens report`` both read it so."""
+    import logging
+    import time
+
+    from engine.cases.explain_cache import FIELDS_KIND
+
+    log = logging.getLogger("fraudlens.cases")
+    try:
+        stored = cache.get_json(bundle.sha256, source_id, transaction_id, params, FIELDS_KIND)
+    except Exception as e:  # noqa: BLE001 - an unreadable cache is a miss
+        log.warning("explanation cache unavailable: %s", e)
+        cache = stored = None
+    if stored is not None:
+        return stored, "stored"
+    t0 = time.perf_counter()
+    out = query_fields(bundle, frame, transaction_id, currency=currency)
+    if cache is not None:
+        try:
+            cache.put_json(bundle.sha256, source_id, transaction_id, params, FIELDS_KIND, out, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - an unwritable cache: the result is still used
+            log.warning("fields of %s not stored: %s", transaction_id, e)
+    return out, "computed"
+
+
 def history_caption(fields: dict[str, Any]) -> str:
     """One line of numbers under the history sentence."""
     h = fields["history_effect"]

@@ -135,7 +135,7 @@ def run_job(job: dict[str, Any], stop: threading.Event | None = None) -> dict[st
     """
     from engine.cases import fields_view as fv
     from engine.cases import view as cv
-    from engine.cases.explain_cache import FIELDS_KIND, ExplanationCache, precompute
+    from engine.cases.explain_cache import ExplanationCache, precompute
     from engine.data.io import file_sha256
 
     missing = [k for k in JOB_FIELDS if k not in job]
@@ -179,15 +179,12 @@ def run_job(job: dict[str, Any], stop: threading.Event | None = None) -> dict[st
             # the Case page's "does the history matter?" box and Fields tab (engine/cases/fields_view.py):
             # ~0.5-1 s per case on 2 cores that a case open no longer waits for; stored before the
             # transaction is announced done, so a page that sees it done finds both
-            if cache.get_json(job["model_sha256"], job["source_id"], tid, job["params"], FIELDS_KIND) is None:
-                t0 = time.perf_counter()
-                try:
-                    fields = fv.query_fields(bundle, source.frame, tid, currency=source.currency)
-                    cache.put_json(job["model_sha256"], job["source_id"], tid, job["params"], FIELDS_KIND, fields,
-                                   time.perf_counter() - t0)
-                except (KeyError, ValueError, RuntimeError, TypeError) as e:  # the page computes it on open
-                    print(f"fields of {str(tid)[:80]!r} not stored: {type(e).__name__}: {e}", file=sys.stderr,
-                          flush=True)
+            try:  # stored unless it is already (fv.cached_query_fields, the read the page and the CLI make)
+                fv.cached_query_fields(cache, bundle, source.frame, job["source_id"], tid, job["params"],
+                                       currency=source.currency)
+            except (KeyError, ValueError, RuntimeError, TypeError) as e:  # the page computes it on open
+                print(f"fields of {str(tid)[:80]!r} not stored: {type(e).__name__}: {e}", file=sys.stderr,
+                      flush=True)
             os.write(dfd, (str(tid).replace("\n", " ") + "\n").encode("utf-8"))
             status["n_done"] += 1
             write_json_atomic(status_path, status)
