@@ -132,10 +132,9 @@ def render_exports(loaded: Any, case: dict, entity: str, expls: dict, tl: Any, t
     for col, (kind, label, data, icon) in zip(c, (("pdf", "Download PDF", pdf, ":material/picture_as_pdf:"),
                                                   ("json", "Download JSON", js, ":material/data_object:"),
                                                   ("csv", "Download CSV", csv, ":material/table:"))):
-        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data, failed,
-                                                    rp.report_filename(report, kind)),
-                            file_name=rp.report_filename(report, kind), mime=MIME[kind], key=f"dl_{kind}",
-                            on_click="ignore", icon=icon)
+        name = rp.report_filename(report, kind)
+        col.download_button(label, audited_download(store, ident, int(case["id"]), report, kind, data, failed, name),
+                            file_name=name, mime=MIME[kind], key=f"dl_{kind}", on_click="ignore", icon=icon)
     st.caption(f"Report {md(report['report_id'])} · exported {fmt.format_ts(report['exported_at'])} · every "
                "download is recorded in the audit log with the report's id and sha256 (a download that cannot be "
                "recorded is refused; the reason shows here at the page's next run)")

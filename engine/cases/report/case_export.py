@@ -48,11 +48,12 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
 
     ctx = cv.context_rows({k: v for k, v in expls.items() if hasattr(v, "transaction_ids")}, source.frame)
     mine = scores[scores["entity_id"].astype(str) == str(entity_id)]
+    ids = mine["transaction_id"].astype(str)
     query = str(next(iter(v for v in expls.values() if hasattr(v, "query_transaction_id"))).query_transaction_id)
     rows = mine
     if "amount" not in rows and "amount" in source.frame:  # scores may not carry the amount
         amounts = source.frame.set_index(source.frame["transaction_id"].astype(str))["amount"]
-        rows = rows.assign(amount=rows["transaction_id"].astype(str).map(amounts))
+        rows = rows.assign(amount=ids.map(amounts))
     return build_report(
         case=case, entity_id=entity_id, model=bundle,
         dataset={"spec": source_spec_key(source.spec), "file_name": str(file_label),
@@ -60,10 +61,9 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
         expls=expls, context=ctx, thresholds=thresholds,
         history=store.history(case["id"]), notes=store.notes(case["id"]), scored_at=scored_at,
         narrative=store.narrative(case["id"]),
-        probabilities=dict(zip(mine["transaction_id"].astype(str), mine["probability"])),
+        probabilities=dict(zip(ids, mine["probability"])),
         trust=trust, exported_by=exported_by, fields=fields,
-        later=later_activity(rows, query, float(thresholds["review"])) if query in set(mine["transaction_id"].astype(str))
-        else None,
+        later=later_activity(rows, query, float(thresholds["review"])) if (ids == query).any() else None,
         threshold_quality=threshold_metrics(scores, {"review": thresholds["review"],
                                                      "decline": thresholds["decline"]}, bundle.meta),
     )
