@@ -93,7 +93,8 @@ def summary(action: str, before: dict | None, after: dict | None) -> str:
         return text + (f", was {b.get('assignee')}" if b.get("assignee") and b.get("assignee") != who else "")
     if action == "disposition":
         return ", ".join([f"{DISPOSITION_WORDS.get(a.get('disposition'), a.get('disposition'))} recorded, case now "
-                          f"{STATE_WORDS.get(a.get('state'), a.get('state'))}", *_details(a)])
+                          f"{STATE_WORDS.get(a.get('state'), a.get('state'))}", *_details(a),
+                          *({True: ["under four-eyes"], False: ["four-eyes off"]}.get(a.get("four_eyes"), []))])
     if action == "approved":
         d = a.get("disposition") or "confirmed_fraud"
         by = f" proposed by {a['proposed_by']}" if a.get("proposed_by") else ""

@@ -115,7 +115,9 @@ def test_audit_page_who_what_when_for_work_queue_actions(audit_env):
     what = dict(zip(t["id"], t["summary"]))
     assert what[6] == "claimed to carol"
     assert what[7] == "assigned in bulk to alice (2 cases at once), was carol"
-    assert what[9] == "confirmed fraud recorded, case now confirmed fraud, card testing, loss 1,234.50 USD"
+    assert what[9] == "confirmed fraud recorded, case now confirmed fraud, card testing, loss 1,234.50 USD, four-eyes off"
+    assert what[12] == ("confirmed fraud recorded, case now pending approval, card testing, loss 99.50 USD, "
+                        "under four-eyes")
     assert what[10] == "report narrative saved"
     # the approval row says what was approved (the analyst trial: it named only the proposer)
     assert what[11].startswith("four-eyes switched on for this store")

@@ -417,6 +417,35 @@ def test_four_eyes_setting_from_environment(db, monkeypatch):
         assert not s.four_eyes  # off in the store and not asked for
 
 
+def test_four_eyes_switched_on_by_another_process_holds_in_an_open_store(db, monkeypatch):
+    """A long-running process (the dashboard's cached store) opened before another process
+    switched four-eyes on applies the rule from then on, and every disposition's audit row
+    records the rule it was recorded under (before: the open store kept its setting from the
+    open, so an analyst applied confirmed fraud alone)."""
+    monkeypatch.setenv("FRAUDLENS_FOUR_EYES", "0")
+    with CaseStore(db) as early:
+        assert not early.four_eyes
+        early.upsert_cases(SHA, summary({"e1": 0.9, "e2": 0.9}))
+        assert early.record_disposition(case_id(early, "e1"), "confirmed_fraud", "x", analyst="a") == "confirmed_fraud"
+        with CaseStore(db, four_eyes=True) as later:  # e.g. a supervisor's process started with the setting
+            assert later.four_eyes
+        assert early.four_eyes
+        assert early.record_disposition(case_id(early, "e2"), "confirmed_fraud", "x", analyst="a") == "pending_approval"
+        rows = early.audit_log(action="disposition")
+        assert [r["four_eyes"] for r in rows["after"]] == [False, True]
+        early.switch_four_eyes_off(actor="sup")
+        assert not early.four_eyes
+        assert early.verify_audit_chain().ok
+
+
+def test_switching_four_eyes_off_lifts_it_for_the_process_that_asked(db):
+    with CaseStore(db, four_eyes=True) as s:
+        s.upsert_cases(SHA, summary({"e1": 0.9}))
+        s.switch_four_eyes_off(actor="sup")
+        assert not s.four_eyes
+        assert s.record_disposition(case_id(s, "e1"), "confirmed_fraud", "x", analyst="a") == "confirmed_fraud"
+
+
 def test_assignment_states_and_notes(store):
     cid = case_id(store, "e1")
     assert store.assign(cid, "alice", actor="lead") == 1

@@ -105,7 +105,7 @@ class StoreConnection:
             warnings.warn(f"{self.path}: {self.audit_verdict.message}", AuditTamperWarning,
                           stacklevel=2)
         if hasattr(self, "_four_eyes_policy"):  # CaseStore: the store's policy, once switched on, holds
-            self.four_eyes = self._four_eyes_policy(self.four_eyes)
+            self._four_eyes_policy(self.four_eyes)
 
     # -- plumbing -------------------------------------------------------------------------------
 

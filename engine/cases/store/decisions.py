@@ -30,16 +30,29 @@ class DecisionsMixin:
 
     # -- the four-eyes policy -------------------------------------------------------------------
 
+    @property
+    def four_eyes(self) -> bool:
+        """The four-eyes rule in force now: on when this process asked for it (``four_eyes=True``
+        / ``$FRAUDLENS_FOUR_EYES``) *or* the store's latest policy row says so, read at each call
+        (one indexed query), so a long-running process (the dashboard) applies a rule another
+        process switched on after it opened the store."""
+        if getattr(self, "_four_eyes_asked", False):
+            return True
+        with self._lock:
+            return _stored_four_eyes(self._conn)
+
+    @four_eyes.setter
+    def four_eyes(self, asked: bool) -> None:
+        self._four_eyes_asked = bool(asked)
+
     def _four_eyes_policy(self, asked: bool) -> bool:
-        """The four-eyes rule in force for this process: on when this process asks for it
-        (``four_eyes=True`` / ``$FRAUDLENS_FOUR_EYES``) *or* the store says so. The first process
-        that asks writes ``four_eyes_on`` into the audit log (actor ``system``); from then on a
-        process started without the setting still applies the rule (a security test showed one
-        such process let an analyst apply a disposition, a pending one included, alone). Only
-        :meth:`switch_four_eyes_off` lifts it, audited."""
-        rows = self._read("SELECT action FROM audit_log WHERE case_id IS NULL AND action IN "
-                          "('four_eyes_on', 'four_eyes_off') ORDER BY id DESC LIMIT 1", ())
-        stored = bool(rows) and rows[0][0] == "four_eyes_on"
+        """At open: the first process that asks for four-eyes writes ``four_eyes_on`` into the
+        audit log (actor ``system``); from then on every process applies the rule, whatever its
+        own setting (a security test showed a process started without the setting let an analyst
+        apply a disposition, a pending one included, alone), until :meth:`switch_four_eyes_off`
+        lifts it, audited. Returns the rule in force."""
+        with self._lock:
+            stored = _stored_four_eyes(self._conn)
         if asked and not stored:
             with self._write() as conn:
                 self._audit(conn, _utcnow(), "system", "four_eyes_on", after={"four_eyes": True})
@@ -48,9 +61,9 @@ class DecisionsMixin:
         return asked or stored
 
     def switch_four_eyes_off(self, *, actor: str | None = None) -> None:
-        """Lift the store's four-eyes rule (audited ``four_eyes_off`` under ``actor``); a process
-        that asks for the rule switches it on again. Pending proposals still need another person
-        (:meth:`approve`). Raises :class:`MissingAnalystError`."""
+        """Lift the store's four-eyes rule (audited ``four_eyes_off`` under ``actor``), for this
+        process too; a process that asks for the rule switches it on again. Pending proposals
+        still need another person (:meth:`approve`). Raises :class:`MissingAnalystError`."""
         actor = resolve_analyst(actor)
         with self._write() as conn:
             self._audit(conn, _utcnow(), actor, "four_eyes_off", after={"four_eyes": False})
@@ -147,8 +160,10 @@ class DecisionsMixin:
             self._check_version(conn, row, expected_version)
             # a pending case's new disposition replaces the proposal and still waits: else a
             # reversal proposal re-recorded by its proposer would apply alone
-            if self.four_eyes and (state == "confirmed_fraud"
-                                   or row["state"] in ("confirmed_fraud", "pending_approval")):
+            # the rule in force in this transaction (another process may have switched it on)
+            four_eyes = self._four_eyes_asked or _stored_four_eyes(conn)
+            if four_eyes and (state == "confirmed_fraud"
+                              or row["state"] in ("confirmed_fraud", "pending_approval")):
                 state, pending_by = "pending_approval", analyst
             after = self._set_state(
                 conn, row, ts, state=state, assignee=row["assignee"], pending_by=pending_by
@@ -162,7 +177,7 @@ class DecisionsMixin:
             self._audit(
                 conn, ts, analyst, "disposition", case_id=row["id"],
                 model_sha256=row["model_sha256"], before=self._snapshot(row),
-                after={**after, "disposition": disposition, "note": note,
+                after={**after, "disposition": disposition, "note": note, "four_eyes": four_eyes,
                        **{k: v for k, v in extra.items() if v is not None}},
             )
         return state
@@ -296,6 +311,13 @@ class DecisionsMixin:
             (int(case_id),),
         )
         return pd.DataFrame([tuple(r) for r in rows], columns=HISTORY_COLUMNS)
+
+
+def _stored_four_eyes(conn) -> bool:
+    """Whether the store's latest policy row (``four_eyes_on`` / ``four_eyes_off``) is on."""
+    row = conn.execute("SELECT action FROM audit_log WHERE case_id IS NULL AND action IN "
+                       "('four_eyes_on', 'four_eyes_off') ORDER BY id DESC LIMIT 1").fetchone()
+    return row is not None and row[0] == "four_eyes_on"
 
 
 def _amount(value: Any, what: str) -> float | None:
