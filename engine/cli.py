@@ -518,7 +518,8 @@ app.command("serve")(_serve)
 @app.command()
 def dashboard(
     data: Optional[Path] = typer.Option(None, help="open this file (default: bundled demo)"),
-    spec: Optional[str] = typer.Option(None, help="spec of --data"),
+    spec: Optional[str] = typer.Option(None, help="spec of --data (default: the model's spec with --model, "
+                                       "else the demo spec)"),
     model: Optional[Path] = typer.Option(None, help="checkpoint directory (default: demo model)"),
     port: int = typer.Option(8501, min=1, max=65535),
     address: str = typer.Option("127.0.0.1", help="interface to listen on; anything but loopback needs sign-in "
@@ -552,10 +553,14 @@ def dashboard(
         _fail(f"port {port} on {address} is already in use: stop what listens there or pass --port")
     if data:
         env["FRAUDLENS_DATA"] = str(data.resolve())
+    bundle = _load_model(model) if model else None  # a refused checkpoint fails here, in one line, not in the browser
+    if data and not spec and bundle is not None:
+        spec = str(model_spec_file(bundle))
+        console.print(f"--spec not given: reading {escape(data.name)} with the model's spec "
+                      f"({escape(bundle.spec.name)}, {escape(spec)})")
     if spec:
         env["FRAUDLENS_SPEC"] = spec if not Path(spec).exists() else str(Path(spec).resolve())
     if model:
-        _load_model(model)  # a refused checkpoint fails here, in one line, not in the browser
         env["FRAUDLENS_MODEL"] = str(model.resolve())
     env[ac.ENV_DEMO] = "1" if demo else ""
     shown = f"http://{'localhost' if ac.is_loopback(address) else address}:{port}"
@@ -570,7 +575,7 @@ def dashboard(
     os.execve(sys.executable, cmd, env)  # Streamlit replaces this process: same PID
 
 
-from engine.serve.launch_checks import port_free, secrets_have_auth  # noqa: E402
+from engine.serve.launch_checks import model_spec_file, port_free, secrets_have_auth  # noqa: E402
 from engine.cli_report import report  # noqa: E402 (fraudlens report: a case's compliance report)
 
 app.command()(report)

@@ -104,6 +104,38 @@ def test_dashboard_defaults_to_127_0_0_1(monkeypatch, tmp_path):
     assert started[0][started[0].index("--address") + 1] == "127.0.0.1"
 
 
+def test_dashboard_reads_data_with_the_models_spec_when_no_spec_is_given(monkeypatch, tmp_path):
+    """New-user trial: ``dashboard --data F --model M`` read ``F`` with the demo spec (the warm-up
+    failed with "columns required by spec 'demo' not found" and the page with it), where score and
+    explain use the model's spec."""
+    from engine.data.spec import load_spec
+    from engine.model.checkpoint import load_checkpoint
+    from tiny_models import tiny_checkpoint, tiny_frame, tiny_spec
+
+    monkeypatch.delenv("FRAUDLENS_USERS", raising=False)
+    monkeypatch.setenv("FRAUDLENS_DATA_DIR", str(tmp_path / "store"))
+    tiny_checkpoint(tiny_frame(), tiny_spec(), tmp_path / "m", {"thresholds": {"review": 0.5}})
+    bundle = load_checkpoint(tmp_path / "m")
+    (tmp_path / "f.csv").write_text("x\n", encoding="utf-8")
+    started = []
+    monkeypatch.setattr(os, "execve", lambda exe, argv, env: started.append(env) or (_ for _ in ()).throw(SystemExit(0)))
+    for _ in range(2):  # the second run finds the file it wrote
+        res = CliRunner().invoke(app, ["dashboard", "--port", str(_free_port()), "--data", str(tmp_path / "f.csv"),
+                                       "--model", str(tmp_path / "m")])
+        assert res.exit_code == 0, res.output
+    spec_file = Path(started[-1]["FRAUDLENS_SPEC"])
+    assert spec_file == (tmp_path / "store" / "specs" / f"model-{bundle.short_sha}.toml").resolve()
+    assert load_spec(spec_file) == bundle.spec
+    assert stat.S_IMODE(os.stat(spec_file).st_mode) == 0o600
+    assert "with the model's spec" in res.output
+    # an explicit --spec wins; without --model the demo spec stays the default (no file written)
+    CliRunner().invoke(app, ["dashboard", "--port", str(_free_port()), "--data", str(tmp_path / "f.csv"),
+                             "--model", str(tmp_path / "m"), "--spec", "handbook"])
+    assert started[-1]["FRAUDLENS_SPEC"] == "handbook"
+    CliRunner().invoke(app, ["dashboard", "--port", str(_free_port()), "--data", str(tmp_path / "f.csv")])
+    assert "FRAUDLENS_SPEC" not in started[-1] or started[-1]["FRAUDLENS_SPEC"] == os.environ.get("FRAUDLENS_SPEC")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -35,3 +35,35 @@ def port_free(address: str, port: int) -> bool:
             except OSError:
                 return False
     return True
+
+
+def model_spec_file(bundle) -> Path:
+    """The spec a checkpoint was trained with, as the dashboard's ``--spec``: a built-in spec's name
+    when the checkpoint's spec is that built-in spec unchanged, else a TOML file written once to
+    ``$FRAUDLENS_DATA_DIR/specs/model-<sha12>.toml`` (folder 0700, file 0600, replaced atomically),
+    so ``fraudlens dashboard --data F --model M`` reads ``F`` as ``score`` and ``explain`` do (it
+    used the demo spec, and the page failed with "columns required by spec 'demo' not found").
+
+    Raises:
+        OSError: the data folder cannot be written.
+    """
+    import os
+
+    from engine.cases.store.common import default_db_path
+    from engine.data.spec import builtin_specs, load_spec
+    from engine.serve.history import private_dirs
+
+    spec = bundle.spec
+    if spec.name in builtin_specs() and load_spec(spec.name) == spec:
+        return Path(spec.name)
+    folder = private_dirs(default_db_path().parent / "specs")
+    out = folder / f"model-{bundle.short_sha}.toml"
+    text = spec.to_toml()
+    if out.is_file() and not out.is_symlink() and out.read_text(encoding="utf-8") == text:
+        return out
+    tmp = folder / f".{out.name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, out)
+    return out
