@@ -8,6 +8,7 @@ verdict; supervisors, auditors and admins)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from engine.cases.view import mask  # noqa: E402
 st.set_page_config(page_title="fraudlens", page_icon="🔎", layout="wide")
 st.set_option("client.disableDataExport", True)  # tables' raw CSV export: off (also in .streamlit/config.toml)
 _who = access.current()
+log = logging.getLogger("fraudlens.dashboard")
 
 pages = [
     st.Page("pages/cases.py", title="Open a case from data", default=True),  # data, model, any entity
@@ -58,11 +60,13 @@ def render_chain_alarm() -> None:
 
     try:
         verdict = comp.get_store().recent_audit_verdict(30.0)
-    except Exception:  # noqa: BLE001 - the pages that use the store report their own errors
+    except Exception as e:  # noqa: BLE001 - never silent: a store that cannot be verified is an alarm
+        log.error("audit chain not verified: %r", e)
+        st.error(f"The audit log could not be verified ({type(e).__name__}): see Audit.", icon=":material/gpp_bad:")
         return
     if not verdict.ok:
-        st.error(f"Audit log tampered with at row {verdict.first_broken_id}: see Audit.",
-                 icon=":material/gpp_bad:")
+        where = f" at row {verdict.first_broken_id}" if verdict.first_broken_id is not None else ""
+        st.error(f"Audit log tampered with{where}: see Audit.", icon=":material/gpp_bad:")
 
 
 # the pages are declared before the sign-in gate so that the page asked for (say /queue) opens

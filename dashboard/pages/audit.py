@@ -62,7 +62,8 @@ log = store.audit_log(**kw) if kw else full
 m = st.columns(3)
 m[0].metric("Rows shown", f"{len(log):,}")
 m[1].metric("Rows in the log", f"{len(full):,}")
-m[2].metric("Chain", "intact" if verdict.ok else f"broken at row {verdict.first_broken_id}")
+m[2].metric("Chain", "intact" if verdict.ok else
+            f"broken at row {verdict.first_broken_id}" if verdict.first_broken_id is not None else "broken")
 
 
 def _text(v: object) -> str | None:

@@ -76,6 +76,23 @@ def test_audit_page_names_the_tampered_row(audit_env):
     assert "tampered with at row 4" in at.sidebar.error[0].value  # on every page
 
 
+@pytest.mark.parametrize("edit", [
+    "UPDATE audit_log SET actor = CAST(x'ff' AS TEXT) WHERE id = 4",  # text that is not UTF-8
+    "UPDATE audit_log SET actor = x'6d616c6c6f7279' WHERE id = 4",    # a BLOB where text belongs
+])
+def test_an_unreadable_value_still_raises_the_alarm_on_every_page(audit_env, edit):
+    """Security review: one such value (no trigger to drop for the untriggered tables) made the
+    verification raise, and the alarm caught it and showed nothing."""
+    conn = sqlite3.connect(audit_env, isolation_level=None)
+    conn.execute("DROP TRIGGER audit_log_no_update")
+    conn.execute(edit)
+    conn.close()
+    at = _audit(user="erin")
+    assert not at.exception
+    assert "tampered with" in at.sidebar.error[0].value
+    assert {m.label: m.value for m in at.metric}["Chain"].startswith("broken")
+
+
 def test_audit_csv_is_neutralised_and_masked(audit_env):
     with CaseStore(audit_env) as s:
         log = s.audit_log()

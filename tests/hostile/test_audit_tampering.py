@@ -333,6 +333,8 @@ RECORD_ATTACKS = {
     "disposition value rewritten": (_sql("UPDATE dispositions SET disposition = 'false_positive', "
                                          "state_after = 'false_positive' WHERE id = 2"), "dispositions row 2"),
     "note text rewritten": (_sql("UPDATE notes SET text = 'all fine' WHERE id = 1"), "notes row 1"),
+    "notes renumbered": (_sql("UPDATE notes SET id = 99 WHERE id = 1", "UPDATE notes SET id = 1 WHERE id = 2",
+                              "UPDATE notes SET id = 2 WHERE id = 99"), "notes rows 1 and 2 of case 2 are not in the order"),
     "disposition duplicated": (_sql("INSERT INTO dispositions(case_id, ts, kind, disposition, state_after, analyst, "
                                     "note) SELECT case_id, ts, kind, disposition, state_after, analyst, note "
                                     "FROM dispositions WHERE id = 1"), "dispositions row 3"),
@@ -355,6 +357,41 @@ def test_cases_and_records_changed_outside_the_store_are_named(db, attack):
     conn.close()
     assert not v.ok, attack
     assert words in v.reason, v.reason
+
+
+def test_renumbered_dispositions_cannot_change_what_an_approval_applies(tmp_path):
+    """Security review: swapping two dispositions' ids (content and audit rows untouched) made a
+    pending confirmed-fraud proposal read as false positive, and the approval applied that."""
+    db = tmp_path / "cases.sqlite3"
+    with CaseStore(db, four_eyes=True) as s:
+        s.upsert_cases(SHA, _summary(1))
+        s.record_disposition(1, "false_positive", "first look", analyst="alice")
+        s.record_disposition(1, "confirmed_fraud", "skimmed", analyst="alice")
+        assert s.pending_disposition(1) == "confirmed_fraud"
+    conn = _raw(db)
+    _drop_triggers(conn)
+    for stmt in ("UPDATE dispositions SET id = 99 WHERE id = 1", "UPDATE dispositions SET id = 1 WHERE id = 2",
+                 "UPDATE dispositions SET id = 2 WHERE id = 99"):
+        conn.execute(stmt)
+    v = verify_chain(conn)
+    conn.close()
+    assert not v.ok
+    assert "dispositions rows 1 and 2 of case 1 are not in the order their audit rows" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("edit", [
+    "UPDATE schema_version SET applied_at = CAST(x'ff' AS TEXT) WHERE version = 4",  # no triggers on it
+    "UPDATE notes SET text = CAST(x'ff' AS TEXT) WHERE id = 1",
+    "UPDATE audit_log SET after_json = x'7b7d' WHERE id = 5",  # a BLOB in a hashed column
+])
+def test_a_value_the_store_never_writes_is_a_broken_chain_not_a_crash(db, edit):
+    conn = _raw(db)
+    _drop_triggers(conn)
+    conn.execute(edit)
+    v = verify_chain(conn)
+    conn.close()
+    assert not v.ok, edit
+    assert "tampered with" in v.message
 
 
 def test_a_whole_working_day_verifies(tmp_path):

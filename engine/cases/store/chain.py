@@ -83,18 +83,35 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
     """Check every audit row, its link to the previous row, the head and the id sequence.
 
     Returns a :class:`ChainVerdict`: ``ok``, or the id of the first row that was changed,
-    removed or moved and why (one line). Reads only; never raises for a broken chain. All reads
+    removed or moved and why (one line; no id when a stored value is of a type the store never
+    writes, e.g. a BLOB). Reads only; never raises for a broken chain or an unreadable value
+    (text that is not UTF-8 is read with U+FFFD, so its row fails its hash). All reads
     run in one read transaction (one WAL snapshot): a case claimed by another connection between
     reading the log and reading the cases table is not taken for an edit made outside the store.
     """
     own = not conn.in_transaction
+    factory = conn.text_factory
+    # a text value that is not UTF-8 (written outside the store) reads as U+FFFD, so its row no
+    # longer matches its hash, instead of raising: a raise silenced the alarm on every page
+    conn.text_factory = _lenient_text
     if own:
         conn.execute("BEGIN")
     try:
         return _verify(conn)
+    except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
+        # a value of a type the store never writes (a BLOB in an audit column, a number where text
+        # belongs) in the log or in a table it accounts for: tampering, not a crash
+        return ChainVerdict(ok=False, rows_checked=0, first_broken_id=None,
+                            reason=f"the audit log or a table it accounts for holds a value the store never writes "
+                                   f"({type(e).__name__}): it was changed outside the store")
     finally:
+        conn.text_factory = factory
         if own:
             conn.execute("ROLLBACK")
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _verify(conn: sqlite3.Connection) -> ChainVerdict:
@@ -236,6 +253,9 @@ class _Recorded:
         if "schema_version" in have:
             r4 = conn.execute("SELECT applied_at FROM schema_version WHERE version = 4").fetchone()
             v4 = _naive_utc(r4[0]) if r4 else None
+            if r4 and v4 is None:  # the store writes an ISO time: an edit would loosen the due-time check
+                return None, (f"schema_version 4's time is {r4[0]!r}, not a time the store writes: the "
+                              "schema_version table was changed outside the store")
         for row in conn.execute(f"SELECT id, {', '.join(cols)} FROM cases ORDER BY id"):
             cid, got = int(row[0]), dict(zip(cols, row[1:]))
             seen.add(cid)
@@ -279,6 +299,7 @@ class _Recorded:
 
     def _records(self, conn: sqlite3.Connection, have: set) -> tuple[int | None, str] | None:
         left = {k: list(v) for k, v in self.records.items()}
+        order: dict[tuple, list[tuple[int, int]]] = {}  # (table, case) -> (record id, audit id that wrote it)
         for table, (actions, pairs) in AUDITED.items():
             if table not in have:
                 continue
@@ -304,7 +325,15 @@ class _Recorded:
                            "it has no audit row: the log was cut back and its head rewritten, or the row was "
                            "added outside the store")
                     return (cands[0][0] if cands else None), f"{table} row {rid} (case {case_id}, {ts}): {how}"
-                cands.pop(hit)
+                order.setdefault((table, case_id), []).append((rid, cands.pop(hit)[0]))
+        # the store reads a case's records in id order (its pending proposal is its latest
+        # disposition): ids renumbered outside the store would change what an approval applies
+        for (table, case_id), pairs in order.items():
+            pairs.sort()
+            for (r1, a1), (r2, a2) in zip(pairs, pairs[1:]):
+                if a2 < a1:
+                    return a2, (f"{table} rows {r1} and {r2} of case {case_id} are not in the order their audit rows "
+                                f"({a1}, {a2}) wrote them: renumbered outside the store")
         gone = sorted((rows[0][0], key) for key, rows in left.items() if rows and key[0] in have)
         if gone:
             aid, (table, case_id, ts, _actor, _kind) = gone[0]

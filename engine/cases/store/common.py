@@ -332,7 +332,8 @@ class ChainVerdict:
         """One line for people: "audit log intact (N rows)" or what broke where."""
         if self.ok:
             return f"audit log intact ({self.rows_checked:,} rows, hash chain verified)"
-        return f"audit log tampered with at row {self.first_broken_id}: {self.reason}"
+        where = f" at row {self.first_broken_id}" if self.first_broken_id is not None else ""
+        return f"audit log tampered with{where}: {self.reason}"
 
 
 @dataclass(frozen=True)
