@@ -32,6 +32,8 @@ class QueryContext:
         transaction_ids: ``[T]`` ids (== ``rows.transaction_id``).
         entity_id: the entity.
         field_names: the ``F`` model fields.
+        n_before_context: the entity's transactions before the context's first (the model's window
+            starts after them: "new merchant" in the context means new among the rows shown).
     """
 
     bundle: ModelBundle
@@ -40,6 +42,7 @@ class QueryContext:
     transaction_ids: list[str]
     entity_id: str
     field_names: list[str]
+    n_before_context: int = 0
 
     @property
     def T(self) -> int:
@@ -94,4 +97,5 @@ def build_context(bundle: ModelBundle, frame: pd.DataFrame, transaction_id: str,
         transaction_ids=rows["transaction_id"].astype(str).tolist(),
         entity_id=str(ent),
         field_names=list(bundle.model.cfg.field_names),
+        n_before_context=int(wstart - s0),
     )

@@ -330,7 +330,16 @@ def _audit_one(c: _Checker, r, ctx, rows: pd.DataFrame, v: np.ndarray, se: np.nd
             if col in ("mcc", "merchant_state"):
                 c.num(f"value_{col}", vals[q], nb.get(f"value_{col}"))
                 _frag(c, r.text, f"value_{col}", f" {vals[q]}")
-        _frag(c, r.text, "history length", f"in {q} earlier transaction{'' if q == 1 else 's'}")
+        older = int(getattr(ctx, "n_before_context", 0) or 0)
+        if frame is not None:  # the entity's transactions before the context, counted in the file
+            ids_file = frame.loc[frame["entity_id"].astype(str) == str(ctx.entity_id), "transaction_id"].astype(str)
+            older_file = ids_file.tolist().index(str(rows["transaction_id"].iloc[0]))
+            c.num("n_older", older_file, nb.get("n_older", 0))
+        if older:
+            _frag(c, r.text, "history length", f"in its last {q} transaction{'' if q == 1 else 's'} "
+                                               f"(the {older:,} older ones are not in the history shown)")
+        else:
+            _frag(c, r.text, "history length", f"in {q} earlier transaction{'' if q == 1 else 's'}")
     elif kind in ("query_online", "query_night"):
         if kind == "query_online":
             flag, limit, name = online, 0.25, "online_share_before"

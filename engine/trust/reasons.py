@@ -48,6 +48,7 @@ of its text unrounded. Amounts are in the spec's currency.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -119,8 +120,11 @@ def _fmt_num(x: float) -> str:
 
 
 def _entity_noun(spec) -> str:
-    cols = " ".join(getattr(getattr(spec, "entity", None), "columns", []) or []).lower()
-    return "card" if "card" in cols else "customer" if "customer" in cols else "account"
+    cols = [str(c).lower() for c in (getattr(getattr(spec, "entity", None), "columns", []) or [])]
+    words = {w for c in cols for w in re.split(r"[^a-z]+", c) if w}
+    if any("card" in c for c in cols) or words & {"cc", "pan", "ccnum"} or any(c.startswith(("cc_", "ccnum")) for c in cols):
+        return "card"  # TabFormer's User + Card, Sparkov's cc_num
+    return "customer" if any(k in c for c in cols for k in ("customer", "cust", "client")) else "account"
 
 
 def span_text(minutes: float) -> str:
@@ -188,6 +192,8 @@ class _Facts:
         self.cited = cited
         spec = ctx.bundle.spec
         self.noun = _entity_noun(spec)
+        # the entity's transactions before the context: "new" in the context means new among the rows shown
+        self.older = int(getattr(ctx, "n_before_context", 0) or 0)
         cur = (getattr(getattr(spec, "amount", None), "currency", "") or "").strip()
         self.cur = f" {cur}" if cur else ""
         self.missing = {f.name: f.missing for f in getattr(spec, "fields", [])}
@@ -369,7 +375,7 @@ def _history_reasons(f: _Facts, burst_hours: float) -> None:
         share = numbers["n_new"] / n
         if share_before is not None and share >= NOVELTY_MIN_SHARE and share > share_before:
             text = (f"of the {n} {_plural(n, 'transaction')} in the {span_text(span)} before this one, {_listing(parts)} "
-                    f"{other} had not used before")
+                    f"{other} had not used before" + (" in the history shown" if f.older else ""))
             text += (f" (against {_pct(share_before)} of its transactions {NOVELTY_MIN_BEFORE + 1}-"
                      f"{int(win.min())} of the history shown)")
             f.history("new_values", text, sorted(hits), [*news, "first_seen"], numbers)
@@ -476,9 +482,12 @@ def new_values_reason(f: "_Facts", skip: frozenset = frozenset(), weigh_first_se
             if show:
                 shown[f"value_{col}"] = vals[q]
     if new:
-        f.query("query_new_values", f"the {f.noun}'s first transaction at this {_listing(parts)} in {q} earlier "
-                                    f"{_plural(q, 'transaction')}", [*new, *(["first_seen"] if weigh_first_seen else [])],
-                {"n_before": q, "new_fields": ", ".join(new), **shown})
+        text = f"the {f.noun}'s first transaction at this {_listing(parts)} in {q} earlier {_plural(q, 'transaction')}"
+        if f.older:  # the model's window starts later: the value may be in the older history
+            text = (f"the {f.noun}'s first transaction at this {_listing(parts)} in its last {q} "
+                    f"{_plural(q, 'transaction')} (the {f.older:,} older ones are not in the history shown)")
+        f.query("query_new_values", text, [*new, *(["first_seen"] if weigh_first_seen else [])],
+                {"n_before": q, "new_fields": ", ".join(new), "n_older": f.older, **shown})
 
 
 def _terminal_reasons(f: _Facts) -> None:

@@ -385,3 +385,53 @@ def test_an_amount_ratio_needs_a_median_over_enough_purchases():
     qa = reasons(enough, np.zeros(enough.T), fq)["query_amount"]
     amt = enough.rows["amount"].to_numpy()
     assert qa.numbers["n_before"] == 5 and qa.numbers["ratio"] == pytest.approx(301.0 / np.median(amt[:5]))
+
+
+def test_new_values_say_when_the_history_shown_is_cut():
+    """New-user trial: "the card's first transaction at this merchant in 89 earlier transactions"
+    read as absolute, though the card had 377 and had used the merchant 6 times before the model's
+    window. With older transactions outside the context the reason says so, and counts them."""
+    fr = demo_like_frame(60)
+    ctx = demo_ctx(fr=fr)
+    card = fr[fr.entity_id == "0:0"]
+    older = int((pd.to_datetime(card["timestamp"]) < pd.to_datetime(ctx.rows["timestamp"]).iloc[0]).sum())
+    assert ctx.n_before_context == older > 0
+    ex = {"shap": shap_like(ctx, burst_values(ctx)),
+          "integrated_gradients": field_expl(ctx, {"amount": 3.5, "mcc": 0.2})}
+    new = {r.kind: r for r in reason_codes(ctx, ex, top_k=4, max_reasons=20)}["query_new_values"]
+    q = ctx.T - 1
+    assert new.text == (f"the card's first transaction at this merchant and merchant category 5946 in its last {q} transactions "
+                        f"(the {older} older ones are not in the history shown)")
+    assert new.numbers["n_older"] == older and new.numbers["n_before"] == q
+    short = demo_ctx()  # the whole history fits the context: no such clause
+    assert short.n_before_context == 0
+
+
+@pytest.mark.parametrize("cols,noun", [(["cc_num"], "card"), (["User", "Card"], "card"), (["pan"], "card"),
+                                       (["CUSTOMER_ID"], "customer"), (["client_id"], "customer"),
+                                       (["acct"], "account"), (["nameOrig"], "account")])
+def test_the_entity_is_named_by_its_columns(cols, noun):
+    from types import SimpleNamespace
+
+    from engine.trust.reasons import _entity_noun
+
+    assert _entity_noun(SimpleNamespace(entity=SimpleNamespace(columns=cols))) == noun
+
+
+def test_the_reason_audit_checks_the_cut_history_clause():
+    from engine.trust.reason_audit import audit_reasons
+
+    fr = demo_like_frame(60)
+    ctx = demo_ctx(fr=fr)
+    ex = {"shap": shap_like(ctx, burst_values(ctx)),
+          "integrated_gradients": field_expl(ctx, {"amount": 3.5, "mcc": 0.2})}
+    reasons = reason_codes(ctx, ex, top_k=4, max_reasons=20)
+    res = audit_reasons(ctx, reasons, ex, frame=fr)
+    mine = res[res["kind"] == "query_new_values"]
+    assert len(mine) and mine["ok"].all(), mine.to_dict("records")
+    import dataclasses
+
+    bad = [dataclasses.replace(r, numbers={**r.numbers, "n_older": 3}) if r.kind == "query_new_values" else r
+           for r in reasons]
+    res = audit_reasons(ctx, bad, ex, frame=fr)
+    assert not res.loc[res["kind"] == "query_new_values", "ok"].all()
