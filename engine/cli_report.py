@@ -51,6 +51,7 @@ def report(
     from engine.cases.thresholds import thresholds_in_force
     from engine.data.spec import source_spec_key
     from engine.serve import access as ac
+    from engine.serve.casework import service_source_id
 
     kinds = list(dict.fromkeys(k.strip().lower() for k in formats.split(",") if k.strip()))  # each format once
     bad = [k for k in kinds if k not in FORMATS]
@@ -85,9 +86,16 @@ def report(
             row = store.get_case(case)
         except CaseNotFoundError:
             _fail(f"case {case} is not in the case store {db}")
-        if row["model_sha256"] != bundle.sha256 or row["source_id"] != sid:
-            _fail(f"case {case} belongs to another data file or model than --data {data.name} / model "
-                  f"{bundle.sha256[:12]} (its model {row['model_sha256'][:12]}); give the ones it was opened from")
+        if row["model_sha256"] != bundle.sha256:
+            _fail(f"case {case} was opened by model {row['model_sha256'][:12]}, not by --model ({bundle.sha256[:12]}): "
+                  "give the model it was opened with")
+        if row["source_id"] == service_source_id(bundle):
+            _fail(f"case {case} was opened by the scoring service (fraudlens serve), not from a file: its history is "
+                  "in the service's history store, which reports do not read; its explanation is at GET "
+                  "/v1/explanations/<transaction id>")
+        if row["source_id"] != sid:
+            _fail(f"case {case} was opened from another data file (or the same file read with another spec) than "
+                  f"--data {data.name}: give the file and spec it was opened from")
         entity = str(row["entity_id"])
         scores = cv.score_source(bundle, src.frame)
         mine = scores[scores["entity_id"].astype(str) == entity]

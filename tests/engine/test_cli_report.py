@@ -126,12 +126,32 @@ def test_refusals_write_nothing(env, user, password, extra, words):
         assert not len(s.audit_log(env["case"], action="report_exported"))
 
 
+def test_a_case_of_the_scoring_service_is_refused_saying_so(env, tmp_path):
+    """New-user trial: a case opened by fraudlens serve was refused as "another data file or model
+    than ... model 7c9604faf83f (its model 7c9604faf83f)", the same model named twice."""
+    from engine.serve.casework import service_source_id
+
+    b = env["bundle"]
+    rows = pd.DataFrame({"entity_id": ["svc-card"], "max_probability": [0.9], "max_transaction_id": ["s1"],
+                         "first_ts": pd.Timestamp("2024-01-01"), "last_ts": pd.Timestamp("2024-01-01"),
+                         "max_amount": 10.0, "n_transactions": 1, "n_known_fraud": 0})
+    with CaseStore(env["db"], four_eyes=False) as s:
+        s.upsert_cases(b.sha256, rows, source_id=service_source_id(b))
+        cid = int(s.find_case(b.sha256, service_source_id(b), "svc-card")["id"])
+    res = CliRunner().invoke(app, ["report", "--case", str(cid), "--data", str(env["data"]), "--model",
+                                   str(env["dir"] / "model"), "--out", str(env["out"]), "--user", "alice",
+                                   "--password-stdin"], input=PW + "\n")
+    assert res.exit_code == 2 and "was opened by the scoring service" in " ".join(res.output.split()), res.output
+    assert not env["out"].exists() or not list(env["out"].iterdir())
+
+
 def test_a_case_of_another_file_or_model_is_refused(env, tmp_path):
     other = demo_slice(tmp_path / "other.csv", 300)
     res = CliRunner().invoke(app, ["report", "--case", str(env["case"]), "--data", str(other), "--model",
                                    str(env["dir"] / "model"), "--out", str(env["out"]), "--user", "alice",
                                    "--password-stdin"], input=PW + "\n")
-    assert res.exit_code == 2 and "belongs to another data file or model" in " ".join(res.output.split()), res.output
+    assert res.exit_code == 2 and f"was opened from another data file (or the same file read with another spec) than " \
+        f"--data {other.name}" in " ".join(res.output.split()), res.output
     res = _run(env, "alice", PW)
     assert res.exit_code == 0  # the case's own file
     res = CliRunner().invoke(app, ["report", "--case", "99999", "--data", str(env["data"]), "--model",
