@@ -140,20 +140,22 @@ st.subheader("Entities by highest fraud probability")
 only_flagged = st.toggle("Only entities with a flagged transaction", value=False, key="only_flagged")
 view = ranking[ranking["n_flagged"] > 0] if only_flagged else ranking
 view = view.reset_index(drop=True)
-ids = view["entity_id"].tolist()
+ids = view["entity_id"].tolist()  # the raw ids stay here: a selected row is mapped to its id by position
 table_key = f"rank_{loaded.key[2][:12]}_{loaded.bundle.short_sha}_{only_flagged}"
+#: the columns shown; only these are sent (security review: a column hidden with column_order still
+#: travels to the browser, and the raw entity_id is a card number, top_transaction_id a raw id)
+SHOWN = ["entity", "max_probability", "n_transactions", "n_flagged", "known_frauds", "last_seen"]
 
 
 cur = ss.get(state.ENTITY)
 st.dataframe(
-    view,
+    view[SHOWN],  # the same rows in the same order as ids
     key=table_key,
     on_select=partial(state.on_entity_table_select, table_key, ids),
     selection_mode="single-row",
     selection_default={"selection": {"rows": [ids.index(cur)]}} if cur in ids else None,
     hide_index=True,
     height=380,
-    column_order=["entity", "max_probability", "n_transactions", "n_flagged", "known_frauds", "last_seen"],
     column_config={
         "entity": st.column_config.TextColumn("Entity", help="card / customer key (card numbers masked)"),
         "max_probability": st.column_config.ProgressColumn(

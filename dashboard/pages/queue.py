@@ -202,14 +202,15 @@ m[1].metric("Overdue", f"{int((q['sla'] == 'overdue').sum()):,}")
 m[2].metric("Due soon", f"{int((q['sla'] == 'due soon').sum()):,}")
 m[3].metric("Unassigned", f"{int(q['assignee'].isna().sum()):,}")
 
+#: the columns shown; only these are sent (security review: a column hidden with column_order still travels to
+#: the browser, and q's raw entity_id is a card number, max_transaction_id a raw id): they stay here, in q
 COLS = ["case_id", "priority_label", "entity", "max_probability", "band", "state_label", "assignee_text", "age",
         "sla_text", "amount_text", "n_transactions", "n_known_fraud", "last_seen"]
-ids = [int(i) for i in q["case_id"]]
+ids = [int(i) for i in q["case_id"]]  # a ticked row is mapped to its case by position: q[COLS] has q's rows, in order
 table_key = f"work_{source}_{loaded.bundle.short_sha}_{view}_{ss.get('work_nonce', 0)}"
 ss["work_table_key"] = table_key
 event = st.dataframe(
-    q, key=table_key, on_select="rerun", selection_mode="multi-row", hide_index=True, height=380,
-    column_order=COLS,
+    q[COLS], key=table_key, on_select="rerun", selection_mode="multi-row", hide_index=True, height=380,
     column_config={
         "case_id": st.column_config.NumberColumn("Case", format="%d", width="small"),
         "priority_label": st.column_config.TextColumn("Priority", width="small",

@@ -18,7 +18,7 @@ import hmac
 import html
 import re
 import unicodedata
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -35,10 +35,21 @@ OWASP_XSS_PREVENTION_URL = (
     "https://cheatsheetseries.owasp.org/cheatsheets/Cross_Site_Scripting_Prevention_Cheat_Sheet.html"
 )
 
-# 12-19 digits, with up to two separators (space, dash, dot, slash, underscore) between digits, not part of
-# a longer digit run
-_SEP = r"(?:[ .\-/_]{1,2})?"
-_CARD_RE = re.compile(r"(?<![0-9])[0-9](?:" + _SEP + r"[0-9]){11,18}(?![0-9])")
+# what a card number is written with between its digit groups, up to two in a row (security review: a
+# no-break space, an en dash or a comma hid a number from both rules): any Unicode white space (``\s``:
+# space, tab, newline, no-break U+00A0, U+2000-U+200A, thin U+202F, U+205F, ideographic U+3000), . / _ ,
+# : +, the hyphens, dashes and minus signs (- U+00AD soft hyphen, U+2010-U+2015, U+2212, small U+FE63,
+# full-width U+FF0D), the full-width forms of + , . / : _ and the zero-width characters (next to another
+# separator, where _ZW_BETWEEN does not remove them)
+_SEP_CHARS = (r"\s.\-/_,:+\u00ad\u2010-\u2015\u2212\ufe63\uff0d\uff0b\uff0c\uff0e\uff0f\uff1a\uff3f"
+              r"\u200b-\u200d\u2060\ufeff")
+_SEP = r"(?:[" + _SEP_CHARS + r"]{1,2})?"
+# a date with its time, year first ("2019-01-01 00:00:18", "2024/01/31 23:59"), is kept as written: with the
+# colon and the space as separators its 12 or 14 digits would read as a card number (timestamps in notes,
+# the audit log and exported fields), and no card number is written so: none has 12 or 14 digits and starts
+# with 19 or 20 (UATP: 1, 15 digits; enRoute 2014 / 2149: 15; Mir 2200-2204 and Mastercard 2221-2720: 16-19)
+_DATETIME_RE = re.compile(r"(?<![0-9])(?:19|20)[0-9]{2}([-/.])(?:0[1-9]|1[0-2])\1(?:0[1-9]|[12][0-9]|3[01])"
+                          r"[ T](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9])?(?![0-9])")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # zero-width characters between two digits (they hide a card number from a pattern, not from a reader)
 _ZW_BETWEEN = re.compile(r"(?<=\d)[\u200b-\u200d\u2060\ufeff]+(?=\d)")
@@ -53,34 +64,70 @@ def _ascii_digits(text: str) -> str:
     return re.sub(r"\d", lambda m: str(unicodedata.decimal(m.group(), 0)), text)
 
 
-def _mask_match(m: re.Match[str]) -> str:
-    return _mask_digits(m.group(0))
+_RUN_RE = re.compile(r"[0-9](?:" + _SEP + r"[0-9])*")  # digits with separators between them
+_GROUP_RE = re.compile(r"[0-9]+")
 
 
-def _mask_digits(run: str) -> str:
-    """``run`` with all digits but the first 6 and the last 4 written as ``*`` (separators kept)."""
-    n_digits = sum(ch.isdigit() for ch in run)
-    out, i = [], 0
+def _mask_stretches(run: str, min_digits: int, accept: Callable[[str], bool] | None = None) -> str:
+    """``run`` (digits with separators between them) with every card-number-like part masked: each
+    stretch of whole digit groups (a separator-free run is one group) holding ``min_digits``-19
+    digits, and passing ``accept`` if given, has all but its first 6 and last 4 digits written as
+    ``*``. Every such stretch, not only the first or the longest: with newlines, commas and colons
+    as separators a run can hold a card number after other digits, or several card numbers, and a
+    cut taken from the left showed up to 8 of a card number's middle digits. A run of at most 19
+    digits is masked as one number (a stretch's middle lies inside the run's)."""
+    groups = [(m.start(), m.end()) for m in _GROUP_RE.finditer(run)]
+    starts, n = [], 0  # digit index of each group's first digit
+    for a, b in groups:
+        starts.append(n)
+        n += b - a
+    hide = [False] * n
+    for i in range(len(groups)):
+        for j in range(i, len(groups)):
+            first, end = starts[i], starts[j] + groups[j][1] - groups[j][0]
+            if end - first > 19:
+                break
+            if end - first >= min_digits and (accept is None or accept(run[groups[i][0]:groups[j][1]])):
+                hide[first + 6:end - 4] = [True] * (end - 4 - first - 6)
+    if not any(hide):
+        return run
+    out, k = [], 0
     for ch in run:
-        if ch.isdigit():
-            out.append(ch if i < 6 or i >= n_digits - 4 else "*")
-            i += 1
+        if "0" <= ch <= "9":
+            out.append("*" if hide[k] else ch)
+            k += 1
         else:
             out.append(ch)
     return "".join(out)
+
+
+def _outside_datetimes(text: str, mask: Callable[[str], str]) -> str:
+    """``text`` with ``mask`` applied to the parts between its dates with times (kept as written,
+    see _DATETIME_RE); they also end a run, so a card number written right after one is masked whole."""
+    parts, pos = [], 0
+    for m in _DATETIME_RE.finditer(text):
+        parts += [mask(text[pos:m.start()]), m.group(0)]
+        pos = m.end()
+    return "".join(parts + [mask(text[pos:])])
 
 
 def mask_card_number(text: Any) -> Any:
     """Mask every card-number-like digit run in ``text``, keeping at most the first 6 and last 4
     digits (PCI DSS display rule): ``"4111111111111111"`` -> ``"411111******1111"``.
 
-    A run is 12-19 digits, with up to two separators (space, dash, dot, slash, underscore) between
-    digits (kept: ``"4111-1111-1111-1111"`` -> ``"4111-11**-****-1111"``), and not part of a longer
-    digit run; full-width and other scripts' digits and zero-width characters between digits are
-    read as ASCII digits first (the masked text is then written in ASCII digits).
-    There is no Luhn check: any such run is masked, so long numeric ids and compact timestamps
-    (``"20240101123000"``) are masked too - over-masking is the safe side. Runs longer than 19
-    digits are left alone.
+    Digits with up to two separators between them form a run (separators kept:
+    ``"4111-1111-1111-1111"`` -> ``"4111-11**-****-1111"``): any white space (tab, newline, no-break
+    and thin spaces, U+3000), ``. / _ , : +``, hyphens, dashes and minus signs (soft hyphen,
+    U+2010-U+2015, U+2212, U+FE63, U+FF0D) and the full-width forms of ``+ , . / : _``; full-width
+    and other scripts' digits and zero-width characters between digits are read as ASCII digits
+    first (the masked text is then written in ASCII digits). Every stretch of whole digit groups
+    of a run that holds 12-19 digits may be a card number and has all but its first 6 and last 4
+    digits masked, so a card number next to other digits ("order 12345, 4111 1111 1111 1111") shows
+    no more than that either. There is no Luhn check: long numeric ids, compact timestamps
+    (``"20240101123000"``) and lists of numbers with 12-19 digits in all are masked too -
+    over-masking is the safe side. A date with its time, year first (``"2019-01-01 00:00:18"``),
+    is kept as written (no card number is written so), and so is a single group of more than 19
+    digits.
 
     Args:
         text: a string; a Python ``int`` is converted to its decimal text first. Anything else
@@ -94,7 +141,7 @@ def mask_card_number(text: Any) -> Any:
     if not isinstance(text, str):
         return text
     norm = _ascii_digits(text)
-    out = _CARD_RE.sub(_mask_match, norm)
+    out = _outside_datetimes(norm, lambda part: _RUN_RE.sub(lambda m: _mask_stretches(m.group(0), 12), part))
     return text if out == norm else out  # other scripts' digits kept as written unless a number was masked
 
 
@@ -201,44 +248,22 @@ def luhn_valid(digits: str) -> bool:
     return bool(ds) and total % 10 == 0
 
 
-_RUN_RE = re.compile(r"[0-9](?:" + _SEP + r"[0-9])*")  # digits with separators between them
-_GROUP_RE = re.compile(r"[0-9]+")
-
-
-def _mask_luhn_run(run: str) -> str:
-    """``run`` (digits with separators between them) with its card-number-like part masked: the longest
-    stretch of whole digit groups (a separator-free run is one group) holding 13-19 digits that
-    passes the Luhn check ("ref 12 4111111111111111" masks the card number, not the 12)."""
-    groups = [(m.start(), m.end()) for m in _GROUP_RE.finditer(run)]
-    best = None
-    for i in range(len(groups)):
-        n = 0
-        for j in range(i, len(groups)):
-            n += groups[j][1] - groups[j][0]
-            if n > 19:
-                break
-            if n >= 13 and luhn_valid(run[groups[i][0]:groups[j][1]]):
-                a, b = groups[i][0], groups[j][1]
-                if best is None or b - a > best[1] - best[0]:
-                    best = (a, b)
-    if best is None:
-        return run
-    a, b = best
-    return run[:a] + _mask_digits(run[a:b]) + run[b:]
-
-
 def mask_luhn_pans(text: Any) -> Any:
-    """Mask only the digit runs that could be card numbers: 13-19 digits, whole digit groups of a
-    run with separators as :func:`mask_card_number` reads them, that pass the Luhn check (first 6
-    / last 4 kept). A random 19-digit merchant id passes in 1 case of 10 and is then
-    masked too (the safe side); the other 9 are shown whole. A Python ``int`` is converted to text
-    first; anything else is returned unchanged."""
+    """Mask only the digit runs that could be card numbers: every stretch of whole digit groups of
+    a run (digits with separators between them, as :func:`mask_card_number` reads them) that holds
+    13-19 digits and passes the Luhn check, first 6 / last 4 of it kept ("ref 12 4111111111111111"
+    masks the card number, not the 12; "4111111111111111, 5500005555555559" both). A random 19-digit
+    merchant id passes in 1 case of 10 and is then masked too (the safe side); the other 9 are
+    shown whole, and so are lists of small numbers ("12, 34, 56") and dates with times
+    (``"2019-01-01 00:00:18"``). A Python ``int`` is converted to text first; anything else is
+    returned unchanged."""
     if isinstance(text, int) and not isinstance(text, bool):
         text = str(text)
     if not isinstance(text, str):
         return text
     norm = _ascii_digits(text)
-    out = _RUN_RE.sub(lambda m: _mask_luhn_run(m.group(0)), norm)
+    out = _outside_datetimes(norm, lambda part: _RUN_RE.sub(lambda m: _mask_stretches(m.group(0), 13, luhn_valid),
+                                                           part))
     return text if out == norm else out
 
 

@@ -4,7 +4,9 @@ via FRAUDLENS_DATA_DIR)."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -51,7 +53,13 @@ def _flagged(env, thr=0.5):
 
 
 def _table(at):
-    return at.dataframe[1].value  # [0] is the threshold quality table
+    """The work table as sent ([0] is the threshold quality table), with the case's raw entity_id,
+    priority and assignee joined by case id from the store: the page sends only the columns it
+    shows (the raw ids stay on the server, see test_raw_ids_stay_on_server.py)."""
+    t = at.dataframe[1].value
+    with CaseStore(Path(os.environ["FRAUDLENS_DATA_DIR"]) / "cases.sqlite3") as s:
+        cases = [s.get_case(int(c)) for c in t["case_id"]]
+    return t.assign(**{c: [case[c] for case in cases] for c in ("entity_id", "priority", "assignee")})
 
 
 def _tick(at: AppTest, rows: list[int]) -> AppTest:
@@ -290,10 +298,10 @@ def test_queue_lists_the_scoring_services_cases_without_their_file(qenv):
              "n_transactions": 1, "n_known_fraud": 0}]), source_id=service_source_id(b))
     at = _queue(qenv)
     at.segmented_control(key="work_view").set_value("open").run()
-    assert "live-card-1" not in at.dataframe[1].value["entity_id"].tolist()
+    assert "live-card-1" not in _table(at)["entity_id"].tolist()
     at.radio(key="q_source").set_value("service").run()
     _ok(at)
-    assert at.dataframe[1].value["entity_id"].tolist() == ["live-card-1"]  # the one at or above review
+    assert _table(at)["entity_id"].tolist() == ["live-card-1"]  # the one at or above review
     assert not [x for x in at.button if x.key == "q_open"]
 
 

@@ -244,3 +244,76 @@ def test_card_field_names():
     assert [is_card_field(n) for n in ("card", "Card Number", "pan", "masked_PAN", "account_number", "cc_num",
                                        "company", "span_id", "merchant", "mcc")] == [
         True, True, True, True, True, True, False, False, False, False]
+
+
+# ----------------------------------------------------------------------------------------------
+# separators (security review: a no-break space, an en dash or a comma hid a card number from both rules)
+
+#: every separator the review named: Unicode spaces, tab, newline, hyphens and dashes, minus signs,
+#: soft hyphen, comma, colon, plus
+REVIEW_SEPARATORS = (["\u00a0", "\t", "\n", "\u202f", "\u205f", "\u3000", "\u00ad", "\u2212", "\uff0d", "\ufe63",
+                      ",", ":", "+", ", ", "\r\n", " \u2013"]
+                     + [chr(c) for c in range(0x2000, 0x200B)] + [chr(c) for c in range(0x2010, 0x2016)])
+
+
+@pytest.mark.parametrize("sep", REVIEW_SEPARATORS, ids=[ascii(s) for s in REVIEW_SEPARATORS])
+def test_card_numbers_with_unicode_and_punctuation_separators_are_masked(sep):
+    """Both rules, card field and any other field (the Luhn rule), mask the number and keep the
+    separators as written."""
+    from engine.cases.redact import mask_field_value
+
+    written = sep.join(["4111", "1111", "1111", "1111"])
+    expected = sep.join(["4111", "11**", "****", "1111"])
+    assert mask_card_number(written) == expected
+    assert mask_card_number(f"PAN {written} ok") == f"PAN {expected} ok"
+    for field in ("card", "merchant"):
+        assert mask_field_value(field, f"x {written} y") == f"x {expected} y", field
+    amex = sep.join(["3782", "822463", "10005"])  # 4-6-5, Luhn-valid
+    assert mask_field_value("merchant", amex) == sep.join(["3782", "82****", "*0005"])
+
+
+def test_no_break_space_repro():
+    assert mask_card_number("4111\u00a01111\u00a01111\u00a01111") == "4111\u00a011**\u00a0****\u00a01111"
+
+
+@pytest.mark.parametrize("text", ["12, 34, 56", "2019-01-01 00:00:18", "at 2019-01-01 00:00:18.123456, ok",
+                                  "2024/01/31 23:59", "2019-01-01T00:00:18+00:00", "amount 1,234.56 EUR",
+                                  "seen 2019-01-01 00:00:18, 2019-01-02 10:11:12 and 2019-01-03 23:59:59"])
+def test_lists_of_small_numbers_and_dates_with_times_stay_whole(text):
+    """The colon, comma and space as separators must not make timestamps (12 or 14 digits) or short
+    lists read as card numbers, in either rule."""
+    from engine.cases.redact import mask_field_value
+
+    assert mask_card_number(text) == text
+    assert mask_field_value("merchant", text) == text
+    assert mask_field_value("card", text) == text
+
+
+def test_a_card_number_next_to_other_digits_or_a_timestamp_shows_no_more_than_first6_last4():
+    """With more separators a run can hold other digits before a card number (a cut from the left
+    showed its last 8 digits) or two card numbers (the Luhn rule masked only one)."""
+    from engine.cases.redact import mask_field_value
+
+    assert mask_card_number("order 12345 4111 1111 1111 1111") == "order 12345 4*** **** **** 1111"
+    assert mask_card_number("Amount 1200.50\n4111 1111 1111 1111") == "Amount 1200.50\n**** **** **** 1111"
+    assert mask_field_value("merchant", "order 12345, 4111 1111 1111 1111") == "order 12345, 4111 11** **** 1111"
+    assert mask_field_value("merchant", "4111111111111111 5500005555555559") == "411111******1111 550000******5559"
+    assert mask_card_number("2019-01-01 00:00:18 4111 1111 1111 1111") == "2019-01-01 00:00:18 4111 11** **** 1111"
+    assert mask_card_number("12345678901234567890") == "12345678901234567890"  # one group of 20 digits: no card
+
+
+def test_audit_csv_masks_a_comma_separated_card_number_in_a_note(tmp_path):
+    """Security review repro: a note with "PAN 4111,1111,1111,1111" appeared whole in the audit CSV."""
+    from engine.cases.store import CaseStore, audit_csv
+
+    rows = pd.DataFrame({"entity_id": ["e1"], "max_probability": [0.9], "max_transaction_id": ["t1"],
+                         "first_ts": pd.Timestamp("2024-01-01"), "last_ts": pd.Timestamp("2024-01-02"),
+                         "max_amount": 5.0, "n_transactions": 2, "n_known_fraud": 0})
+    with CaseStore(tmp_path / "cases.sqlite3", four_eyes=False) as s:
+        s.upsert_cases("d" * 64, rows)
+        s.add_note(1, "PAN 4111,1111,1111,1111 seen 2019-01-01 00:00:18", analyst="alice")
+        log = s.audit_log()
+    text = audit_csv(log).decode("utf-8")
+    assert "4111,1111,1111,1111" not in text
+    note = [r for r in csv.DictReader(io.StringIO(text)) if r["action"] == "note_added"][0]["after"]
+    assert '"note":"PAN 4111,11**,****,1111 seen 2019-01-01 00:00:18"' in note
