@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.rich_utils as _typer_rich_utils
 from rich.markup import escape
 from rich.table import Table
 
@@ -32,8 +33,12 @@ from engine.cli_common import (  # noqa: F401 (DEMO_MODEL_HINT: re-exported)
     _write,
     console,
     plain_log,
+    wide_help_console,
 )
 
+# typer's rich help ignores click's max_content_width; its console is made here at every --help:
+# never the 80-column fallback that cuts option names when stdout is not a terminal
+_typer_rich_utils._get_rich_console = wide_help_console(_typer_rich_utils._get_rich_console)
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA = ROOT / "demo_data" / "transactions.csv"
 
@@ -462,8 +467,11 @@ def explain(
         if hit.empty:
             rej = res.rejected[res.rejected["row_number"] == row]
             if len(rej):
-                r = rej.iloc[0]
-                _fail(f"row {row} of {data} was rejected ({r['column']}: {r['reason']}), so it has no score to explain")
+                from engine.cases.redact import mask_card_number
+
+                r = rej.iloc[0]  # a label reason quotes the cell: masked on the console, as the reject table
+                _fail(f"row {row} of {data} was rejected ({r['column']}: {mask_card_number(r['reason'])}), so it has "
+                      "no score to explain")
             _fail(f"row {row} of {data} is not a transaction of entity {entity!r}")
     else:
         try:
@@ -495,7 +503,9 @@ def explain(
                   "thresholds_source": str(thr["source"]), "flagged": prob >= float(thr["review"])},
         "explanations": {k: v.to_dict() for k, v in expls.items()},
     }
-    _write(lambda: out.write_text(json.dumps(doc, indent=1)), out, "--out")
+    from engine.data.csv_writer import write_private_text  # raw ids: 0600, never through a link at --out
+
+    _write(lambda: write_private_text(out, json.dumps(doc, indent=1)), out, "--out")
     value = f"probability {prob:.4f}" if bundle.calibrated else f"score {prob:.4f} (uncalibrated)"
     console.print(_safe(f"query {tid} (row {int(hit['row_number'].iloc[0])}): {value} "
                   f"(logit {first.score_logit:.3f}); {len(first.transaction_ids)} transactions in context"))

@@ -19,6 +19,27 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 plain_log = partial(console.print, markup=False)
 
 
+#: the narrowest ``--help``: typer renders help with rich at the console's width, 80 columns when
+#: stdout is not a terminal (a pipe, CI, ``| less``), and its option table then cuts long names
+#: (``--target-preci…``); at 120 every option name of every command is whole
+HELP_MIN_WIDTH = 120
+
+
+def wide_help_console(make):
+    """Wrap typer's help console factory (``typer.rich_utils._get_rich_console``, called at every
+    ``--help`` and usage error) so the console is at least :data:`HELP_MIN_WIDTH` columns wide when
+    the terminal is narrower or unknown (80 when stdout is not a terminal); a wider terminal,
+    ``$COLUMNS`` or ``$TERMINAL_WIDTH`` keeps its width. Read at each help, not at import, so a
+    ``COLUMNS`` set later (a test runner's env) still counts."""
+    def console_for_help(stderr: bool = False) -> Console:
+        c = make(stderr=stderr)
+        if c.width < HELP_MIN_WIDTH:
+            c.width = HELP_MIN_WIDTH
+        return c
+
+    return console_for_help
+
+
 def _safe(text: str) -> str:
     """Text from files for the terminal: rich markup escaped, control characters (an ESC sequence
     in a merchant name would reach the terminal) shown as ``\\x1b``, bidi controls (U+202E would
@@ -159,12 +180,13 @@ def all_rejected_hint(rejected, spec=None) -> str | None:
     col = str(nan["column"].iloc[0])
     amount_col = spec.amount.column if spec is not None else None
     where = "under [amount]" if amount_col in (None, col) else f"on the field reading {col!r}"
+    eg = _shown_value(vals.iloc[0])  # printed on the console: masked and cut as the reject table's values
     if not vals.str.contains(_ONLY_DECIMAL_COMMA).any():
         thousands = ("add ',' to strip under [amount]" if amount_col in (None, col)
                      else "a numeric field reads no grouping: write the numbers without it")
-        return (f"the values of {col!r} have a comma with 3 digits after it (e.g. {vals.iloc[0]!r}): a thousands "
+        return (f"the values of {col!r} have a comma with 3 digits after it (e.g. {eg!r}): a thousands "
                 f"comma ({thousands}) or a decimal comma (set decimal = \",\" {where}); check the file")
-    return (f"the values of {col!r} look like decimal commas (e.g. {vals.iloc[0]!r}): set decimal = \",\" {where} "
+    return (f"the values of {col!r} look like decimal commas (e.g. {eg!r}): set decimal = \",\" {where} "
             "in the spec (`fraudlens inspect` proposes it from the file)")
 
 
@@ -181,14 +203,41 @@ def _print_unseen(found: list[dict]) -> None:
               f"(e.g. {ex!r}), encoded as {u['encoded_as']!r}")
 
 
+#: the most characters of a rejected value printed on the console (the rejected file keeps it whole)
+SHOWN_VALUE_CHARS = 60
+
+
+def _shown_value(value):
+    """A rejected ``value`` as the console shows it: card-number-like runs of 12-19 digits masked
+    (:func:`engine.cases.redact.mask_card_number`: first 6 / last 4 digits), control characters as
+    ``\\xNN``, line breaks as ``\\n`` / ``\\x0d``, then cut to :data:`SHOWN_VALUE_CHARS` characters
+    ending in "…". A malformed record's value is its whole raw line (name, street, card number):
+    the terminal and its scrollback, a CI log or a screen share are no place for it. Masking comes
+    before the cut, so a cut never leaves a card number's digits too few to be recognised.
+    Non-strings (NaN, None) are returned unchanged."""
+    from engine.cases.redact import mask_card_number
+
+    if not isinstance(value, str):
+        return value
+    v = show_controls(mask_card_number(value)).replace("\r", "\\x0d").replace("\n", "\\n")
+    return v if len(v) <= SHOWN_VALUE_CHARS else v[:SHOWN_VALUE_CHARS - 1] + "…"
+
+
 def _reject_report(res, rejected_out: Path | None) -> None:
-    """Print the first rejection reasons; write every rejected row to ``rejected_out`` when given,
+    """Print the first rejection reasons (each value masked and cut: :func:`_shown_value`); write
+    every rejected row, its raw value kept for fixing the row, to ``rejected_out`` when given,
     always (a header-only file when nothing was rejected, so a pipeline can rely on it)."""
     if len(res.rejected):
         console.print(f"[yellow]{len(res.rejected):,} rejected rows[/yellow]; first reasons:")
+        shown = res.rejected.drop(columns="file").head(5)
+        if "value" in shown.columns:
+            shown = shown.assign(value=shown["value"].map(_shown_value))
+        if "reason" in shown.columns:  # a label reason quotes the cell ("label value '...' is not one of")
+            from engine.cases.redact import mask_card_number
+
+            shown = shown.assign(reason=shown["reason"].map(mask_card_number))
         # the file is the one just named; one line per row (soft_wrap: never folded at the terminal width)
-        console.print(_safe(res.rejected.drop(columns="file").head(5).to_string(index=False)), highlight=False,
-                      soft_wrap=True)
+        console.print(_safe(shown.to_string(index=False)), highlight=False, soft_wrap=True)
     if rejected_out:
         _write(lambda: res.write_rejected(rejected_out), rejected_out, "--rejected")
         console.print(f"{len(res.rejected):,} rejected rows written to {escape(str(rejected_out))}")

@@ -5,7 +5,10 @@ OWASP: https://owasp.org/www-community/attacks/CSV_Injection).
 * :func:`neutralise_csv_cell` / :func:`neutralise_csv_frame` - the neutralisation rule (a text
   cell starting with a formula trigger gets a leading single quote);
 * :func:`csv_bytes` - a frame as neutralised CSV bytes (UTF-8, ``\\n`` line ends, no index);
-* :func:`write_csv` - the same bytes to a path or an open binary / text buffer.
+* :func:`write_csv` - the same bytes to a path or an open binary / text buffer;
+* :func:`write_private_bytes` / :func:`write_private_text` - how a path is written: atomically,
+  0600, never through a symlink (score, explain and rejected-row files hold card numbers and
+  personal data).
 
 ``tests/test_csv_writer_only.py`` fails on any ``.to_csv(`` or ``csv.writer(`` outside this
 module, so a new CSV output cannot bypass the rule. This is the lowest layer (``engine.data``),
@@ -16,7 +19,9 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import secrets
 from pathlib import Path
 from typing import IO, Any
 
@@ -131,23 +136,62 @@ def csv_bytes(frame: pd.DataFrame, *, index: bool = False) -> bytes:
     return out.to_csv(index=False, lineterminator="\n", quoting=quoting).encode("utf-8")
 
 
+def write_private_bytes(path: "str | Path", data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, readable by its owner only, never through a link.
+
+    The bytes go to a new temporary file in the same folder (created ``O_CREAT | O_EXCL |
+    O_NOFOLLOW``, mode 0600), are flushed to disk, then :func:`os.replace` puts that file at
+    ``path``: a reader sees the old file or the whole new one, never half of it. A symlink at
+    ``path`` is itself replaced (its target is never written), and so is an existing regular file
+    (re-running ``fraudlens score`` with the same ``--out`` is normal); the result is a new file
+    of mode 0600 whatever the old one's mode was. Parent folders are created. Returns the path.
+
+    Raises ``IsADirectoryError`` when ``path`` is a directory (not a link to one), ``OSError``
+    when it cannot be written; the temporary file is removed on any failure.
+    """
+    p = Path(path)
+    if p.is_dir() and not p.is_symlink():
+        raise IsADirectoryError(f"{p}: is a directory, not a file to write")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    # a random name in the target's folder: os.replace is atomic only within one file system, and
+    # O_EXCL | O_NOFOLLOW refuse a file or link planted at a guessable name
+    tmp = p.parent / f".{p.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the name points at it
+        os.replace(tmp, p)  # rename(2) replaces a link at ``p`` itself, never its target
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return p
+
+
+def write_private_text(path: "str | Path", text: str, encoding: str = "utf-8") -> Path:
+    """:func:`write_private_bytes` of ``text`` encoded (UTF-8 by default; line ends kept as
+    given, no platform translation). Same errors; returns the path."""
+    return write_private_bytes(path, text.encode(encoding))
+
+
 def write_csv(frame: pd.DataFrame, path_or_buffer: "str | Path | IO[bytes] | IO[str]", *,
               index: bool = False) -> "Path | IO[Any]":
     """Write ``frame`` as neutralised CSV (:func:`csv_bytes`) to ``path_or_buffer``.
 
-    A path: parent folders are created and the path is returned. An open buffer: binary
-    buffers get the bytes, text buffers (:class:`io.TextIOBase`) the UTF-8 text; the buffer
-    is returned. Raises ``IsADirectoryError`` when the path is a directory, ``OSError`` when it
-    cannot be written.
+    A path: written by :func:`write_private_bytes` (atomically, mode 0600, a symlink at the path
+    replaced rather than written through, an existing file replaced; the rows may hold card
+    numbers and personal data); parent folders are created and the path is returned. An open
+    buffer: binary buffers get the bytes, text buffers (:class:`io.TextIOBase`) the UTF-8 text;
+    the buffer is returned. Raises ``IsADirectoryError`` when the path is a directory, ``OSError``
+    when it cannot be written.
     """
     data = csv_bytes(frame, index=index)
     if isinstance(path_or_buffer, (str, Path)):
         p = Path(path_or_buffer)
-        if p.is_dir():
+        if p.is_dir() and not p.is_symlink():
             raise IsADirectoryError(f"{p}: is a directory, not a CSV file to write")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-        return p
+        return write_private_bytes(p, data)
     if isinstance(path_or_buffer, io.TextIOBase):
         path_or_buffer.write(data.decode("utf-8"))
     else:

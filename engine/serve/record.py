@@ -24,7 +24,10 @@ Service-specific rules (a file has no equivalent):
 * a JSON text can hold what no file can, each refused naming its key: a lone surrogate
   (``"\\ud800"``, not Unicode text) in any key or text value; a list or object for a column the
   spec reads; an integer too large for a float (``"amount is not finite"``, as the text
-  ``1e999`` in a file).
+  ``1e999`` in a file); a JSON number beyond the float range (``1e400``, which Python's json
+  reads as ``inf``) for any other column read - an id, entity, timestamp part, categorical,
+  multi-valued, label or passthrough column (``"number is not finite ..."``; as text it would be
+  the value ``"inf"``).
 """
 
 from __future__ import annotations
@@ -74,7 +77,10 @@ class RecordError(ValueError):
 
 
 def cell_text(v: Any) -> str:
-    """A JSON value as cell text (see the module docstring); raises ``TypeError`` for lists/objects."""
+    """A JSON value as cell text (see the module docstring); raises ``TypeError`` for lists/objects
+    and ``ValueError`` for an infinite float (a JSON ``1e400`` parses to ``inf``: it is no cell
+    text, never the text ``"inf"``; :func:`canonical_row` refuses it first, naming the key).
+    NaN (not JSON; the service's parser refuses the literal) is an empty cell, as in Parquet."""
     if v is None:
         return ""
     if isinstance(v, str):
@@ -86,6 +92,8 @@ def cell_text(v: Any) -> str:
     if isinstance(v, float):
         if math.isnan(v):
             return ""
+        if math.isinf(v):
+            raise ValueError(f"{v!r} is not a finite number")
         return str(int(v)) if v.is_integer() and abs(v) < 2**63 else repr(v)
     raise TypeError(f"expected a text or a number, got {type(v).__name__}")
 
@@ -135,6 +143,18 @@ def _columns(spec: DatasetSpec) -> tuple[list[str], list[str], list[str], frozen
         req, cols, aggs = required_keys(spec), spec.required_columns(), aggregate_columns(spec)
         hit = _COLUMNS[id(spec)] = (spec, req, cols, aggs, frozenset(req + cols + aggs))
     return hit[1], hit[2], hit[3], hit[4]
+
+
+def _finite_checked(spec: DatasetSpec) -> frozenset[str]:
+    """Columns read as numbers that refuse a non-finite value themselves, with the file reader's
+    reason (``"amount is not finite"``, ``"<field> is not finite"``, ``"timestamp offset is not a
+    number"``, the aggregates' ``"must be a finite number"``): the amount, numeric fields, a
+    counter timestamp and the aggregate columns. Called only for an infinite posted number."""
+    cols = {spec.amount.column, *aggregate_columns(spec)}
+    cols |= {f.column for f in spec.fields if f.kind is FieldKind.NUMERIC}
+    if spec.timestamp.column is not None and spec.timestamp.unit is not None:
+        cols.add(spec.timestamp.column)
+    return frozenset(cols)
 
 
 def required_keys(spec: DatasetSpec) -> list[str]:
@@ -259,7 +279,8 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
         values :func:`engine.data.io.read_transactions` would put in its frame for this record.
     Raises:
         RecordError: the first problem: a lone surrogate in a key or text value, a list or
-            object for a column read, a boolean for an entity, id, timestamp or amount column;
+            object for a column read, a boolean for an entity, id, timestamp or amount column,
+            an infinite number (JSON ``1e400``) for a column read that is not a number column;
             then in the file reader's order (cell length / NUL, entity, timestamp, amount, id,
             fields, label), then missing aggregate columns.
     """
@@ -278,6 +299,10 @@ def canonical_row(rec: dict[str, Any], spec: DatasetSpec) -> dict[str, Any]:
             raise RecordError(k, v, f"expected a text or a number, got {'a list' if isinstance(v, list) else 'an object'}")
         elif isinstance(v, bool) and k in keys:
             raise RecordError(k, str(v).lower(), "expected a text or a number, got a boolean (true/false)")
+        elif isinstance(v, float) and math.isinf(v) and k in read and k not in _finite_checked(spec):
+            # Python's json reads 1e400 as inf: as text it would be the id / entity / category "inf"
+            raise RecordError(k, repr(v), "number is not finite (a JSON number beyond the float range, "
+                              "such as 1e400)")
     missing = [c for c in required if c not in rec]
     if missing:  # named at once, not one per retry
         more = missing[1:]
