@@ -41,6 +41,6 @@ def edits_table(loaded: Any, edits: list[dict[str, Any]]) -> pd.DataFrame:
         a = vals.get("amount", hit["amount"].iloc[0] if len(hit) and "amount" in hit else None)
         rows.append({"edit": e["op"], "time": pd.to_datetime(t, utc=True, errors="coerce") if t is not None else pd.NaT,
                      "amount": pd.to_numeric(a, errors="coerce") if a is not None else float("nan"),
-                     "transaction": str(tid or "new"),
+                     "transaction": cv.mask(str(tid)) if tid else "new",  # ids as displayed everywhere
                      "values": ", ".join(f"{k}={mask_value(k, v)}" for k, v in vals.items())})
     return pd.DataFrame(rows, columns=["edit", "time", "amount", "transaction", "values"])

@@ -303,6 +303,9 @@ def test_only_card_fields_are_masked_and_edits_show_time_and_amount(env):
     assert t["time"].iloc[0] == pd.Timestamp(row["timestamp"]).tz_localize("UTC") or \
         t["time"].iloc[0] == pd.Timestamp(row["timestamp"])
     assert t["amount"].tolist() == [float(row["amount"]), 12.5]
+    # a transaction id is shown as every table shows ids (the review: the raw id went to the browser)
+    t = edits_table(L, [{"op": "remove", "transaction_id": "4111111111111111", "values": {}}])
+    assert t["transaction"].tolist() == ["411111******1111"]
 
 
 def test_attention_is_the_query_row_and_the_full_map_is_optional(env):

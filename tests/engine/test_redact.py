@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 
 import numpy as np
@@ -317,3 +318,21 @@ def test_audit_csv_masks_a_comma_separated_card_number_in_a_note(tmp_path):
     assert "4111,1111,1111,1111" not in text
     note = [r for r in csv.DictReader(io.StringIO(text)) if r["action"] == "note_added"][0]["after"]
     assert '"note":"PAN 4111,11**,****,1111 seen 2019-01-01 00:00:18"' in note
+
+
+@pytest.mark.parametrize("note", ["PAN 4111\u00a01111\u00a01111\u00a01111", "PAN \uff14\uff11\uff11\uff11111111111111"])
+def test_audit_csv_masks_numbers_that_json_escaping_hid(tmp_path, note):
+    """Review: the audit CSV's JSON was ASCII-escaped, so a no-break space or full-width digits
+    reached the masking as escape text ("4111\\u00a01111...") and the number left whole."""
+    from engine.cases.store import CaseStore, audit_csv
+
+    rows = pd.DataFrame({"entity_id": ["e1"], "max_probability": [0.9], "max_transaction_id": ["t1"],
+                         "first_ts": pd.Timestamp("2024-01-01"), "last_ts": pd.Timestamp("2024-01-02"),
+                         "max_amount": 5.0, "n_transactions": 2, "n_known_fraud": 0})
+    with CaseStore(tmp_path / "cases.sqlite3", four_eyes=False) as s:
+        s.upsert_cases("d" * 64, rows)
+        s.add_note(1, note, analyst="alice")
+        log = s.audit_log()
+    after = [r for r in csv.DictReader(io.StringIO(audit_csv(log).decode("utf-8"))) if r["action"] == "note_added"][0]["after"]
+    digits = "".join(ch for ch in json.loads(after)["note"] if ch.isdigit())
+    assert "*" in after and len(digits) <= 10, after
