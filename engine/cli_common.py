@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from engine.data.csv_writer import show_controls
 
@@ -280,3 +281,77 @@ def _trial_read(file: Path, spec) -> None:
     hint = all_rejected_hint(rj, spec)
     if hint and len(res.frame) == 0:
         console.print(f"  hint: {hint}", markup=False)
+
+
+# ------------------------------------------------------------------ fraudlens train's result tables
+def _print_calibration(cal: dict, op: dict) -> None:
+    """Calibration (test ECE, sum of probabilities vs frauds) and the operating point: the
+    target, the validation figures and the test figures with their bootstrap intervals."""
+    from engine.cases.fmt import format_threshold
+
+    def f(v, spec=".4f"):
+        return "—" if v is None else format(v, spec)
+
+    t = Table("test period", "ECE (10 equal-width bins)", "Brier", "sum of values", "frauds", "sum / frauds",
+              title=f"calibration: {cal.get('method') or 'none (' + str(cal.get('reason')) + ')'}")
+    for kind in ("score", "probability"):
+        m = cal.get("test", {}).get(kind)
+        if m:
+            t.add_row("uncalibrated score" if kind == "score" else "calibrated probability", f(m["ece"]), f(m["brier"]),
+                      f(m["sum_probability"], ",.1f"), f"{m['n_fraud']:,}", f(m["sum_over_frauds"], ".2f"))
+    console.print(t)
+    tgt = op.get("target") or {}
+    t = Table("review threshold", "precision", "recall", "alerts / day",
+              title=f"operating point ({escape(str(op.get('units', '')))}): target {tgt.get('kind', '—')} "
+                    f"{tgt.get('value', '')}{'' if op.get('met', True) else ' (not met)'}")
+    v = op.get("validation", {})
+    t.add_row(f"validation {format_threshold(op.get('review'))}", f(v.get("precision"), ".3f"),
+              f(v.get("recall"), ".3f"), f(v.get("alerts_per_day"), ".1f"))
+    te = op.get("test")
+    if te:
+        iv = te.get("interval") or {}
+
+        def ci(k, spec):
+            return f"{f(te.get(k), spec)} [{f((iv.get(k) or [None])[0], spec)}, {f((iv.get(k) or [None, None])[1], spec)}]"
+
+        t.add_row(f"test ({te['level']:.0%} interval, {te['n_boot']} draws over {te['n_entities']:,} entities)",
+                  ci("precision", ".3f"), ci("recall", ".3f"), ci("alerts_per_day", ".1f"))
+    console.print(t)
+    if op.get("decline") is not None and op.get("review") is not None:
+        from engine.model.operating_point import DECLINE_PRECISION
+
+        console.print(f"decline threshold {format_threshold(op['decline'])}: the lowest with validation precision >= "
+                      f"{DECLINE_PRECISION:g}, raised to the highest with the same recall, never below review")
+        if float(op["decline"]) <= float(op["review"]):
+            console.print("warning: the decline threshold equals the review threshold: no review band, every alert "
+                          "would be declined; a supervisor sets other thresholds on the Work queue page", markup=False)
+    for w in (op.get("warning"), op.get("precision_warning")):
+        if w:
+            console.print(f"warning: {w}", markup=False)
+
+
+def _ranked(m: dict, key: str) -> str:
+    """A ranking metric to 4 decimals, or "n/a (one class)" when the rows hold no fraud or only
+    fraud (``binary_metrics`` leaves it out: it was printed as "nan")."""
+    v = m.get(key)
+    return "n/a (one class)" if v is None or v != v else f"{v:.4f}"
+
+
+def _print_baseline(test: dict, base: dict) -> None:
+    """The transformer and the LightGBM baseline on the same test rows, with the bootstrap."""
+    t = Table("test rows", "AUC ROC", "average precision", title="transformer vs LightGBM baseline (same test rows)")
+    b = base["test"]
+    t.add_row("transformer", _ranked(test, "auc_roc"), _ranked(test, "average_precision"))
+    t.add_row("LightGBM baseline", _ranked(b, "auc_roc"), _ranked(b, "average_precision"))
+    boot = base.get("bootstrap")
+    if boot:
+        ap, auc = boot["average_precision"], boot["auc_roc"]
+        t.add_row(f"difference ({ap['level']:.0%} interval, {ap['n_boot']} draws over {ap['n_entities']} entities)",
+                  f"{auc['diff']:+.4f} [{auc['ci_low']:+.4f}, {auc['ci_high']:+.4f}]",
+                  f"{ap['diff']:+.4f} [{ap['ci_low']:+.4f}, {ap['ci_high']:+.4f}]")
+    console.print(t)
+    if not boot:
+        console.print("no comparison: the test rows hold one class only (no fraud, or only fraud)")
+    elif boot["average_precision"]["ci_high"] < 0:
+        console.print("warning: the LightGBM baseline beats the transformer on test average precision "
+                      "(the whole interval is below 0)")

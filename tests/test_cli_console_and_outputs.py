@@ -101,3 +101,18 @@ def test_help_names_every_option_in_full_when_stdout_is_not_a_terminal():
     for columns, width in (("60", 120), ("200", 200)):
         r = runner.invoke(app, ["score", "--help"], env={"COLUMNS": columns})
         assert r.exit_code == 0 and max(len(ln) for ln in r.output.splitlines()) == width, columns
+
+
+def test_train_prints_the_decline_threshold_and_warns_when_it_is_the_review_one(capsys):
+    """New-user trial: train chose review = decline = 0.959 and printed neither the decline threshold
+    nor that every alert would be declined."""
+    from engine.cli_common import _print_calibration
+
+    op = {"review": 0.959, "decline": 0.959, "target": {"kind": "precision", "value": 0.5}, "met": True,
+          "validation": {"precision": 0.97, "recall": 1.0, "alerts_per_day": 0.3}}
+    _print_calibration({"method": "isotonic"}, op)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "decline threshold 0.959" in out and "no review band" in out
+    _print_calibration({"method": "isotonic"}, {**op, "decline": 0.99})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "decline threshold 0.990" in out and "no review band" not in out
