@@ -116,3 +116,17 @@ def test_train_prints_the_decline_threshold_and_warns_when_it_is_the_review_one(
     _print_calibration({"method": "isotonic"}, {**op, "decline": 0.99})
     out = " ".join(capsys.readouterr().out.split())
     assert "decline threshold 0.990" in out and "no review band" not in out
+
+
+def test_parquet_score_and_rejected_outputs_replace_a_symlink_and_are_0600(data, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out, rej = tmp_path / "s.parquet", tmp_path / "r.parquet"
+    for link in (out, rej):
+        link.symlink_to(victim)
+    r = runner.invoke(app, ["score", "--data", str(data), "--out", str(out), "--rejected", str(rej)])
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == "keep me"
+    for p in (out, rej):
+        assert not p.is_symlink() and _mode(p) == 0o600, p
+    assert len(pd.read_parquet(out)) == 62 and len(pd.read_parquet(rej)) == 2
