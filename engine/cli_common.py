@@ -233,10 +233,13 @@ def _reject_report(res, rejected_out: Path | None) -> None:
         shown = res.rejected.drop(columns="file").head(5)
         if "value" in shown.columns:
             shown = shown.assign(value=shown["value"].map(_shown_value))
-        if "reason" in shown.columns:  # a label reason quotes the cell ("label value '...' is not one of")
-            from engine.cases.redact import mask_card_number
+        from engine.cases.redact import mask_card_number
 
-            shown = shown.assign(reason=shown["reason"].map(mask_card_number))
+        # the reason (a label reason quotes the cell), the entity (a card number in a Sparkov-style file)
+        # and the transaction id: masked like the value; the rejected file keeps them raw
+        for c in ("reason", "entity_id", "transaction_id"):
+            if c in shown.columns:
+                shown = shown.assign(**{c: shown[c].map(lambda v: v if v is None or v != v else mask_card_number(str(v)))})
         # the file is the one just named; one line per row (soft_wrap: never folded at the terminal width)
         console.print(_safe(shown.to_string(index=False)), highlight=False, soft_wrap=True)
     if rejected_out:

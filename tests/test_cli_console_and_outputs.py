@@ -130,3 +130,16 @@ def test_parquet_score_and_rejected_outputs_replace_a_symlink_and_are_0600(data,
     for p in (out, rej):
         assert not p.is_symlink() and _mode(p) == 0o600, p
     assert len(pd.read_parquet(out)) == 62 and len(pd.read_parquet(rej)) == 2
+
+
+def test_the_console_masks_an_entity_that_is_a_card_number(tmp_path):
+    p = demo_slice(tmp_path / "tx.csv", 30)
+    with open(p, "a", encoding="utf-8") as f:
+        f.write("4111111111111111,0,2023,2,1,12:00,$abc,Swipe Transaction,123,Hialeah,FL,33010.0,5912,,No,,,\n")
+    r = runner.invoke(app, ["score", "--data", str(p), "--out", str(tmp_path / "s.csv"),
+                            "--rejected", str(tmp_path / "rejected.csv")])
+    assert r.exit_code == 0, r.output
+    assert "1 rejected rows" in r.output and "411111*******111:0" in r.output  # the colon joins the groups
+    assert "4111111111111111" not in r.output
+    rej = pd.read_csv(tmp_path / "rejected.csv", dtype=str, keep_default_na=False)
+    assert rej["entity_id"].tolist() == ["4111111111111111:0"]  # the file keeps it raw
