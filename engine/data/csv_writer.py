@@ -197,3 +197,12 @@ def write_csv(frame: pd.DataFrame, path_or_buffer: "str | Path | IO[bytes] | IO[
     else:
         path_or_buffer.write(data)
     return path_or_buffer
+
+
+def write_private_parquet(frame, path: "str | Path") -> Path:
+    """``frame`` (a DataFrame) as Parquet at ``path`` (no index), written as
+    :func:`write_private_bytes` writes: 0600, atomically, never through a link (the file is built
+    in memory first). Raises like :func:`write_private_bytes` and ``DataFrame.to_parquet``."""
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return write_private_bytes(path, buf.getvalue())

@@ -176,15 +176,9 @@ class LoadResult:
         fmt = table_format(p)
         p.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "parquet":
-            import io
+            from engine.data.csv_writer import write_private_parquet  # raw values: 0600, as the CSV
 
-            from engine.data.csv_writer import write_private_bytes
-
-            buf = io.BytesIO()  # raw values: 0600, atomically, never through a link, as the CSV
-            self.rejected.astype({c: "string" for c in REJECTED_COLUMNS if c != "row_number"}).to_parquet(
-                buf, index=False
-            )
-            write_private_bytes(p, buf.getvalue())
+            write_private_parquet(self.rejected.astype({c: "string" for c in REJECTED_COLUMNS if c != "row_number"}), p)
         else:
             from engine.data.csv_writer import write_csv
 

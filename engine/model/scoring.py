@@ -205,13 +205,9 @@ def write_scores(run: ScoreRun, out: str | Path) -> Path:
     if fmt == "csv":
         write_csv(both, out)
     else:
-        import io
+        from engine.data.csv_writer import write_private_parquet  # raw entity ids: 0600, as the CSV
 
-        from engine.data.csv_writer import write_private_bytes
-
-        buf = io.BytesIO()  # raw entity ids: written 0600, atomically, never through a link, as the CSV
-        both.astype({c: "string" for c in both.columns if both[c].dtype == object}).to_parquet(buf, index=False)
-        write_private_bytes(out, buf.getvalue())
+        write_private_parquet(both.astype({c: "string" for c in both.columns if both[c].dtype == object}), out)
     return out
 
 
