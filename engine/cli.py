@@ -503,7 +503,10 @@ def dashboard(
         env["FRAUDLENS_DATA"] = str(data.resolve())
     bundle = _load_model(model) if model else None  # a refused checkpoint fails here, in one line, not in the browser
     if data and not spec and bundle is not None:
-        spec = str(model_spec_file(bundle))
+        try:
+            spec = str(model_spec_file(bundle))
+        except OSError as e:
+            _fail(f"cannot write the model's spec into the data folder ({e}); pass --spec")
         console.print(f"--spec not given: reading {escape(data.name)} with the model's spec "
                       f"({escape(bundle.spec.name)}, {escape(spec)})")
     if spec:

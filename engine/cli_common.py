@@ -324,7 +324,8 @@ def _print_calibration(cal: dict, op: dict) -> None:
         from engine.model.operating_point import DECLINE_PRECISION
 
         console.print(f"decline threshold {format_threshold(op['decline'])}: the lowest with validation precision >= "
-                      f"{DECLINE_PRECISION:g}, raised to the highest with the same recall, never below review")
+                      f"{DECLINE_PRECISION:g}, raised to the highest with the same recall, never below review (the "
+                      "review threshold when no threshold reaches that precision)")
         if float(op["decline"]) <= float(op["review"]):
             console.print("warning: the decline threshold equals the review threshold: no review band, every alert "
                           "would be declined; a supervisor sets other thresholds on the Work queue page", markup=False)

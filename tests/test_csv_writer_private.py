@@ -96,3 +96,21 @@ def test_buffers_are_still_written_as_before():
     b, t = io.BytesIO(), io.StringIO()
     assert write_csv(FRAME, b) is b and write_csv(FRAME, t) is t
     assert b.getvalue() == csv_bytes(FRAME) and t.getvalue() == csv_bytes(FRAME).decode("utf-8")
+
+
+def test_a_stream_at_the_path_is_written_to_not_replaced(tmp_path):
+    """Review: --out /dev/stdout or a shell's >(...) pipe failed (a temporary file under /dev/fd) or,
+    as root, replaced the /dev/stdout link with a file."""
+    import os
+    import threading
+
+    from engine.data.csv_writer import write_private_text
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    t = threading.Thread(target=lambda: got.append(open(fifo, encoding="utf-8").read()))
+    t.start()
+    write_private_text(fifo, "hello")
+    t.join(10)
+    assert got == ["hello"] and fifo.is_fifo()

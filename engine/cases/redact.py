@@ -64,6 +64,10 @@ def _ascii_digits(text: str) -> str:
     return re.sub(r"\d", lambda m: str(unicodedata.decimal(m.group(), 0)), text)
 
 
+#: fewest digits of each group of a card number written in groups (4-4-4-4, 4-6-5, 4-4-4-4-3): groups of
+#: 1-2 digits are never joined, so dates ("31/01/2024 14:05"), times, amounts ("123.45, 678.90"), IP
+#: addresses and "4111111111111111:0" entity ids are not read as one number (a review: they were)
+MIN_GROUP_DIGITS = 3
 _RUN_RE = re.compile(r"[0-9](?:" + _SEP + r"[0-9])*")  # digits with separators between them
 _GROUP_RE = re.compile(r"[0-9]+")
 
@@ -87,6 +91,9 @@ def _mask_stretches(run: str, min_digits: int, accept: Callable[[str], bool] | N
             first, end = starts[i], starts[j] + groups[j][1] - groups[j][0]
             if end - first > 19:
                 break
+            if j > i and groups[j][1] - groups[j][0] < MIN_GROUP_DIGITS or (
+                    j == i + 1 and groups[i][1] - groups[i][0] < MIN_GROUP_DIGITS):
+                break  # a card number is written in groups of 3-6 digits: dates, times, amounts are not joined
             if end - first >= min_digits and (accept is None or accept(run[groups[i][0]:groups[j][1]])):
                 hide[first + 6:end - 4] = [True] * (end - 4 - first - 6)
     if not any(hide):
@@ -123,8 +130,10 @@ def mask_card_number(text: Any) -> Any:
     first (the masked text is then written in ASCII digits). Every stretch of whole digit groups
     of a run that holds 12-19 digits may be a card number and has all but its first 6 and last 4
     digits masked, so a card number next to other digits ("order 12345, 4111 1111 1111 1111") shows
-    no more than that either. There is no Luhn check: long numeric ids, compact timestamps
-    (``"20240101123000"``) and lists of numbers with 12-19 digits in all are masked too -
+    no more than that either; groups of 1-2 digits are never joined with others
+    (:data:`MIN_GROUP_DIGITS`: dates, times, amounts and "4111111111111111:0" are not one
+    number). There is no Luhn check: long numeric ids, compact timestamps
+    (``"20240101123000"``) and lists of 3+ digit numbers with 12-19 digits in all are masked too -
     over-masking is the safe side. A date with its time, year first (``"2019-01-01 00:00:18"``),
     is kept as written (no card number is written so), and so is a single group of more than 19
     digits.

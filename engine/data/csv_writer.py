@@ -22,6 +22,7 @@ import io
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 from typing import IO, Any
 
@@ -152,6 +153,14 @@ def write_private_bytes(path: "str | Path", data: bytes) -> Path:
     p = Path(path)
     if p.is_dir() and not p.is_symlink():
         raise IsADirectoryError(f"{p}: is a directory, not a file to write")
+    try:
+        mode = os.stat(p).st_mode  # follows a link: /dev/stdout, a pipe of the shell's >(...)
+    except OSError:
+        mode = 0
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # a stream, not a file: written to as it is
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
     p.parent.mkdir(parents=True, exist_ok=True)
     # a random name in the target's folder: os.replace is atomic only within one file system, and
     # O_EXCL | O_NOFOLLOW refuse a file or link planted at a guessable name

@@ -47,8 +47,6 @@ def model_spec_file(bundle) -> Path:
     Raises:
         OSError: the data folder cannot be written.
     """
-    import os
-
     from engine.cases.store.common import default_db_path
     from engine.data.spec import builtin_specs, load_spec
     from engine.serve.history import private_dirs
@@ -61,9 +59,6 @@ def model_spec_file(bundle) -> Path:
     text = spec.to_toml()
     if out.is_file() and not out.is_symlink() and out.read_text(encoding="utf-8") == text:
         return out
-    tmp = folder / f".{out.name}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, out)
-    return out
+    from engine.data.csv_writer import write_private_text
+
+    return write_private_text(out, text)  # random temporary name, removed on failure

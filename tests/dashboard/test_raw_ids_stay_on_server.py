@@ -23,7 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CARD = "4111111111111111"
 ENTITY = f"{CARD}:0"
 #: as the pages show it: the colon is a separator, so the 17-digit stretch keeps its first 6 / last 4
-MASKED = "411111*******111:0"
+MASKED = "411111******1111:0"
 #: what each page shows (dashboard/pages/cases.py SHOWN, dashboard/pages/queue.py COLS)
 CASES_SHOWN = ["entity", "max_probability", "n_transactions", "n_flagged", "known_frauds", "last_seen"]
 QUEUE_SHOWN = ["case_id", "priority_label", "entity", "max_probability", "band", "state_label", "assignee_text",
