@@ -34,7 +34,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from engine.cases.store.common import READ_ACTIONS, ChainVerdict
+from engine.cases.store.common import READ_ACTIONS, ChainVerdict, lenient_text
 from engine.cases.store.priority import priority_score, sla_hours
 
 GENESIS = "0" * 64
@@ -93,7 +93,7 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
     factory = conn.text_factory
     # a text value that is not UTF-8 (written outside the store) reads as U+FFFD, so its row no
     # longer matches its hash, instead of raising: a raise silenced the alarm on every page
-    conn.text_factory = _lenient_text
+    conn.text_factory = lenient_text
     if own:
         conn.execute("BEGIN")
     try:
@@ -108,10 +108,6 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
         conn.text_factory = factory
         if own:
             conn.execute("ROLLBACK")
-
-
-def _lenient_text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
 
 
 def _verify(conn: sqlite3.Connection) -> ChainVerdict:

@@ -343,3 +343,9 @@ class UpsertResult:
     created: int
     updated: int
     unchanged: int
+
+
+def lenient_text(raw: bytes) -> str:
+    """The store connections' ``text_factory``: text that is not UTF-8 (only an edit outside the
+    store writes it) reads as U+FFFD instead of raising, so its audit row fails its hash."""
+    return raw.decode("utf-8", "replace")

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from engine.cases.store.common import (
+    lenient_text,
     FRAUD_TYPES,
     LEGACY_SOURCE,
     STATES,
@@ -397,10 +398,6 @@ def _migrate_steps(conn: sqlite3.Connection, current: int, target: int) -> int:
     return schema_version(conn)
 
 
-def _lenient_text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
 def connect(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> sqlite3.Connection:
     """Open ``path`` with the store's settings (autocommit, WAL, busy timeout, FULL sync, FKs).
 
@@ -414,7 +411,7 @@ def connect(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> sqlite3
         conn.row_factory = sqlite3.Row
         # text that is not UTF-8 (only an edit outside the store writes it) reads as U+FFFD rather
         # than raising in every page that lists it; its audit row then fails its hash
-        conn.text_factory = _lenient_text
+        conn.text_factory = lenient_text
         conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
