@@ -533,6 +533,9 @@ app.command()(report)
 from engine.serve.users_commands import users_app  # noqa: E402 (fraudlens users add / list)
 
 app.add_typer(users_app, name="users")
+from engine.cli_audit import audit_app  # noqa: E402 (fraudlens audit head / verify)
+
+app.add_typer(audit_app, name="audit")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ LAYERS = {
     "cli": 6,
     "cli_common": 6,
     "cli_report": 6,
+    "cli_audit": 6,
 }
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 300

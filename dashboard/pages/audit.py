@@ -36,6 +36,33 @@ else:
 st.caption("Every action on a case is written, in the same transaction, to an append-only log; each "
            "row carries the hash of the previous one, so a changed, removed or reordered row is named "
            "here. Verified again on every visit of this page.")
+with st.expander("Anchors: a copy of the log's head kept off this host", icon=":material/anchor:"):
+    st.caption("The chain is not keyed: someone who can write the store's file could change a row and recompute "
+               "every later hash, and the chain above would still verify. Keep the anchor below (the last row's id "
+               "and hash) where they cannot write, e.g. a ticket or a SIEM (`fraudlens audit head` in a cron job); "
+               "every exported report carries one too. Paste kept anchors, or a report's JSON, to check them: "
+               "each anchored row must still be in the log with its hash.")
+    anchor = store.audit_anchor()
+    if anchor is None:
+        st.info("The log is empty: nothing to anchor yet.")
+    else:
+        st.code(anchor.line(), language=None)
+    pasted = st.text_area("Anchors to check", key="audit_anchors", height=100, max_chars=200_000,
+                          placeholder="fraudlens-audit-anchor/1 row=... sha256=...")
+    if pasted.strip():
+        from engine.cases.store.anchor import AnchorFileError, parse_anchors
+
+        try:
+            kept = parse_anchors(pasted, "the pasted text")
+        except AnchorFileError as e:
+            st.error(md(str(e)))
+        else:
+            check = store.check_audit_anchors(kept)
+            if check.ok:
+                st.success(f"{len(kept)} anchor(s) match: the log up to row {max(a.row_id for a in kept)} is as it "
+                           "was when they were taken.", icon=":material/verified:")
+            else:
+                st.error(md(check.reason), icon=":material/gpp_bad:")
 
 full = store.audit_log()
 actions = sorted(full["action"].unique().tolist()) if len(full) else []

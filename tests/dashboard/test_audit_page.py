@@ -160,3 +160,29 @@ def test_audit_page_refused_for_analysts(audit_env):
     at = _audit(user="alice")
     assert not at.dataframe
     assert any("may not view the audit log" in e.value for e in at.error)
+
+
+def test_audit_page_shows_the_anchor_and_checks_pasted_ones(audit_env):
+    with CaseStore(audit_env) as s:
+        head = s.audit_anchor()
+    at = _audit(user="erin")
+    _ok(at)
+    assert head.line() in [c.value for c in at.code]  # the anchor to copy off the host
+    at.text_area(key="audit_anchors").set_value(f"# from the SIEM\n{head.line()}\n").run()
+    assert any("1 anchor(s) match" in m.value and "up to row 5" in m.value for m in at.success)
+    # the log rewritten (row 5 changed, its hash recomputed): the chain verifies, the anchor does not
+    from engine.cases.store.chain import HASHED_COLUMNS, row_hash
+
+    conn = sqlite3.connect(audit_env, isolation_level=None)
+    conn.execute("DROP TRIGGER audit_log_no_update")
+    conn.execute("UPDATE audit_log SET actor = 'mallory' WHERE id = 5")
+    vals = conn.execute(f"SELECT {', '.join(HASHED_COLUMNS)} FROM audit_log WHERE id = 5").fetchone()
+    conn.execute("UPDATE audit_log SET row_hash = ? WHERE id = 5", (row_hash(vals),))
+    conn.execute("UPDATE audit_head SET last_hash = ? WHERE id = 1", (row_hash(vals),))
+    conn.close()
+    at.run()
+    errors = [e.value for e in at.error]
+    assert any("row 5 no longer has the hash" in e for e in errors), errors
+    at.text_area(key="audit_anchors").set_value("row=5 **bold**").run()
+    # the error names the line; the pasted text is escaped (shown as text, never as markdown)
+    assert any("line 1" in e.value and "\\*\\*bold\\*\\*" in e.value for e in at.error), [e.value for e in at.error]

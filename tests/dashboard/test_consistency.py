@@ -301,10 +301,14 @@ def test_fraudlens_report_writes_the_report_the_dashboard_exports(cenv, download
 
     assert "explanations stored" in " ".join(r.output.split())  # the dashboard's explanations, read back
 
+    # the log's head when each was made: the page's download wrote its audit row before the CLI ran
+    assert cli["audit_anchor"]["row_id"] > page["audit_anchor"]["row_id"] >= 1
+
     def same(d):  # run times ("elapsed_s", at any depth) differ between two computations
         if isinstance(d, dict):
             return {k: same(v) for k, v in d.items() if k not in ("report_id", "report_sha256", "exported_at",
-                                                                  "scored_at", "library_versions", "elapsed_s")}
+                                                                  "scored_at", "library_versions", "elapsed_s",
+                                                                  "audit_anchor")}
         return [same(v) for v in d] if isinstance(d, list) else d
 
     a, b = same(page), same(cli)

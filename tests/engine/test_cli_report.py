@@ -65,6 +65,8 @@ def _run(env, user="alice", password=PW, *extra):
 
 
 def test_report_writes_three_verified_files_and_audits_each(env):
+    with CaseStore(env["db"]) as s:
+        head = s.audit_anchor()  # the log's last row before the export
     res = _run(env)
     assert res.exit_code == 0, res.output
     files = sorted(env["out"].iterdir())
@@ -101,6 +103,11 @@ def test_report_writes_three_verified_files_and_audits_each(env):
 
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)  # the owner's only, as the store
     assert "field_attribution" in doc and "history_effect" in doc and doc["trust"]["reasons"] is not None
+    # the report carries the log's head as it was made: a copy of it off the host (engine.cases.store.anchor)
+    assert doc["audit_anchor"] == head.as_dict() and head.row_id >= 2
+    assert f"row {head.row_id}, sha256 {head.row_hash}" in flat
+    ok = CliRunner().invoke(app, ["audit", "verify", "--anchors", str(next(f for f in files if f.suffix == ".json"))])
+    assert ok.exit_code == 0 and "anchors: 1 checked, all match" in ok.output, ok.output
 
 
 def test_report_explains_the_transaction_asked_for_and_only_the_formats_asked_for(env):

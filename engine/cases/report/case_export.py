@@ -63,6 +63,7 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
         narrative=store.narrative(case["id"]),
         probabilities=dict(zip(ids, mine["probability"])),
         trust=trust, exported_by=exported_by, fields=fields,
+        audit_anchor=anchor.as_dict() if (anchor := getattr(store, "audit_anchor", lambda: None)()) else None,
         later=later_activity(rows, query, float(thresholds["review"])) if (ids == query).any() else None,
         threshold_quality=threshold_metrics(scores, {"review": thresholds["review"],
                                                      "decline": thresholds["decline"]}, bundle.meta),

@@ -279,6 +279,7 @@ def build_report(
     narrative: dict[str, Any] | None = None,
     fields: dict[str, Any] | None = None,
     later: dict[str, Any] | None = None,
+    audit_anchor: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report model of one case and one explained query (a dict matching the schema).
 
@@ -306,6 +307,9 @@ def build_report(
         fields: optional :func:`engine.cases.fields_view.query_fields` output: stored as
             ``history_effect`` (the query alone vs with its history) and ``field_attribution``
             (validated per-field values of the query, cell-level values of the top transactions).
+        audit_anchor: the case store's last audit row now (``AuditAnchor.as_dict()``: ``row_id``,
+            ``row_hash``, ``ts``), stored as ``audit_anchor``: every report handed out is a copy of
+            the log's head (:mod:`engine.cases.store.anchor`). ``None``: not written.
     """
     from engine.cases.report.narrative import narrative_section
 
@@ -425,6 +429,9 @@ def build_report(
     report["narrative"] = _jsonable(narrative_section(report, narrative, hist))
     if later is not None:
         report["narrative"]["later_activity"] = _jsonable(later)
+    if audit_anchor is not None:
+        report["audit_anchor"] = {"row_id": int(audit_anchor["row_id"]), "row_hash": str(audit_anchor["row_hash"]),
+                                  "ts": _text(audit_anchor.get("ts")) or ""}
     if fields:
         report["history_effect"] = _jsonable(fields.get("history_effect"))
         report["field_attribution"] = _jsonable(fields.get("field_attribution"))

@@ -52,6 +52,11 @@ def title_block(doc: Any, report: dict[str, Any]) -> None:
             ("", "sha256 of the canonical JSON report (sorted keys, no whitespace, UTF-8) with report_sha256 = \"\""),
             ("Exported", f"{format_ts(report['exported_at'])} by {report.get('exported_by') or '-'}"),
             ("Data scored", format_ts(report.get("scored_at")))])
+    a = report.get("audit_anchor")
+    if a:
+        doc.kv([("Audit log at export", f"row {a['row_id']}, sha256 {a['row_hash']}"),
+                ("", "the case store's last audit row when this report was made; \"fraudlens audit verify --anchors\" "
+                     "with this report's JSON checks the log still holds it")])
 
 
 def narrative_section(doc: Any, report: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from engine.cases.store.anchor import AuditAnchor, check_anchors, current_anchor
 from engine.cases.store.chain import chain_head, row_hash, set_head, verify_chain
 from engine.cases.store.common import (
     AUDIT_COLUMNS,
@@ -84,6 +85,19 @@ class AuditMixin:
             verdict = verify_chain(self._conn)
             self.audit_verdict, self._verified_at = verdict, time.monotonic()
         return verdict
+
+    def audit_anchor(self) -> AuditAnchor | None:
+        """The anchor of the last audit row (id, ``row_hash``, time), to keep off this host
+        (:mod:`engine.cases.store.anchor`); ``None`` for an empty log. Reads only."""
+        with self._lock:
+            return current_anchor(self._conn)
+
+    def check_audit_anchors(self, anchors: list[AuditAnchor]) -> ChainVerdict:
+        """Whether each anchor's audit row is still there with the hash it had
+        (:func:`engine.cases.store.anchor.check_anchors`); together with
+        :meth:`verify_audit_chain` this catches a log rewritten with every hash recomputed. Reads only."""
+        with self._lock:
+            return check_anchors(self._conn, list(anchors))
 
     def recent_audit_verdict(self, max_age_s: float = 30.0) -> ChainVerdict:
         """:attr:`audit_verdict`, verified again (:meth:`verify_audit_chain`) when the last
