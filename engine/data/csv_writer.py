@@ -137,6 +137,64 @@ def csv_bytes(frame: pd.DataFrame, *, index: bool = False) -> bytes:
     return out.to_csv(index=False, lineterminator="\n", quoting=quoting).encode("utf-8")
 
 
+class PrivateFile:
+    """A new file written in pieces and put at ``path`` only when complete, readable by its owner
+    only, never through a link: the rules of :func:`write_private_bytes` for streamed outputs (the
+    Parquet file of ``fraudlens score --partitions``, written partition by partition).
+
+    ``file`` is the open binary file: a new temporary file in ``path``'s folder (created
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600), or ``path`` itself when it is a stream (a
+    character device such as ``/dev/stdout``, a FIFO). :meth:`commit` flushes it to disk and
+    :func:`os.replace` puts it at ``path`` (a symlink at ``path`` is replaced, its target never
+    written; an existing file is replaced); :meth:`abort` removes it. Parent folders are created.
+
+    Raises ``IsADirectoryError`` when ``path`` is a directory (not a link to one), ``OSError``
+    when it cannot be created.
+    """
+
+    def __init__(self, path: "str | Path"):
+        p = self.path = Path(path)
+        if p.is_dir() and not p.is_symlink():
+            raise IsADirectoryError(f"{p}: is a directory, not a file to write")
+        try:
+            mode = os.stat(p).st_mode  # follows a link: /dev/stdout, a pipe of the shell's >(...)
+        except OSError:
+            mode = 0
+        self.tmp: Path | None = None
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # a stream, not a file: written to as it is
+            self.file = open(p, "wb")
+            return
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # a random name in the target's folder: os.replace is atomic only within one file system, and
+        # O_EXCL | O_NOFOLLOW refuse a file or link planted at a guessable name
+        self.tmp = p.parent / f".{p.name}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        self.file = os.fdopen(fd, "wb")
+
+    def commit(self) -> Path:
+        """Flush to disk, close, and put the file at ``path`` (returned); on failure it is removed."""
+        try:
+            self.file.flush()
+            if self.tmp is not None:
+                os.fsync(self.file.fileno())  # the data is on disk before the name points at it
+            self.file.close()
+            if self.tmp is not None:
+                os.replace(self.tmp, self.path)  # rename(2) replaces a link at ``path`` itself, never its target
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def abort(self) -> None:
+        """Close and remove the temporary file (``path`` is left as it was). Idempotent."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
+
+
 def write_private_bytes(path: "str | Path", data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically, readable by its owner only, never through a link.
 
@@ -145,37 +203,19 @@ def write_private_bytes(path: "str | Path", data: bytes) -> Path:
     ``path``: a reader sees the old file or the whole new one, never half of it. A symlink at
     ``path`` is itself replaced (its target is never written), and so is an existing regular file
     (re-running ``fraudlens score`` with the same ``--out`` is normal); the result is a new file
-    of mode 0600 whatever the old one's mode was. Parent folders are created. Returns the path.
+    of mode 0600 whatever the old one's mode was. A stream at ``path`` (``/dev/stdout``, a FIFO)
+    is written to. Parent folders are created. Returns the path (:class:`PrivateFile`).
 
     Raises ``IsADirectoryError`` when ``path`` is a directory (not a link to one), ``OSError``
     when it cannot be written; the temporary file is removed on any failure.
     """
-    p = Path(path)
-    if p.is_dir() and not p.is_symlink():
-        raise IsADirectoryError(f"{p}: is a directory, not a file to write")
+    out = PrivateFile(path)
     try:
-        mode = os.stat(p).st_mode  # follows a link: /dev/stdout, a pipe of the shell's >(...)
-    except OSError:
-        mode = 0
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # a stream, not a file: written to as it is
-        with open(p, "wb") as f:
-            f.write(data)
-        return p
-    p.parent.mkdir(parents=True, exist_ok=True)
-    # a random name in the target's folder: os.replace is atomic only within one file system, and
-    # O_EXCL | O_NOFOLLOW refuse a file or link planted at a guessable name
-    tmp = p.parent / f".{p.name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the name points at it
-        os.replace(tmp, p)  # rename(2) replaces a link at ``p`` itself, never its target
+        out.file.write(data)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        out.abort()
         raise
-    return p
+    return out.commit()
 
 
 def write_private_text(path: "str | Path", text: str, encoding: str = "utf-8") -> Path:

@@ -385,9 +385,12 @@ class _Scorer:
     """Scores frames with :func:`engine.model.scoring.score_frame` and appends them to ``out``."""
 
     def __init__(self, bundle: ModelBundle, out: Path, schema: pa.Schema, review_threshold: float, batch_size: int):
-        out.parent.mkdir(parents=True, exist_ok=True)
+        from engine.data.csv_writer import PrivateFile
+
         self.bundle, self.schema, self.thr, self.batch_size = bundle, schema, review_threshold, batch_size
-        self.writer = pq.ParquetWriter(out, schema)
+        # the scores hold card numbers: 0600, never through a link, put at ``out`` only when complete
+        self.file = PrivateFile(out)
+        self.writer = pq.ParquetWriter(pa.PythonFile(self.file.file, mode="w"), schema)
         self.scored = self.flagged = 0
         self.sizes: list[np.ndarray] = []
         self.unseen: dict = {}
@@ -412,6 +415,15 @@ class _Scorer:
         if len(r):
             self.writer.write_table(_to_table(r, self.schema))
         self.writer.close()
+        self.file.commit()
+
+    def abort(self) -> None:
+        """Drop the partial output (a failed run leaves no half-written file at ``out``)."""
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - the file is removed whatever state the writer is in
+            pass
+        self.file.abort()
 
 
 def _merge_unseen(acc: dict, found: list[dict]) -> None:
@@ -468,6 +480,7 @@ def score_partitioned(
     import duckdb
 
     tmp = Path(tempfile.mkdtemp(prefix="fraudlens-partitions-", dir=tmp_dir))
+    sc, committed = None, False
     try:
         con = _connect(tmp, memory_limit, threads)
         parts, rows_read = partition_by_entity(con, path, spec, tmp, partitions)
@@ -511,11 +524,14 @@ def score_partitioned(
         rej = rej.sort_values("row_number", kind="stable").reset_index(drop=True)
         rej = rej.astype({"row_number": np.int64, **{c: object for c in REJECTED_COLUMNS if c != "row_number"}})
         sc.close(rej)
+        committed = True
         con.close()
         peak = _peak_rows(raw_dir)
     except duckdb.Error as e:  # out of memory or disk in DuckDB's spill folder, an unreadable Parquet file, ...
         raise RuntimeError(f"partitioning {path} with DuckDB failed: {str(e).splitlines()[0][:300]}") from None
     finally:
+        if sc is not None and not committed:
+            sc.abort()  # no half-written output left at ``out``
         shutil.rmtree(tmp, ignore_errors=True)
     if rows_read != sc.scored + len(rej):
         raise RuntimeError(f"row accounting broken: {rows_read} != {sc.scored} + {len(rej)}")

@@ -233,7 +233,8 @@ def score_with_ray(bundle: ModelBundle, res: LoadResult, out: str | Path, *, wor
     dtypes = {c: str(t) for c, t in frame.dtypes.items()}
     tmp_out = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp_out, ignore_errors=True)
-    tmp_out.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out.mkdir(mode=0o700)  # the owner only while Ray writes into it (the scores hold card numbers)
     try:
         with ray_session(workers, address) as ray:
             if blocks:
@@ -265,6 +266,9 @@ def score_with_ray(bundle: ModelBundle, res: LoadResult, out: str | Path, *, wor
                                f"{len(np.unique(rn)):,} distinct row numbers) for {res.rows_read:,} rows read")
         prob = written[value].to_numpy(zero_copy_only=False)[status == "scored"].astype(np.float64)
         files = sum(1 for _ in tmp_out.glob("*.parquet"))
+        for f in tmp_out.iterdir():  # Ray's writers create files with the process umask: 0600, as the CSV outputs
+            if f.is_file() and not f.is_symlink():
+                f.chmod(0o600)
         if out.is_dir():
             out.rmdir()  # empty (checked above)
         tmp_out.rename(out)

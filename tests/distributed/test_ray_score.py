@@ -64,6 +64,12 @@ def test_ray_scores_equal_single_process_with_row_accounting(ray_local, tiny_dat
                                  "--rejected", str(tmp_path / "rejected.csv")])
     assert r.exit_code == 0, r.output
     assert f"rows read {n:,} = rows scored {n - 1:,} + rows rejected 1" in r.output
+    import stat as _stat
+
+    # the scores hold card numbers: the folder is the owner's only and so is each part file (Ray's writers use the umask)
+    assert _stat.S_IMODE((tmp_path / "scores").stat().st_mode) == 0o700
+    parts = list((tmp_path / "scores").iterdir())
+    assert parts and all(_stat.S_IMODE(f.stat().st_mode) == 0o600 for f in parts)
     from engine.distributed.ray_score import entity_partitions
 
     blocks = len(set(entity_partitions(res.frame["entity_id"].to_numpy(), 8)))  # 4 partitions per actor, non-empty ones

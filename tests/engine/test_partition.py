@@ -183,6 +183,37 @@ def test_a_duckdb_failure_is_one_runtime_error_and_leaves_no_partition_files(hb,
         score_partitioned(bundle, d / "clean.parquet", spec, tmp_path / "o.parquet", partitions=2,
                           memory_limit="not a size", tmp_dir=tmp_path)
     assert not list(tmp_path.glob("fraudlens-partitions-*"))
+    assert not list(tmp_path.glob("*o.parquet*"))  # no output, no temporary file
+
+
+def test_the_streamed_output_is_private_atomic_and_never_written_through_a_link(hb_plain, tmp_path, monkeypatch):
+    """Written 0600 into a temporary file and put at --out when complete: a symlink planted at --out
+    is replaced, its target untouched; a run that fails mid-way leaves the old output as it was."""
+    import os
+    import stat
+
+    d, spec, bundle = hb_plain
+    target = tmp_path / "victim.txt"
+    target.write_text("keep", encoding="utf-8")
+    out = tmp_path / "part.parquet"
+    out.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        score_partitioned(bundle, d / "clean.parquet", spec, out, partitions=2, tmp_dir=tmp_path)
+    finally:
+        os.umask(old)
+    assert target.read_text(encoding="utf-8") == "keep" and not out.is_symlink()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and len(pd.read_parquet(out)) == 3000
+    before = out.read_bytes()
+    import engine.distributed.partition as part_mod
+
+    def boom(*a, **k):
+        raise RuntimeError("scoring failed mid-run")
+
+    monkeypatch.setattr(part_mod, "score_frame", boom)
+    with pytest.raises(RuntimeError, match="mid-run"):
+        score_partitioned(bundle, d / "clean.parquet", spec, out, partitions=2, tmp_dir=tmp_path)
+    assert out.read_bytes() == before and not list(tmp_path.glob(".part.parquet.*"))
 
 
 def test_demo_model_on_a_slice_of_the_demo_csv_two_entity_columns_no_id(tmp_path):
