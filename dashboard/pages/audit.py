@@ -58,7 +58,10 @@ with st.expander("Anchors: a copy of the log's head kept off this host", icon=":
             st.error(md(str(e)))
         else:
             check = store.check_audit_anchors(kept)
-            if check.ok:
+            if check.ok and not verdict.ok:
+                st.warning(f"Each of the {len(kept)} anchored row(s) still has its recorded hash, but the chain above "
+                           "is broken: the log is not vouched for.", icon=":material/gpp_maybe:")
+            elif check.ok:
                 st.success(f"{len(kept)} anchor(s) match: the log up to row {max(a.row_id for a in kept)} is as it "
                            "was when they were taken.", icon=":material/verified:")
             else:

@@ -131,10 +131,21 @@ def test_anchor_lines_and_report_json_parse_and_bad_ones_name_file_and_line(tmp_
     report = {"report_id": "x", "audit_anchor": a.as_dict()}
     assert parse_anchors(json.dumps(report)) == [a]
     f = tmp_path / "anchors.txt"
-    f.write_text(f"{a.line()}\n{ANCHOR_PREFIX} row=4 sha256=xyz\n", encoding="utf-8")
-    with pytest.raises(AnchorFileError, match=r"anchors.txt, line 2: expected"):
+    f.write_text(f"# a comment with a line separator \u2028 in it\n{a.line()}\n{ANCHOR_PREFIX} row=4 sha256=xyz\n",
+                 encoding="utf-8")
+    with pytest.raises(AnchorFileError, match=r"anchors.txt, line 3: expected"):
         read_anchor_file(f)
-    for text, words in ((json.dumps({"report_id": "x"}), "without an audit_anchor"), ("", "no anchor"),
+    # a pretty-printed report (several lines), `audit head --json` lines, and what must be refused
+    assert parse_anchors(json.dumps(report, indent=2)) == [a]
+    assert parse_anchors(json.dumps(a.as_dict()) + "\n" + json.dumps(a.as_dict())) == [a, a]
+    for text, words in ((json.dumps({"report_id": "x"}), "without a valid row_id"),
+                        (json.dumps({"report_id": "x"}, indent=2), "without an audit_anchor"),
+                        (json.dumps({"audit_anchor": {**a.as_dict(), "row_id": 10**30}}), "without a valid"),
+                        (json.dumps({"audit_anchor": {**a.as_dict(), "ts": "x\nanchors: all match\x1b[8m"}}),
+                         "without a valid"),
+                        (f"{ANCHOR_PREFIX} row=1 sha256={'a' * 64} at=\x1b]0;pwn\x07", "expected"),
+                        ("{" * 100_000, "not valid JSON"), (f"{ANCHOR_PREFIX} row=\u0663 sha256={'a' * 64}", "expected"),
+                        ("", "no anchor"),
                         ("{not json", "not valid JSON"), (f"{ANCHOR_PREFIX} row=0 sha256={'a' * 64}", "1 or more")):
         with pytest.raises(AnchorFileError, match=words):
             parse_anchors(text, "f")
@@ -179,3 +190,33 @@ def test_cli_verify_exits_1_on_a_broken_chain_and_2_without_a_store(db, tmp_path
     junk.write_text("hello\n", encoding="utf-8")
     res = runner.invoke(app, ["audit", "verify", "--cases", str(db), "--anchors", str(junk)])
     assert res.exit_code == 2 and "line 1" in res.output
+
+
+def test_cli_reads_only_and_head_refuses_a_broken_chain(db, tmp_path):
+    import hashlib
+
+    runner = CliRunner()
+    conn = _raw(db)
+    conn.execute("PRAGMA journal_mode = DELETE")  # evidence as it was handed over: verify must not change it
+    conn.close()
+    sha = hashlib.sha256(db.read_bytes()).hexdigest()
+    as_json = runner.invoke(app, ["audit", "head", "--cases", str(db), "--json"]).output
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text(as_json + as_json, encoding="utf-8")  # a cron job appending `head --json` lines
+    ok = runner.invoke(app, ["audit", "verify", "--cases", str(db), "--anchors", str(kept)])
+    assert ok.exit_code == 0 and "2 checked, all match" in ok.output, ok.output
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
+    assert _raw(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    empty = tmp_path / "empty.sqlite3"
+    empty.write_bytes(b"")
+    res = runner.invoke(app, ["audit", "verify", "--cases", str(empty)])
+    assert res.exit_code == 2 and "not a case store" in res.output and empty.read_bytes() == b""
+    conn = _raw(db)
+    _drop_triggers(conn)
+    conn.execute("UPDATE audit_log SET actor = 'mallory' WHERE id = 4")  # not rehashed: the chain names it
+    conn.close()
+    head = runner.invoke(app, ["audit", "head", "--cases", str(db)])
+    assert head.exit_code == 1 and "no anchor taken" in head.output and "row 4" in head.output, head.output
+    both = runner.invoke(app, ["audit", "verify", "--cases", str(db), "--anchors", str(kept)])
+    assert both.exit_code == 1 and "chain: BROKEN" in both.output
+    assert "all match" not in both.output and "nothing is vouched for" in " ".join(both.output.split())

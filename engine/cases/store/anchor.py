@@ -33,7 +33,11 @@ from engine.cases.store.common import ChainVerdict, lenient_text
 
 #: first word of an anchor line (the format's version)
 ANCHOR_PREFIX = "fraudlens-audit-anchor/1"
-_LINE = re.compile(rf"^{re.escape(ANCHOR_PREFIX)} row=(\d{{1,18}}) sha256=([0-9a-f]{{64}})(?: at=(\S{{1,64}}))?$")
+#: what an anchor's time may hold (ISO 8601 text): nothing that could reach a terminal as a control
+_TS = r"[0-9A-Za-z:.+\-]{1,64}"
+_LINE = re.compile(rf"^{re.escape(ANCHOR_PREFIX)} row=([0-9]{{1,18}}) sha256=([0-9a-f]{{64}})(?: at=({_TS}))?$")
+#: highest row id an anchor may name (SQLite's integer range)
+MAX_ROW_ID = 2**63 - 1
 
 
 class AnchorFileError(ValueError):
@@ -125,44 +129,60 @@ def check_anchors(conn: sqlite3.Connection, anchors: list[AuditAnchor]) -> Chain
     return ChainVerdict(ok=True, rows_checked=len(anchors))
 
 
-def _from_report(doc: object) -> AuditAnchor | None:
-    a = doc.get("audit_anchor") if isinstance(doc, dict) else None
+def _from_json(doc: object) -> AuditAnchor | None:
+    """The anchor of a report JSON (its ``audit_anchor``) or of ``audit head --json`` (the object
+    itself); ``None`` when it holds no valid one."""
+    if not isinstance(doc, dict):
+        return None
+    a = doc.get("audit_anchor", doc)
     if not isinstance(a, dict):
         return None
-    rid, h = a.get("row_id"), a.get("row_hash")
-    if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 1 and isinstance(h, str) \
-            and re.fullmatch(r"[0-9a-f]{64}", h):
-        return AuditAnchor(rid, h, str(a.get("ts") or "")[:64])
+    rid, h, ts = a.get("row_id"), a.get("row_hash"), a.get("ts") or ""
+    if isinstance(rid, int) and not isinstance(rid, bool) and 1 <= rid <= MAX_ROW_ID and isinstance(h, str) \
+            and re.fullmatch(r"[0-9a-f]{64}", h) and isinstance(ts, str) and (ts == "" or re.fullmatch(_TS, ts)):
+        return AuditAnchor(rid, h, ts)
     return None
 
 
 def parse_anchors(text: str, source: str = "<text>") -> list[AuditAnchor]:
-    """Anchors from ``text``: anchor lines (blank lines and lines starting ``#`` skipped), or one
-    exported report's JSON (its ``audit_anchor``).
+    """Anchors from ``text``, one per line: anchor lines (:meth:`AuditAnchor.line`) or JSON objects
+    (``audit head --json``), blank lines and lines starting ``#`` skipped; or one exported
+    report's JSON (its ``audit_anchor``). Lines end at ``\n`` only (as editors number them).
 
     Raises:
         AnchorFileError: a line that is not an anchor (named by ``source`` and line number), a
             report JSON without a valid ``audit_anchor``, or no anchor at all.
     """
     stripped = text.lstrip("\ufeff").strip()
-    if stripped.startswith("{"):
+    if stripped.startswith("{") and "\n" in stripped.rstrip():  # several lines: maybe a pretty-printed report
         try:
             doc = json.loads(stripped)
-        except ValueError as e:
-            raise AnchorFileError(f"{source}: not valid JSON ({e})") from None
-        a = _from_report(doc)
-        if a is None:
-            raise AnchorFileError(f"{source}: a JSON file without an audit_anchor (row_id, row_hash): expected a "
-                                  "fraudlens case report (JSON) or anchor lines")
-        return [a]
+        except (ValueError, RecursionError):
+            doc = None  # JSON lines, checked one by one below
+        if isinstance(doc, dict):
+            a = _from_json(doc)
+            if a is None:
+                raise AnchorFileError(f"{source}: a JSON file without an audit_anchor (row_id, row_hash, ts): expected "
+                                      "a fraudlens case report (JSON) or anchor lines")
+            return [a]
     out: list[AuditAnchor] = []
-    for no, raw in enumerate(stripped.splitlines(), start=1):
+    for no, raw in enumerate(stripped.split("\n"), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        shown = line[:80].encode("ascii", "backslashreplace").decode("ascii")
+        if line.startswith("{"):
+            try:
+                a = _from_json(json.loads(line))
+            except (ValueError, RecursionError):
+                raise AnchorFileError(f"{source}, line {no}: not valid JSON") from None
+            if a is None:
+                raise AnchorFileError(f"{source}, line {no}: JSON without a valid row_id, row_hash (64 hex) and ts: "
+                                      f"expected a report's audit_anchor or `fraudlens audit head --json`, got {shown!r}")
+            out.append(a)
+            continue
         m = _LINE.match(line)
         if m is None:
-            shown = line[:80].encode("ascii", "backslashreplace").decode("ascii")
             raise AnchorFileError(f"{source}, line {no}: expected '{ANCHOR_PREFIX} row=N sha256=<64 hex> "
                                   f"[at=TIME]', got {shown!r}")
         row_id = int(m.group(1))
