@@ -88,7 +88,7 @@ def audit_head(
 def audit_verify(
     cases: Optional[Path] = typer.Option(None, "--cases", help=_CASES_HELP),
     anchors: Optional[list[Path]] = typer.Option(
-        None, "--anchors", help="file of anchor lines (from `audit head`) or an exported report's JSON; repeatable"),
+        None, "--anchors", metavar="FILE", help="file of anchor lines (from `audit head`) or an exported report's JSON; repeatable"),
 ):
     """Verify the audit log's hash chain and cross-checks, and each anchor; exit 1 when anything is broken."""
     from engine.cases.store.anchor import AnchorFileError, check_anchors, read_anchor_file
