@@ -88,7 +88,8 @@ def audit_head(
 def audit_verify(
     cases: Optional[Path] = typer.Option(None, "--cases", help=_CASES_HELP),
     anchors: Optional[list[Path]] = typer.Option(
-        None, "--anchors", metavar="FILE", help="file of anchor lines (from `audit head`) or an exported report's JSON; repeatable"),
+        None, "--anchors", metavar="FILE",
+        help="file of anchor lines (from `audit head`) or an exported report's JSON; repeatable"),
 ):
     """Verify the audit log's hash chain and cross-checks, and each anchor; exit 1 when anything is broken."""
     from engine.cases.store.anchor import AnchorFileError, check_anchors, read_anchor_file
@@ -113,16 +114,16 @@ def audit_verify(
     console.print(show_controls(f"{db}: {n_rows:,} audit rows"), soft_wrap=True, markup=False, highlight=False)
     console.print(("chain: intact" if chain.ok else f"chain: BROKEN: {show_controls(chain.message)}"), soft_wrap=True,
                   markup=False)
-    if pinned is not None:
-        top = max(a.row_id for a in kept)
-        console.print((f"anchors: {len(kept)} checked, all match (the log up to row {top} is as it was when they "
-                       "were taken)" if chain.ok else f"anchors: {len(kept)} checked, each anchored row still has its "
-                       "recorded hash (the chain above is broken: nothing is vouched for)") if pinned.ok
-                      else f"anchors: BROKEN: {show_controls(pinned.reason)}",
-                      soft_wrap=True, markup=False, highlight=False)
+    if pinned is None:
+        line = "anchors: none given (a log rewritten with every hash recomputed verifies without them; pass --anchors)"
+    elif not pinned.ok:
+        line = f"anchors: BROKEN: {show_controls(pinned.reason)}"
+    elif chain.ok:
+        line = (f"anchors: {len(kept)} checked, all match (the log up to row {max(a.row_id for a in kept)} is as it "
+                "was when they were taken)")
     else:
-        console.print("anchors: none given (a log rewritten with every hash recomputed verifies without them; "
-                      "pass --anchors)", soft_wrap=True, markup=False,
-                      highlight=False)
+        line = (f"anchors: {len(kept)} checked, each anchored row still has its recorded hash (the chain above is "
+                "broken: nothing is vouched for)")
+    console.print(line, soft_wrap=True, markup=False, highlight=False)
     if not ok:
         raise typer.Exit(1)

@@ -237,10 +237,7 @@ def write_csv(frame: pd.DataFrame, path_or_buffer: "str | Path | IO[bytes] | IO[
     """
     data = csv_bytes(frame, index=index)
     if isinstance(path_or_buffer, (str, Path)):
-        p = Path(path_or_buffer)
-        if p.is_dir() and not p.is_symlink():
-            raise IsADirectoryError(f"{p}: is a directory, not a CSV file to write")
-        return write_private_bytes(p, data)
+        return write_private_bytes(path_or_buffer, data)  # refuses a directory itself
     if isinstance(path_or_buffer, io.TextIOBase):
         path_or_buffer.write(data.decode("utf-8"))
     else:

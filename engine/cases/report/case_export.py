@@ -50,6 +50,7 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
     mine = scores[scores["entity_id"].astype(str) == str(entity_id)]
     ids = mine["transaction_id"].astype(str)
     query = str(next(iter(v for v in expls.values() if hasattr(v, "query_transaction_id"))).query_transaction_id)
+    anchor = store.audit_anchor()  # the log's head as the report is made: each report handed out is a copy
     rows = mine
     if "amount" not in rows and "amount" in source.frame:  # scores may not carry the amount
         amounts = source.frame.set_index(source.frame["transaction_id"].astype(str))["amount"]
@@ -63,7 +64,7 @@ def case_report(store: Any, case: dict, *, entity_id: str, source: Any, bundle: 
         narrative=store.narrative(case["id"]),
         probabilities=dict(zip(ids, mine["probability"])),
         trust=trust, exported_by=exported_by, fields=fields,
-        audit_anchor=anchor.as_dict() if (anchor := getattr(store, "audit_anchor", lambda: None)()) else None,
+        audit_anchor=None if anchor is None else anchor.as_dict(),
         later=later_activity(rows, query, float(thresholds["review"])) if (ids == query).any() else None,
         threshold_quality=threshold_metrics(scores, {"review": thresholds["review"],
                                                      "decline": thresholds["decline"]}, bundle.meta),

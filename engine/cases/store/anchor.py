@@ -29,7 +29,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.cases.store.common import ChainVerdict, lenient_text
+from engine.cases.store.common import ChainVerdict, lenient_snapshot
 
 #: first word of an anchor line (the format's version)
 ANCHOR_PREFIX = "fraudlens-audit-anchor/1"
@@ -74,11 +74,7 @@ def current_anchor(conn: sqlite3.Connection) -> AuditAnchor | None:
     row with the highest id (a broken head is for :func:`~engine.cases.store.chain.verify_chain`
     to report; the anchor is always a row that is really there).
     """
-    factory, own = conn.text_factory, not conn.in_transaction
-    conn.text_factory = lenient_text
-    if own:  # one read transaction: the head and the row from one snapshot
-        conn.execute("BEGIN")
-    try:
+    with lenient_snapshot(conn):  # the head and the row from one snapshot
         head = conn.execute("SELECT last_id, last_hash FROM audit_head WHERE id = 1").fetchone()
         row = None
         if head is not None:
@@ -86,10 +82,6 @@ def current_anchor(conn: sqlite3.Connection) -> AuditAnchor | None:
                                (head[0], head[1])).fetchone()
         if row is None:
             row = conn.execute("SELECT id, row_hash, ts FROM audit_log ORDER BY id DESC LIMIT 1").fetchone()
-    finally:
-        conn.text_factory = factory
-        if own:
-            conn.execute("ROLLBACK")
     if row is None:
         return None
     return AuditAnchor(int(row[0]), str(row[1]), str(row[2] or ""))
@@ -103,29 +95,19 @@ def check_anchors(conn: sqlite3.Connection, anchors: list[AuditAnchor]) -> Chain
     anchor that matches proves the log up to its row only together with a chain that verifies
     (:func:`~engine.cases.store.chain.verify_chain`: the links between the rows): check both.
     """
-    factory, own = conn.text_factory, not conn.in_transaction
-    conn.text_factory = lenient_text
-    if own:
-        conn.execute("BEGIN")
-    broken: tuple[int, str] | None = None
-    try:
+    with lenient_snapshot(conn):
         for a in sorted(anchors, key=lambda a: a.row_id):
             got = conn.execute("SELECT row_hash FROM audit_log WHERE id = ?", (int(a.row_id),)).fetchone()
             when = f" (anchor taken at {a.ts})" if a.ts else ""
             if got is None:
-                broken = (a.row_id, f"audit row {a.row_id} named by an anchor{when} is gone: the log was cut back "
-                                    "or rewritten")
+                reason = (f"audit row {a.row_id} named by an anchor{when} is gone: the log was cut back or "
+                          "rewritten")
             elif str(got[0]) != a.row_hash:
-                broken = (a.row_id, f"audit row {a.row_id} no longer has the hash an anchor recorded{when}: the log "
-                                    f"was rewritten at or before row {a.row_id}")
-            if broken:
-                break
-    finally:
-        conn.text_factory = factory
-        if own:
-            conn.execute("ROLLBACK")
-    if broken:
-        return ChainVerdict(ok=False, rows_checked=len(anchors), first_broken_id=int(broken[0]), reason=broken[1])
+                reason = (f"audit row {a.row_id} no longer has the hash an anchor recorded{when}: the log was "
+                          f"rewritten at or before row {a.row_id}")
+            else:
+                continue
+            return ChainVerdict(ok=False, rows_checked=len(anchors), first_broken_id=int(a.row_id), reason=reason)
     return ChainVerdict(ok=True, rows_checked=len(anchors))
 
 

@@ -41,8 +41,7 @@ def audit_csv(frame: pd.DataFrame) -> bytes:
     out = frame[AUDIT_COLUMNS].copy()
     for c in ("before", "after"):
         # not ASCII-escaped: "4111\u00a01111..." as escape text hid the number from the masking
-        out[c] = [None if v is None else json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-                  for v in out[c]]
+        out[c] = [_json(v, ensure_ascii=False) for v in out[c]]
     for c in ("actor", "action", "before", "after"):
         out[c] = out[c].map(mask_card_number)
     return csv_bytes(out)

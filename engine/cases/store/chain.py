@@ -34,7 +34,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from engine.cases.store.common import READ_ACTIONS, ChainVerdict, lenient_text
+from engine.cases.store.common import READ_ACTIONS, ChainVerdict, lenient_snapshot
 from engine.cases.store.priority import priority_score, sla_hours
 
 GENESIS = "0" * 64
@@ -89,25 +89,17 @@ def verify_chain(conn: sqlite3.Connection) -> ChainVerdict:
     run in one read transaction (one WAL snapshot): a case claimed by another connection between
     reading the log and reading the cases table is not taken for an edit made outside the store.
     """
-    own = not conn.in_transaction
-    factory = conn.text_factory
     # a text value that is not UTF-8 (written outside the store) reads as U+FFFD, so its row no
     # longer matches its hash, instead of raising: a raise silenced the alarm on every page
-    conn.text_factory = lenient_text
-    if own:
-        conn.execute("BEGIN")
-    try:
-        return _verify(conn)
-    except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
-        # a value of a type the store never writes (a BLOB in an audit column, a number where text
-        # belongs) in the log or in a table it accounts for: tampering, not a crash
-        return ChainVerdict(ok=False, rows_checked=0, first_broken_id=None,
-                            reason=f"the audit log or a table it accounts for holds a value the store never writes "
-                                   f"({type(e).__name__}): it was changed outside the store")
-    finally:
-        conn.text_factory = factory
-        if own:
-            conn.execute("ROLLBACK")
+    with lenient_snapshot(conn):
+        try:
+            return _verify(conn)
+        except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
+            # a value of a type the store never writes (a BLOB in an audit column, a number where text
+            # belongs) in the log or in a table it accounts for: tampering, not a crash
+            return ChainVerdict(ok=False, rows_checked=0, first_broken_id=None,
+                                reason=f"the audit log or a table it accounts for holds a value the store never "
+                                       f"writes ({type(e).__name__}): it was changed outside the store")
 
 
 def _verify(conn: sqlite3.Connection) -> ChainVerdict:

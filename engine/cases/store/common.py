@@ -6,6 +6,9 @@ import datetime as dt
 import json
 import os
 import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -290,8 +293,8 @@ def _is_date_only(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()) is not None
 
 
-def _json(obj: Any) -> str | None:
-    return None if obj is None else json.dumps(obj, sort_keys=True, separators=(",", ":"))
+def _json(obj: Any, ensure_ascii: bool = True) -> str | None:
+    return None if obj is None else json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=ensure_ascii)
 
 
 
@@ -349,3 +352,21 @@ def lenient_text(raw: bytes) -> str:
     """The store connections' ``text_factory``: text that is not UTF-8 (only an edit outside the
     store writes it) reads as U+FFFD instead of raising, so its audit row fails its hash."""
     return raw.decode("utf-8", "replace")
+
+
+@contextmanager
+def lenient_snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Reads of ``conn`` in one read transaction (one WAL snapshot; the caller's own transaction
+    when one is open) with :func:`lenient_text` as the text factory, both restored on exit: the
+    audit checks (:func:`engine.cases.store.chain.verify_chain`, the anchors) see one state of the
+    file and never raise on text that is not UTF-8."""
+    own, factory = not conn.in_transaction, conn.text_factory
+    conn.text_factory = lenient_text
+    if own:
+        conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.text_factory = factory
+        if own:
+            conn.execute("ROLLBACK")
