@@ -336,3 +336,73 @@ def test_a_flag_always_carries_a_reason(bundle, records, tmp_path):
     out = svc.score_batch(records[40:80])
     assert all(NO_SIMPLE_FACT not in r["reasons"] for r in out["results"])
     svc.close()
+
+
+# ------------------------------------------------------------------ WAL checkpoints off the commit path
+def _rec(i):
+    return (f"t{i}", "c0", i, "{}", 0.0, 0.5, "below_review", 0, "sha", "2026-01-01")
+
+
+def test_the_commit_path_never_checkpoints_and_the_checkpointer_thread_wakes_after_its_commits(tmp_path, monkeypatch):
+    """SQLite's automatic checkpoint (4-5 ms inside the commit that crosses 1,000 WAL pages, the
+    slowest 1 % of the service's batches) is off on the committer's connection; the checkpointer
+    thread runs after ``every`` commits."""
+    from engine.serve.history import Checkpointer
+
+    monkeypatch.setattr(Checkpointer, "every", 5)
+    monkeypatch.setattr(Checkpointer, "interval_s", 60.0)  # only the commit count wakes it here
+    c = GroupCommitter(tmp_path / "h.sqlite3", sync="normal")
+    assert c.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    for i in range(4):
+        c.wait(c.submit([_rec(i)]))
+    assert c.checkpointer.runs == 0
+    c.wait(c.submit([_rec(4)]))  # the 5th commit wakes the thread
+    import time
+
+    deadline = time.monotonic() + 10
+    while c.checkpointer.runs == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert c.checkpointer.runs >= 1 and c.checkpointer.failures == 0
+    c.stop()
+    assert not (tmp_path / "h.sqlite3-wal").exists()
+
+
+@pytest.mark.parametrize("catch_up", [True, False])
+def test_after_a_background_checkpoint_the_next_commit_restarts_the_wal(tmp_path, monkeypatch, catch_up):
+    """Commits arrive while the background checkpoint copies, so it never ends with the WAL fully
+    copied and SQLite never restarts it; the committer copies the few frames left before its next
+    commit, which then writes from the WAL's start. Without that catch-up the WAL only grows
+    (the control case, ``catch_up=False``)."""
+    from engine.serve.history import Checkpointer
+
+    monkeypatch.setattr(Checkpointer, "every", 10**9)
+    monkeypatch.setattr(Checkpointer, "interval_s", 3600.0)  # the thread never runs: checkpoints by hand
+    path = tmp_path / "h.sqlite3"
+    wal = tmp_path / "h.sqlite3-wal"  # its size: the furthest frame ever written (a restarted WAL is rewritten from its start)
+    c = GroupCommitter(path, sync="normal")
+    for i in range(40):
+        c.wait(c.submit([_rec(i)]))
+    import sqlite3
+
+    reader = sqlite3.connect(path, isolation_level=None)  # a read snapshot at 40 commits: the checkpoint below
+    reader.execute("BEGIN")                               # copies no further, as one whose copy commits overtook
+    reader.execute("SELECT count(*) FROM transactions").fetchone()
+    for i in range(40, 60):
+        c.wait(c.submit([_rec(i)]))
+    busy, frames, copied = c.checkpointer.checkpoint()
+    assert copied < frames and c.checkpointer.catch_up  # frames left behind
+    reader.execute("ROLLBACK")
+    reader.close()
+    grown = wal.stat().st_size
+    assert grown >= 60 * 4096  # every commit adds frames: nothing checkpointed them on the commit path
+    if not catch_up:
+        c.checkpointer.catch_up = False
+    for i in range(60, 100):
+        c.wait(c.submit([_rec(i)]))
+    after = wal.stat().st_size
+    if catch_up:
+        assert after == grown and not c.checkpointer.catch_up, (grown, after)
+    else:
+        assert after > 1.5 * grown, (grown, after)
+    assert c.store.count() == 100
+    c.stop()
