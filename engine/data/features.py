@@ -311,7 +311,9 @@ class FeatureEncoder:
             elif "hashed_buckets" in st:
                 cat.append(int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") % st["hashed_buckets"] + 2)
             else:
-                lut = luts.setdefault(name, {u: i + 2 for i, u in enumerate(st["vocab"])})
+                lut = luts.get(name)
+                if lut is None:  # built once (a setdefault would build the dict on every call)
+                    lut = luts[name] = {u: i + 2 for i, u in enumerate(st["vocab"])}
                 cat.append(lut.get(v, UNSEEN))
             codes[name] = cat[-1]
         for name, st in self.state["numeric"].items():
@@ -328,7 +330,9 @@ class FeatureEncoder:
             num.append(min(max((num[0] - mu[c]) * inv[c], -AMOUNT_BY_VALUE_CLIP), AMOUNT_BY_VALUE_CLIP))
         multi = []
         for name, st in self.state["multi_valued"].items():
-            lut = luts.setdefault("multi:" + name, {u: i for i, u in enumerate(st["vocab"])})
+            lut = luts.get("multi:" + name)
+            if lut is None:
+                lut = luts["multi:" + name] = {u: i for i, u in enumerate(st["vocab"])}
             block = np.zeros(len(st["vocab"]) + 1, np.float32)
             v = str(row[name])
             for item in (v.split("|") if v else []):

@@ -13,10 +13,10 @@ window ``k(p)``. Windows that can receive no more transactions are dropped, new 
 when ``p`` reaches their start — so no window is ever re-encoded.
 
 A seed ensemble (:class:`engine.model.ensemble.SeedEnsemble`) of ``M`` members runs them side by
-side: every weight is stacked on a leading member axis ``M`` and every step is one NumPy operation
-over ``[M, ...]`` (a one-row step is dominated by per-call overhead, so ``M`` members cost far less
-than ``M`` steps); a window's times, amounts and first-seen values are shared (every member reads
-the same rows), its keys/values are ``[M, L, H, capacity, dh]``. The score is the members' mean
+side: every weight is stacked on a leading member axis ``M``; the row embedding is one NumPy
+operation over ``[M, ...]`` per field group, the window step one compiled call for all members
+(:mod:`engine.model.incremental_kernel`); a window's times, amounts and first-seen values are
+shared (every member reads the same rows), its keys/values are ``[M, L, H, capacity, dh]``. The score is the members' mean
 logit, as the ensemble's. One model is ``M = 1``.
 """
 
@@ -29,11 +29,10 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as Fnn
-from scipy.special import erf as _erf
 
-from engine.data.features import piecewise_linear
 from engine.model.checkpoint import ModelBundle
 from engine.model.ensemble import members_of
+from engine.model.incremental_kernel import KernelWeights, compile_kernel
 from engine.model.scoring import NonFiniteScoreError
 from engine.model.sequences import window_of_position
 
@@ -61,20 +60,12 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.float32)
 
 
-def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float, mean: np.ndarray) -> np.ndarray:
-    """LayerNorm over the last axis of ``[M, 1, D]`` float32 rows; ``mean`` is the ``[D, 1]``
-    column ``1/D`` (a matmul takes the means: one ~1 us call, where ``ndarray.mean`` / ``var``
-    cost ~5 us each in Python wrappers)."""
-    d = x - x @ mean  # [M, 1, D] - [M, 1, 1]
-    return d / np.sqrt((d * d) @ mean + np.float32(eps)) * w + b
-
-
 class _Weights:
     """The parameters of ``M`` models of one configuration (an ensemble's members, or one model)
     as NumPy float32 arrays stacked on a leading member axis, laid out for one-row steps on
     activations ``[M, 1, D]``: each ``W`` transposed to ``[M, in, out]``, each bias ``[M, 1, out]``.
-    Plain NumPy: a one-row step is ~40 tiny operations, where NumPy's per-call overhead (~1 us)
-    is far below torch's."""
+    The row embedding uses them in NumPy; :class:`engine.model.incremental_kernel.KernelWeights`
+    lays the rest out for the compiled window step."""
 
     def __init__(self, models: list):
         def stack(get) -> np.ndarray:
@@ -88,7 +79,6 @@ class _Weights:
 
         model, rows = models[0], models[0].rows  # input layout and shapes (equal in every member)
         self.M, self.D = len(models), model.cfg.d_model
-        self.mean = np.full((self.D, 1), 1.0 / self.D, np.float32)  # [D, 1], for _layer_norm
         self.static_bias = row(lambda m: _np(m.rows.field_bias.sum(0) + m.rows.num_b.sum(0)))  # [M, 1, D]
         self.num_w = stack(lambda m: _np(m.rows.num_w))  # [M, Fn, D]
         self.ple = None if rows.ple_w is None else (  # piecewise-linear codes of some num columns
@@ -153,7 +143,8 @@ class IncrementalScorer:
     sigmoid). ``add_frame(frame) -> [N] logits`` feeds a canonical frame row by row.
 
     The step is the model's own function (row encoder, pre-LayerNorm blocks with the time-decay
-    attention bias, head) evaluated in NumPy float32 on the model's weights, copied once at
+    attention bias, head) evaluated in float32 on the model's weights (NumPy for the row
+    embedding, the compiled kernel of :mod:`engine.model.incremental_kernel` per window), copied once at
     construction; tests check it equal to whole-file scoring with the torch model. A seed
     ensemble's members run side by side on a leading member axis (module docstring); its score is
     their mean logit.
@@ -170,11 +161,12 @@ class IncrementalScorer:
         self.S = self.cfg.context_length - self.cfg.min_history
         self.entities: dict[str, _EntityState] = {}
         self.w = _Weights(members_of(self.model))
-        self._gelu_c = np.float32(1.0 / math.sqrt(2.0))
+        self.kernel = KernelWeights(self.w)
+        compile_kernel(self.kernel, self._new_window(0))
 
     # ------------------------------------------------------------------ encoding
     def _row_embedding(self, row, st: _EntityState) -> tuple[np.ndarray, float, float, np.ndarray]:
-        """Summed field embedding ``[M, 1, D]`` float32 (per member) of one new transaction *without*
+        """Summed field embedding ``[M, D]`` float32 (per member) of one new transaction *without*
         its window-dependent fields (``amount_vs_history``, the activity fields), its time in
         seconds, its standardised log amount and its first-seen categorical values ``[C]`` int64
         (the sum :meth:`RowEncoder.summed` computes for a lone row)."""
@@ -205,86 +197,20 @@ class IncrementalScorer:
             x = x + W.gap_bins[:, i : i + 1]
             x = x + W.gap_lin_w * np.float32(math.log1p(gap / 60.0) / 5.0) + W.gap_lin_b
         cats = enc.cat[0][W.act["cols"]] if W.act is not None else np.zeros(0, np.int64)
-        return x.astype(np.float32), t, float(num[0]), cats
-
-    def _activity(self, w: _Window, t: float, z: float, cats: np.ndarray) -> np.ndarray:
-        """``[M, 1, D]``: the activity fields of a new row against window ``w``'s cached rows, as
-        :func:`engine.model.activity.activity_inputs` computes them for the last position."""
-        A, n = self.w.act, w.n
-        times, zs = w.times[:n], w.zs[:n].astype(np.float64)
-        dt = t - times  # [n] seconds, non-increasing (the window is time-ordered)
-        feats = []
-        for win in A["windows"]:
-            c = int(np.count_nonzero(dt <= win))  # the rows within ``win`` are a suffix
-            feats += [math.log1p(c) / 3.0, (z - float(np.add.reduce(zs[n - c :])) / c) if c else 0.0]
-        if n >= 2:
-            mean = float(np.add.reduce(zs)) / n
-            dz = zs - mean
-            zdev = min(max((z - mean) / math.sqrt(float(np.dot(dz, dz)) / n + 0.25), -6.0), 6.0)
-            feats += [zdev, math.log1p(max(t - float(times[n - 2]), 0.0) / 60.0) / 5.0, 1.0]
-        else:
-            feats += [0.0, 0.0, 0.0]
-        if n:
-            seen = np.append((w.cats[:n] != cats).all(axis=0).astype(np.float32), np.float32(1.0))  # [C + 1]
-        else:
-            seen = np.zeros(len(cats) + 1, np.float32)
-        r = np.asarray(feats, np.float32)
-        out = r[None] @ A["recent_w"] + A["recent_b"] + seen[None] @ A["seen_w"] + A["seen_b"]  # [1, A] @ [M, A, D] -> [M, 1, D]
-        if A["ple"] is not None:  # piecewise-linear codes of the inputs, as ActivityEncoder.forward
-            lo, scale, pw = A["ple"]
-            code = np.clip((r[:, None] - lo) * scale, 0.0, 1.0).astype(np.float32)  # [A, K]
-            out = out + code.reshape(1, -1) @ pw  # [1, A*K] @ [M, A*K, D] -> [M, 1, D]
-        return out
+        return np.ascontiguousarray(x[:, 0], np.float32), t, float(num[0]), cats  # [M, 1, D] -> [M, D]
 
     def _step(self, base: np.ndarray, w: _Window, t: float, z: float, need_output: bool,
-              cats: np.ndarray | None = None) -> np.ndarray | None:
-        """Run one new row (``base [M, 1, D]``, its time ``t`` and log amount ``z``) through every
-        layer of every member against window ``w``'s cache, appending its keys/values; returns the
-        final hidden states ``[M, 1, D]``, or None without ``need_output`` (then the last block
-        computes keys/values only)."""
-        W = self.w
+              cats: np.ndarray) -> float:
+        """Run one new row (``base [M, D]`` float32, C-contiguous: its window-independent embedding;
+        its time ``t`` in seconds, standardised log amount ``z`` and first-seen values ``cats [C]``
+        int64) through every layer of every member against window ``w``'s cache, appending the
+        row to it (:func:`engine.model.incremental_kernel.window_step`). Returns the members' mean
+        logit (float64), NaN without ``need_output`` (then the last block computes keys/values only)."""
         self._reserve(w)
-        n = w.n
-        if W.has_hist:
-            if n:
-                dev = np.float32(z - w.z_sum / n)
-                feats = np.concatenate([[dev], piecewise_linear(np.array([dev]), W.hist_edges)[0]])  # [1 + K-1]
-                base = base + feats.astype(np.float32)[None] @ W.hist_w + W.hist_b  # [1, 1 + K-1] @ [M, 1 + K-1, D]
-            else:
-                base = base + W.hist_none
-        if W.act is not None:
-            base = base + self._activity(w, t, z, cats)
-            w.cats[n] = cats
-        x = _layer_norm(base, *W.ln_in, W.mean)
-        if W.row_ff is not None:
-            w1, b1, w2, b2 = W.row_ff
-            f = x @ w1 + b1
-            x = x + (0.5 * f * (1.0 + _erf(f * self._gelu_c))) @ w2 + b2  # exact GELU, as Block.ff
-        w.times[n] = t
-        w.zs[n] = z
-        log_gap = np.log1p(np.maximum(t - w.times[: n + 1], 0.0).astype(np.float32) / np.float32(60.0))  # [n+1]
-        last = len(W.blocks) - 1
-        M, H, dh, D = W.M, W.H, W.dh, W.D
-        for li, B in enumerate(W.blocks):
-            h = _layer_norm(x, *B["ln1"], W.mean)
-            qkv = h @ B["qkv_w"] + B["qkv_b"]  # [M, 1, D] @ [M, D, 3D] -> [M, 1, 3D]
-            w.keys[:, li, :, n] = qkv[:, 0, D : 2 * D].reshape(M, H, dh)
-            w.values[:, li, :, n] = qkv[:, 0, 2 * D :].reshape(M, H, dh)
-            if li == last and not need_output:
-                break
-            K, V = w.keys[:, li, :, : n + 1], w.values[:, li, :, : n + 1]  # [M, H, n+1, dh]
-            q = qkv[:, 0, :D].reshape(M, H, dh, 1)
-            scores = (K @ q)[..., 0] / np.float32(math.sqrt(dh)) - B["slope"] * log_gap  # [M, H, n+1]
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            p = scores / scores.sum(axis=-1, keepdims=True)
-            a = (p[:, :, None, :] @ V).reshape(M, 1, D)  # [M, H, 1, n+1] @ [M, H, n+1, dh] -> [M, 1, D]
-            x = x + a @ B["out_w"] + B["out_b"]
-            f = _layer_norm(x, *B["ln2"], W.mean) @ B["ff1_w"] + B["ff1_b"]
-            f = 0.5 * f * (1.0 + _erf(f * self._gelu_c))  # exact GELU (nn.GELU default)
-            x = x + f @ B["ff2_w"] + B["ff2_b"]
-        w.n = n + 1
+        logit = self.kernel.step(base, w, t, z, cats, need_output)
+        w.n += 1
         w.z_sum += z
-        return x if need_output else None
+        return logit
 
     def _new_window(self, start: int, capacity: int = 8) -> _Window:
         M, L, H, dh = self.w.M, len(self.w.blocks), self.w.H, self.w.dh
@@ -336,11 +262,9 @@ class IncrementalScorer:
         k_score = int(window_of_position(p, T, self.cfg.min_history)) * self.S
         logit = float("nan")
         for w in st.windows:
-            h = self._step(base, w, t, z, need_output=w.start == k_score, cats=cats)
-            if h is not None:
-                W = self.w
-                per_member = _layer_norm(h, *W.ln_out, W.mean) @ W.head_w + W.head_b  # [M, 1, 1] logits
-                logit = float(np.add.reduce(per_member.ravel(), dtype=np.float64)) / W.M  # the members' mean logit
+            out = self._step(base, w, t, z, need_output=w.start == k_score, cats=cats)
+            if w.start == k_score:
+                logit = out
         st.n, st.last_time = p + 1, t
         if not math.isfinite(logit):
             tid = row.get("transaction_id", "?") if hasattr(row, "get") else "?"

@@ -131,6 +131,15 @@ def _die_with_parent() -> None:
         pass
 
 
+def _stop_on_sigterm(*_) -> None:
+    """SIGTERM: leave the message loop (its ``finally`` closes the service, ignoring later SIGTERMs:
+    one arriving while the service closed raised SystemExit inside the case worker's join, so the
+    history store was never closed and its WAL was left; the front closes the socket, which also
+    ends the loop, and then terminates the scorer)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(0)
+
+
 def _open_service(opts: dict[str, Any]):
     from engine.model.checkpoint import load_checkpoint
     from engine.serve.history import HistoryLocked
@@ -179,7 +188,7 @@ def scorer_main(fd: int, opts: dict[str, Any]) -> int:
     import torch
 
     torch.set_num_threads(1)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     sock = socket.socket(fileno=fd)
     try:
         service = _open_service(opts)
@@ -213,6 +222,9 @@ def scorer_main(fd: int, opts: dict[str, Any]) -> int:
                 out = ("error", f"{type(e).__name__}: {e}")
             sock.sendall(_pack(out))
     finally:
+        # the front's SIGTERM may arrive while the service closes (after it closed the socket, or a
+        # second one): it must not cut the close short (the history store's WAL would be left)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         service.close()
 
 

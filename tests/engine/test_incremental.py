@@ -179,3 +179,56 @@ def test_add_many_refuses_an_older_row_before_touching_any_cache(bundle):  # noq
     assert {e: (st.n, [w.n for w in st.windows]) for e, st in inc.entities.items()} == before
     got = inc.add_many([("c0", a[10]), ("c1", c[10])])
     assert got == pytest.approx([ref.add("c0", a[10]), ref.add("c1", c[10])], abs=2e-5)
+
+
+# ------------------------------------------------------------------ the compiled window step's guards
+def test_the_kernel_refuses_weights_and_windows_of_other_shapes(bundle):  # noqa: F811
+    """The compiled step runs without bounds checks, so every shape it indexes is checked in Python
+    first: a mis-shaped weight, a full window or a wrong first-seen vector is a ValueError, never a
+    read or write outside an array."""
+    from engine.model.incremental_kernel import KernelWeights
+
+    inc = IncrementalScorer(bundle)
+    good = [blk["qkv_w"] for blk in inc.w.blocks]
+    for blk in inc.w.blocks:
+        blk["qkv_w"] = blk["qkv_w"][:, :, :-1]  # one output column short
+    with pytest.raises(ValueError, match=r"qkv_w: expected shape .* got"):
+        KernelWeights(inc.w)
+    for blk, g in zip(inc.w.blocks, good):
+        blk["qkv_w"] = g
+    kw = KernelWeights(inc.w)
+    M, D, L, H = kw.shape
+    base, cats = np.zeros((M, D), np.float32), np.zeros(kw.C, np.int64)
+    win = inc._new_window(0, capacity=4)
+    win.n = 4  # full: row n would be written past the cache
+    with pytest.raises(ValueError, match="0 <= n < capacity"):
+        kw.step(base, win, 0.0, 0.0, cats, True)
+    win.n = 0
+    with pytest.raises(ValueError, match="first-seen values"):
+        kw.step(base, win, 0.0, 0.0, np.zeros(kw.C + 1, np.int64), True)
+    with pytest.raises(ValueError, match="expected base"):
+        kw.step(np.zeros((M, D + 1), np.float32), win, 0.0, 0.0, cats, True)
+    assert np.isfinite(kw.step(base, win, 0.0, 0.0, cats, True))  # the same window, right shapes
+
+
+def test_the_kernel_compiles_once_and_refuses_other_argument_types(bundle):  # noqa: F811
+    """One specialisation, compiled when the first scorer is built: a call with other types (which
+    would compile for seconds in the middle of serving: a 2.5 s stall was measured when a row of a
+    non-contiguous array reached it) is a TypeError."""
+    from engine.model.incremental_kernel import window_step
+
+    inc = IncrementalScorer(bundle)
+    assert len(window_step.signatures) == 1
+    fr = tiny_frame(4, 12, seed=3)
+    rows = fr.to_dict("records")
+    by_entity = {}
+    for r in rows:
+        by_entity.setdefault(r["entity_id"], []).append(r)
+    for wave in zip(*by_entity.values()):  # add_many: rows of a batched embedding (strided views)
+        inc.add_many([(r["entity_id"], r) for r in wave])
+    assert len(window_step.signatures) == 1
+    kw, win = inc.kernel, inc._new_window(0)
+    M, D, _, _ = kw.shape
+    with pytest.raises(TypeError):
+        window_step(np.zeros((M, D), np.float64), win.keys, win.values, win.times, win.zs, win.cats, 0, 0.0, 0.0, 0.0,
+                    np.zeros(kw.C, np.int64), True, kw.hist, kw.act, kw.ln_in, kw.row_ff, kw.blocks, kw.head)
