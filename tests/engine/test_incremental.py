@@ -152,8 +152,8 @@ def _ple_bundle():
 
 
 def test_add_many_with_activity_codes_and_uneven_histories():
-    """The padded arrays of step_many (windows of 0..15 cached rows side by side, activity codes,
-    the feed-forward row layer): equal to one add per row and to whole-file scoring."""
+    """Batched row embeddings with windows of 0..15 cached rows side by side, activity codes and
+    the feed-forward row layer: equal to one add per row and to whole-file scoring."""
     from tiny_models import tiny_frame as tf
 
     b = _ple_bundle()
