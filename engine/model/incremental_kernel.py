@@ -341,7 +341,7 @@ class KernelWeights:
         n = int(win.n)
         keys = win.keys
         if not (0 <= n < keys.shape[3] and base.shape == self._base and keys.shape == win.values.shape
-                and keys.shape[:3] == self._lead and keys.shape[4] == self._dh and len(cats) == self.C
+                and keys.shape[:3] == self._lead and keys.shape[4] == self._dh and len(cats) == self.C == win.cats.shape[1]
                 and win.times.shape[0] == win.zs.shape[0] == win.cats.shape[0] == keys.shape[3]):
             M, D, L, H = self.shape
             raise ValueError(f"window_step: expected base ({M}, {D}), keys/values ({M}, {L}, {H}, capacity, {D // H}), "

@@ -429,16 +429,18 @@ class Checkpointer:
                     busy, frames, copied = self.checkpoint()
                     if frames - copied <= 16:
                         break
-            except sqlite3.Error as e:  # e.g. a full disk: the WAL keeps the commits; retried next time
-                self.failures += 1
-                logging.getLogger("fraudlens.serve").warning("history WAL checkpoint failed: %s", e)
+            except Exception as e:  # noqa: BLE001 - e.g. a full disk: the WAL keeps the commits; retried next time
+                self.failures += 1  # (any error: the thread must not die, nothing else checkpoints the WAL)
+                logging.getLogger("fraudlens.serve").warning("history WAL checkpoint failed: %s: %s",
+                                                             type(e).__name__, e)
 
     def stop(self) -> None:
         """Stop the thread and close its connection (the committer's close checkpoints the rest)."""
         self.stopping = True
         self.wake.set()
         self.thread.join(10.0)
-        self.conn.close()
+        if not self.thread.is_alive():  # a checkpoint still running on a very slow disk keeps its connection
+            self.conn.close()
 
 
 class GroupCommitter:

@@ -135,7 +135,13 @@ class ScoringService:
             self.history_lock.release()
             raise
         self.inflight: dict[str, dict] = {}  # transaction id -> staged row, until its commit returns
-        self.cache = EntityCache(bundle, self.history, cache_bytes)
+        try:
+            self.cache = EntityCache(bundle, self.history, cache_bytes)  # builds (and compiles) the scorer
+        except BaseException:  # close what was opened: the checkpoint thread and both connections
+            self.committer.stop()
+            self.history.close()
+            self.history_lock.release()
+            raise
         self.cache.before_rebuild = self.committer.flush  # a rebuild reads history: in-flight rows first
         self.lock = threading.Lock()
         self.case_db = Path(case_db) if case_db is not None else None

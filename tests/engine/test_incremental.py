@@ -232,3 +232,15 @@ def test_the_kernel_compiles_once_and_refuses_other_argument_types(bundle):  # n
     with pytest.raises(TypeError):
         window_step(np.zeros((M, D), np.float64), win.keys, win.values, win.times, win.zs, win.cats, 0, 0.0, 0.0, 0.0,
                     np.zeros(kw.C, np.int64), True, kw.hist, kw.act, kw.ln_in, kw.row_ff, kw.blocks, kw.head)
+
+
+def test_the_kernel_refuses_a_window_with_another_first_seen_width(bundle):  # noqa: F811
+    """The window's own first-seen columns are checked too (the kernel writes ``wcats[n, j]`` for every
+    ``j < C`` without bounds checks)."""
+    inc = IncrementalScorer(bundle)
+    kw = inc.kernel
+    M, D, _, _ = kw.shape
+    win = inc._new_window(0, capacity=4)
+    win.cats = np.zeros((4, kw.C + 1), np.int64)
+    with pytest.raises(ValueError, match="first-seen values"):
+        kw.step(np.zeros((M, D), np.float32), win, 0.0, 0.0, np.zeros(kw.C, np.int64), True)

@@ -406,3 +406,26 @@ def test_after_a_background_checkpoint_the_next_commit_restarts_the_wal(tmp_path
         assert after > 1.5 * grown, (grown, after)
     assert c.store.count() == 100
     c.stop()
+
+
+def test_the_checkpointer_thread_survives_any_error(tmp_path, monkeypatch):
+    """Nothing else checkpoints the WAL (the commit path's automatic checkpoint is off), so an error of
+    any kind is counted and logged and the thread keeps running."""
+    from engine.serve.history import Checkpointer
+
+    monkeypatch.setattr(Checkpointer, "interval_s", 0.01)
+    calls = []
+
+    def boom(self):
+        calls.append(1)
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(Checkpointer, "checkpoint", boom)
+    c = GroupCommitter(tmp_path / "h.sqlite3", sync="normal")
+    import time
+
+    deadline = time.monotonic() + 10
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(calls) >= 3 and c.checkpointer.failures >= 3 and c.checkpointer.thread.is_alive()
+    c.stop()
